@@ -1,0 +1,1 @@
+"""Typer commands: parse flags, build a request, hand it down, render the result."""

@@ -1,0 +1,120 @@
+"""The root Typer app, its global flags, and the one error boundary that sets exit codes.
+
+Command modules register themselves here. Nothing in this package imports llama_cpp,
+huggingface_hub or numpy at module level, so `--help`, `--version` and completion stay fast.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+from typer.core import TyperGroup
+
+from llmcli import __version__, render
+from llmcli.errors import ExitCode, LlmcliError
+
+class _Boundary(TyperGroup):
+    """The one error boundary: domain errors become one stderr line and their exit code."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except LlmcliError as exc:
+            report(exc)
+            raise typer.Exit(int(exc.exit_code)) from None
+        except KeyboardInterrupt:
+            sys.stderr.write("llmcli: interrupted\n")
+            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+
+
+def report(exc: LlmcliError) -> None:
+    if render.debug():
+        import traceback
+
+        traceback.print_exc()
+    sys.stderr.write(exc.one_line() + "\n")
+    sys.stderr.flush()
+
+
+app = typer.Typer(
+    cls=_Boundary,
+    name="llmcli",
+    help="Run local language models: download GGUF models, chat, generate, benchmark.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode=None,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"llmcli {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool | None,
+        typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = None,
+    debug: Annotated[
+        bool, typer.Option("--debug", envvar="LLMCLI_DEBUG", help="Show tracebacks and llama.cpp logs.")
+    ] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Silence everything on stderr but errors and warnings.")
+    ] = False,
+    color: Annotated[
+        bool | None,
+        typer.Option(
+            "--color/--no-color",
+            help="Colour on stderr (default: auto; honours NO_COLOR and FORCE_COLOR).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Run local language models: download GGUF models, chat, generate, benchmark.
+
+    Example: llmcli generate "Write a haiku about the sea"
+    """
+    render.configure(quiet=quiet, color=color, debug=debug)
+
+
+def _register() -> None:
+    from llmcli.cli import generate
+
+    app.command("generate", no_args_is_help=False)(generate.generate)
+    for name in ("hub_commands", "chat", "bench", "shell"):
+        try:
+            module = __import__(f"llmcli.cli.{name}", fromlist=["register"])
+        except ModuleNotFoundError as exc:
+            if exc.name != f"llmcli.cli.{name}":
+                raise
+            continue
+        module.register(app)
+
+
+_register()
+
+
+def main() -> None:
+    """Console-script entry point: run the app and map exceptions to one line and an exit code."""
+    try:
+        app(prog_name="llmcli")
+    except LlmcliError as exc:  # raised outside a command (e.g. by a completion callback)
+        report(exc)
+        sys.exit(int(exc.exit_code))
+    except KeyboardInterrupt:
+        sys.stderr.write("llmcli: interrupted\n")
+        sys.exit(int(ExitCode.INTERRUPTED))
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, with no "Exception ignored" at exit.
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(int(ExitCode.BROKEN_PIPE))

@@ -1,0 +1,94 @@
+"""`llmcli generate`: one prompt in, the model's text out on stdout, made for shell pipelines."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from llmcli.cli import options as o
+from llmcli.errors import ExitCode, UsageError
+
+
+def generate(
+    prompt: Annotated[str | None, typer.Argument(help="The prompt. Piped stdin comes first, then this.")] = None,
+    file: Annotated[
+        Path | None, typer.Option("--file", "-f", help="Read the prompt from a file.", dir_okay=False)
+    ] = None,
+    model: o.Model = None,
+    system: Annotated[
+        str | None, typer.Option("--system", help="System prompt.", envvar="LLMCLI_SYSTEM", show_default=False)
+    ] = None,
+    raw: Annotated[bool, typer.Option("--raw", help="Plain text completion: no chat template.")] = False,
+    ctx_size: o.CtxSize = None,
+    gpu_layers: o.GpuLayers = None,
+    threads: o.Threads = None,
+    batch_size: o.BatchSize = None,
+    flash_attn: o.FlashAttn = None,
+    temperature: o.Temperature = None,
+    top_k: o.TopK = None,
+    top_p: o.TopP = None,
+    min_p: o.MinP = None,
+    repeat_penalty: o.RepeatPenalty = None,
+    seed: o.Seed = None,
+    max_tokens: o.MaxTokens = None,
+    stop: o.Stop = None,
+    grammar_file: o.GrammarFile = None,
+    json_schema: o.JsonSchema = None,
+    stats: Annotated[bool, typer.Option("--stats", help="Print speed figures on stderr after the text.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document instead of the text.")] = False,
+    offline: o.Offline = False,
+) -> None:
+    """Generate text from a prompt; the text alone goes to stdout.
+
+    Example: cat notes.txt | llmcli generate "Summarize:" --max-tokens 200
+    """
+    from llmcli import render, settings
+
+    text = read_prompt(prompt, file)
+    params = o.sampling_params(
+        temperature, top_k, top_p, min_p, repeat_penalty, seed, max_tokens, stop, grammar_file, json_schema
+    )
+    system = settings.resolve("system", system) or None
+    from llmcli.loader import load_engine
+
+    loaded = load_engine(
+        model, o.engine_options(ctx_size, gpu_layers, threads, batch_size, flash_attn), offline=offline,
+        debug=render.debug(),
+    )  # fmt: skip
+    from llmcli.runner import run_generate
+
+    result = run_generate(loaded, text, params, system=system, raw=raw, stream_stdout=not as_json)
+    if as_json:
+        render.out_json(result.record())
+    if stats and not as_json:
+        sys.stderr.write(result.stats_line() + "\n")
+    if result.done.finish_reason == "interrupted":
+        raise typer.Exit(int(ExitCode.INTERRUPTED))
+
+
+def read_prompt(prompt: str | None, file: Path | None) -> str:
+    """Piped stdin, then the prompt file, then the argument, joined by blank lines."""
+    parts: list[str] = []
+    if not sys.stdin.isatty():
+        data = sys.stdin.buffer.read()
+        if data:
+            try:
+                parts.append(data.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                raise UsageError(f"stdin is not UTF-8 text (invalid byte at offset {exc.start})") from None
+    if file is not None:
+        try:
+            parts.append(file.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"{file} is not UTF-8 text (invalid byte at offset {exc.start})") from None
+        except OSError as exc:
+            raise UsageError(f"cannot read {file}: {exc.strerror or exc}") from None
+    if prompt:
+        parts.append(prompt)
+    text = "\n\n".join(p.rstrip("\n") for p in parts if p.strip())
+    if not text.strip():
+        raise UsageError("the prompt is empty", hint='pass it as an argument or on stdin: llmcli generate "..."')
+    return text

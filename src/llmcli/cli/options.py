@@ -1,0 +1,260 @@
+"""Options shared by the commands that run a model (generate, chat, bench).
+
+Each is declared once here. Settings-backed options default to None so that the precedence
+flag > LLMCLI_* variable > config file > built-in default is resolved in one place
+(`llmcli.settings`), and each shows its environment variable in `--help`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from llmcli.engine.base import EngineOptions, SamplingParams
+
+MODEL_PANEL = "Model"
+SAMPLING_PANEL = "Sampling"
+
+
+def _complete_models(incomplete: str) -> list[str]:
+    """Local model names and aliases for shell completion; never loads llama.cpp."""
+    try:
+        from llmcli.hub import store
+
+        names = store.completion_names()
+    except Exception:
+        names = []
+    return [n for n in names if n.startswith(incomplete)]
+
+
+Model = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        "-m",
+        help="Model: a .gguf path, org/repo[:QUANT][@REV], org/repo/file.gguf, or an alias. "
+        "Default: the configured model, else the bundled Gemma 3 270M.",
+        envvar="LLMCLI_MODEL",
+        rich_help_panel=MODEL_PANEL,
+        autocompletion=_complete_models,
+        show_default=False,
+    ),
+]
+Offline = Annotated[
+    bool,
+    typer.Option(
+        "--offline", help="Never touch the network; use only models already downloaded.", rich_help_panel=MODEL_PANEL
+    ),
+]
+CtxSize = Annotated[
+    int | None,
+    typer.Option(
+        "--ctx-size",
+        "-c",
+        help="Context size in tokens (default: the model's trained context, capped at 4096; rounded up to 256).",
+        envvar="LLMCLI_CTX_SIZE",
+        rich_help_panel=MODEL_PANEL,
+        show_default=False,
+        min=0,
+    ),
+]
+GpuLayers = Annotated[
+    int | None,
+    typer.Option(
+        "--gpu-layers",
+        "-ngl",
+        help="Layers to offload to the GPU (default: all when this build can offload, else 0).",
+        envvar="LLMCLI_GPU_LAYERS",
+        rich_help_panel=MODEL_PANEL,
+        show_default=False,
+    ),
+]
+Threads = Annotated[
+    int | None,
+    typer.Option(
+        "--threads",
+        "-t",
+        help="CPU threads (default: physical cores).",
+        envvar="LLMCLI_THREADS",
+        rich_help_panel=MODEL_PANEL,
+        show_default=False,
+        min=0,
+    ),
+]
+BatchSize = Annotated[
+    int | None,
+    typer.Option(
+        "--batch-size",
+        "-b",
+        help="Prompt tokens evaluated per batch (default 512).",
+        envvar="LLMCLI_BATCH_SIZE",
+        rich_help_panel=MODEL_PANEL,
+        show_default=False,
+        min=1,
+    ),
+]
+FlashAttn = Annotated[
+    bool | None,
+    typer.Option(
+        "--flash-attn/--no-flash-attn",
+        "-fa/-nfa",
+        help="Flash attention (default: auto, on where the backend supports it).",
+        rich_help_panel=MODEL_PANEL,
+        show_default=False,
+    ),
+]
+Temperature = Annotated[
+    float | None,
+    typer.Option(
+        "--temperature", "--temp", help="Sampling temperature; 0 is greedy (default 0.8).",
+        envvar="LLMCLI_TEMPERATURE", rich_help_panel=SAMPLING_PANEL, show_default=False,
+    ),
+]  # fmt: skip
+TopK = Annotated[
+    int | None,
+    typer.Option("--top-k", help="Top-k; 0 disables (default 40).", envvar="LLMCLI_TOP_K",
+                 rich_help_panel=SAMPLING_PANEL, show_default=False),
+]  # fmt: skip
+TopP = Annotated[
+    float | None,
+    typer.Option("--top-p", help="Nucleus sampling, in (0, 1] (default 0.95).", envvar="LLMCLI_TOP_P",
+                 rich_help_panel=SAMPLING_PANEL, show_default=False),
+]  # fmt: skip
+MinP = Annotated[
+    float | None,
+    typer.Option("--min-p", help="Min-p, in [0, 1] (default 0.05).", envvar="LLMCLI_MIN_P",
+                 rich_help_panel=SAMPLING_PANEL, show_default=False),
+]  # fmt: skip
+RepeatPenalty = Annotated[
+    float | None,
+    typer.Option("--repeat-penalty", help="Repetition penalty; 1.0 disables (default 1.0).",
+                 envvar="LLMCLI_REPEAT_PENALTY", rich_help_panel=SAMPLING_PANEL, show_default=False),
+]  # fmt: skip
+Seed = Annotated[
+    int | None,
+    typer.Option("--seed", "-s", help="Random seed; the same seed and settings give the same text "
+                 "(default: random, and reported).", rich_help_panel=SAMPLING_PANEL, show_default=False),
+]  # fmt: skip
+MaxTokens = Annotated[
+    int | None,
+    typer.Option("--max-tokens", "-n", help="Generate at most N tokens; 0 means until the end or a full "
+                 "context (default 512).", envvar="LLMCLI_MAX_TOKENS", rich_help_panel=SAMPLING_PANEL,
+                 show_default=False),
+]  # fmt: skip
+Stop = Annotated[
+    list[str] | None,
+    typer.Option("--stop", help="Stop when this text appears (not included in the output); repeatable.",
+                 rich_help_panel=SAMPLING_PANEL, show_default=False),
+]  # fmt: skip
+GrammarFile = Annotated[
+    Path | None,
+    typer.Option("--grammar-file", help="Constrain the output with a GBNF grammar file.",
+                 rich_help_panel=SAMPLING_PANEL, show_default=False, dir_okay=False),
+]  # fmt: skip
+JsonSchema = Annotated[
+    str | None,
+    typer.Option("--json-schema", help="Constrain the output to JSON matching this schema (a file or "
+                 "inline JSON).", rich_help_panel=SAMPLING_PANEL, show_default=False),
+]  # fmt: skip
+
+
+def engine_options(
+    ctx_size: int | None,
+    gpu_layers: int | None,
+    threads: int | None,
+    batch_size: int | None,
+    flash_attn: bool | None = None,
+) -> EngineOptions:
+    from llmcli import settings
+
+    gpu = settings.resolve("gpu_layers", gpu_layers)
+    return EngineOptions(
+        ctx_size=settings.resolve("ctx_size", ctx_size) or None,
+        gpu_layers=None if gpu is None or gpu < 0 else gpu,
+        threads=settings.resolve("threads", threads) or None,
+        batch_size=settings.resolve("batch_size", batch_size),
+        flash_attn=flash_attn,
+    )
+
+
+def sampling_params(
+    temperature: float | None,
+    top_k: int | None,
+    top_p: float | None,
+    min_p: float | None,
+    repeat_penalty: float | None,
+    seed: int | None,
+    max_tokens: int | None,
+    stop: list[str] | None,
+    grammar_file: Path | None = None,
+    json_schema: str | None = None,
+) -> SamplingParams:
+    """Sampling settings resolved and validated, with the grammar text loaded."""
+    from llmcli import settings
+
+    params = SamplingParams(
+        temperature=settings.resolve("temperature", temperature),
+        top_k=settings.resolve("top_k", top_k),
+        top_p=settings.resolve("top_p", top_p),
+        min_p=settings.resolve("min_p", min_p),
+        repeat_penalty=settings.resolve("repeat_penalty", repeat_penalty),
+        seed=seed,
+        max_tokens=settings.resolve("max_tokens", max_tokens),
+        stop=list(stop or []),
+    )
+    params.validate()
+    params.grammar = load_grammar(grammar_file, json_schema)
+    return params
+
+
+def load_grammar(grammar_file: Path | None, json_schema: str | None) -> str | None:
+    from llmcli.errors import UsageError
+
+    if grammar_file and json_schema:
+        raise UsageError("use either --grammar-file or --json-schema, not both")
+    if grammar_file:
+        try:
+            text = grammar_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read grammar file {grammar_file}: {_reason(exc)}") from None
+        if not text.strip():
+            raise UsageError(f"grammar file {grammar_file} is empty")
+        return text
+    if json_schema is not None:
+        return schema_to_grammar(json_schema)
+    return None
+
+
+def schema_to_grammar(value: str) -> str:
+    """A JSON schema (file path or inline JSON) converted to GBNF by llama-cpp-python's converter."""
+    import json
+
+    from llmcli.errors import UsageError
+
+    text = value
+    path = Path(value).expanduser()
+    if not value.lstrip().startswith(("{", "[")) and len(value) < 4096:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read JSON schema file {value}: {_reason(exc)}") from None
+    try:
+        schema = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--json-schema is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+    if not isinstance(schema, (dict, bool)):
+        raise UsageError("--json-schema must be a JSON object")
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    try:
+        return json_schema_to_gbnf(json.dumps(schema))
+    except Exception as exc:  # the converter raises plain exceptions on unsupported schemas
+        raise UsageError(f"--json-schema could not be converted to a grammar: {exc}") from None
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text"
+    return getattr(exc, "strerror", None) or str(exc)

@@ -1,0 +1,1 @@
+"""Engines: the only code that runs a model. `base` defines the protocol and events."""

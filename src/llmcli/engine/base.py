@@ -1,0 +1,159 @@
+"""The Engine protocol and the events every front end consumes.
+
+Inference is one loop: prefill the prompt, then decode one token at a time. `Engine.stream`
+yields `PrefillProgress` while the prompt is evaluated, `Token` for each piece of text, and one
+final `Done` carrying exact per-phase figures. `generate`, `chat` and `bench --scenario chat`
+all consume this one stream; non-streaming output is the joined stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Literal, Protocol
+
+FinishReason = Literal["stop", "length", "interrupted"]
+
+
+@dataclass
+class SamplingParams:
+    """Every sampling setting; `seed=None` means "pick one and report it"."""
+
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    seed: int | None = None
+    max_tokens: int = 512  # 0 means: until end of generation or the context is full
+    stop: list[str] = field(default_factory=list)
+    grammar: str | None = None  # GBNF text (from --grammar-file or --json-schema)
+
+    def validate(self) -> None:
+        from llmcli.errors import UsageError
+
+        checks = [
+            (self.temperature >= 0, f"--temperature must be >= 0, got {self.temperature}"),
+            (self.top_k >= 0, f"--top-k must be >= 0, got {self.top_k}"),
+            (0 < self.top_p <= 1, f"--top-p must be in (0, 1], got {self.top_p}"),
+            (0 <= self.min_p <= 1, f"--min-p must be in [0, 1], got {self.min_p}"),
+            (self.repeat_penalty > 0, f"--repeat-penalty must be > 0, got {self.repeat_penalty}"),
+            (self.max_tokens >= 0, f"--max-tokens must be >= 0 (0: no limit), got {self.max_tokens}"),
+            (
+                self.seed is None or 0 <= self.seed < 2**32 - 1,
+                f"--seed must be in [0, 4294967294], got {self.seed}",
+            ),
+            (all(self.stop), "--stop strings must not be empty"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise UsageError(message)
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["grammar"] = self.grammar is not None
+        return d
+
+
+@dataclass
+class EngineOptions:
+    """How a model is loaded; `None` fields get the engine's documented defaults."""
+
+    ctx_size: int | None = None
+    gpu_layers: int | None = None
+    threads: int | None = None
+    batch_size: int = 512
+    ubatch_size: int | None = None
+    flash_attn: bool | None = None  # None: auto
+    swa_full: bool = True  # keep full-size KV for sliding-window models so prefixes can be reused
+    type_k: str | None = None
+    type_v: str | None = None
+
+
+@dataclass
+class PrefillProgress:
+    done: int
+    total: int
+    elapsed_ms: float
+
+
+@dataclass
+class Token:
+    text: str
+    n_tokens: int  # tokens decoded so far in this answer
+
+
+@dataclass
+class Stats:
+    """Exact figures for one request, from llama.cpp's own counters where they exist."""
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens reused from the KV cache (not evaluated)
+    prefill_tokens: int = 0  # prompt tokens evaluated in this request
+    prefill_ms: float = 0.0
+    completion_tokens: int = 0
+    decode_tokens: int = 0
+    decode_ms: float = 0.0
+    ttft_ms: float = 0.0
+    load_ms: float = 0.0
+    total_ms: float = 0.0
+    context_size: int = 0
+    context_used: int = 0
+
+    @property
+    def prefill_tps(self) -> float:
+        return self.prefill_tokens / self.prefill_ms * 1000 if self.prefill_ms > 0 else 0.0
+
+    @property
+    def decode_tps(self) -> float:
+        return self.decode_tokens / self.decode_ms * 1000 if self.decode_ms > 0 else 0.0
+
+
+@dataclass
+class Done:
+    text: str
+    finish_reason: FinishReason
+    stats: Stats
+    seed: int
+    tokens: list[int] = field(default_factory=list)
+
+
+Event = PrefillProgress | Token | Done
+
+
+@dataclass
+class ModelInfo:
+    path: str
+    architecture: str
+    quantization: str
+    size_bytes: int
+    n_params: int
+    n_layers: int
+    n_ctx_train: int
+    n_vocab: int
+    chat_template: str | None
+    name: str = ""
+    gpu_layers: int = 0
+    backend: str = "CPU"
+
+
+class Engine(Protocol):
+    """A loaded model with one KV cache. Implementations: LlamaEngine, FakeEngine."""
+
+    info: ModelInfo
+    n_ctx: int
+
+    def tokenize(self, text: str, *, special: bool = True) -> list[int]: ...
+
+    def count(self, text: str) -> int: ...
+
+    def stream(self, prompt: str | list[int], params: SamplingParams) -> Iterator[Event]: ...
+
+    def interrupt(self) -> None:
+        """Ask the running `stream` to stop soon (safe to call from a signal handler)."""
+
+    def reset(self) -> None:
+        """Forget the KV cache."""
+
+    def close(self) -> None: ...

@@ -1,0 +1,581 @@
+"""The llama.cpp engine: the only module that imports llama_cpp.
+
+It drives llama.cpp's low-level API directly (model, context, sampler chain, batches) rather
+than `llama_cpp.Llama`, for three reasons measured on the default model:
+- `Llama` keeps an n_batch x n_vocab float32 score array (512 MB for a 262,144-token vocabulary);
+- `Llama.create_completion` re-detokenizes the whole answer on every token (quadratic cost);
+- we need the abort callback, exact perf counters and explicit KV-cache prefix reuse.
+
+The generation loop runs on a worker thread and hands events to the caller through a queue, so
+the main thread stays free to receive Ctrl-C and raise the abort flag while a long prefill is
+inside `llama_decode`.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import os
+import queue
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from llmcli.engine.base import (
+    Done,
+    EngineOptions,
+    Event,
+    FinishReason,
+    ModelInfo,
+    PrefillProgress,
+    SamplingParams,
+    Stats,
+    Token,
+)
+from llmcli.errors import ContextOverflowError, InvalidModelError, LlmcliError, UsageError
+
+DEFAULT_CTX_CAP = 4096
+_log_callback = None  # keeps the ctypes callback alive for the life of the process
+
+
+def physical_cores() -> int:
+    """Physical CPU cores (llama.cpp runs best with one thread per core), else logical CPUs."""
+    try:
+        cores: set[tuple[str, str]] = set()
+        phys = core = ""
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "physical id":
+                    phys = value.strip()
+                elif key == "core id":
+                    core = value.strip()
+                    cores.add((phys, core))
+        if cores:
+            return max(1, min(len(cores), len(os.sched_getaffinity(0))))
+    except (OSError, AttributeError):
+        pass
+    return max(1, (os.cpu_count() or 2) // 2)
+
+
+def _silence_logs(llama_cpp) -> None:
+    """Hide llama.cpp's log output (it is shown with --debug)."""
+    global _log_callback
+    if _log_callback is None:
+        _log_callback = llama_cpp.llama_log_callback(lambda level, text, data: None)
+        llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+
+
+class _AbortFlag:
+    """A one-byte flag that llama.cpp polls between graph nodes without touching Python.
+
+    The abort callback has the shape `bool f(void *data)`. libc's `strlen` on a two-byte buffer
+    fits it exactly: it returns 0 while the buffer is empty and 1 once the first byte is set,
+    so the compute threads poll the flag at C speed, with no GIL and no per-node Python call.
+    A Python callback is used only where libc cannot be found.
+    """
+
+    def __init__(self, llama_cpp) -> None:
+        self._buf = ctypes.create_string_buffer(2)
+        self._py_callback = None
+        try:
+            libc = ctypes.CDLL(None)
+            address = ctypes.cast(libc.strlen, ctypes.c_void_p).value
+            self.callback = llama_cpp.ggml_abort_callback(address)
+        except (OSError, AttributeError, TypeError):
+            self.callback = llama_cpp.ggml_abort_callback(lambda _data: self.is_set())
+        self.data = ctypes.cast(self._buf, ctypes.c_void_p)
+
+    def set(self) -> None:
+        self._buf[0] = b"\x01"
+
+    def clear(self) -> None:
+        self._buf[0] = b"\x00"
+
+    def is_set(self) -> bool:
+        return self._buf[0] != b"\x00"
+
+
+class LlamaEngine:
+    """A GGUF model loaded through llama.cpp, with one KV cache that persists between requests."""
+
+    def __init__(self, path: str | Path, options: EngineOptions | None = None, *, debug: bool = False) -> None:
+        import llama_cpp
+
+        self._L = llama_cpp
+        self.options = options or EngineOptions()
+        self.path = Path(path)
+        if not debug:
+            _silence_logs(llama_cpp)
+        llama_cpp.llama_backend_init()
+        started = time.perf_counter()
+        self._model = self._load_model()
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        self._ctx = self._new_context()
+        self.load_ms = (time.perf_counter() - started) * 1000
+        self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
+        self.n_batch = llama_cpp.llama_n_batch(self._ctx)
+        self._abort = _AbortFlag(llama_cpp)
+        llama_cpp.llama_set_abort_callback(self._ctx, self._abort.callback, self._abort.data)
+        self._cached: list[int] = []  # tokens whose keys/values sit in the cache at positions 0..n-1
+        self.info = self._model_info()
+        self._lock = threading.Lock()
+
+    # -- loading ---------------------------------------------------------------------------
+
+    def _load_model(self):
+        L = self._L
+        params = L.llama_model_default_params()
+        params.n_gpu_layers = self._gpu_layers_requested()
+        model = L.llama_model_load_from_file(str(self.path).encode(), params)
+        if not model:
+            raise InvalidModelError(
+                f"llama.cpp could not load {self.path}",
+                hint="the architecture may be unsupported by this llama.cpp build; run with --debug",
+            )
+        return model
+
+    def _gpu_layers_requested(self) -> int:
+        requested = self.options.gpu_layers
+        if requested is None or requested < 0:
+            return 999 if self._L.llama_supports_gpu_offload() else 0
+        return requested
+
+    def _new_context(self):
+        L = self._L
+        opts = self.options
+        n_ctx_train = L.llama_model_n_ctx_train(self._model)
+        n_ctx = opts.ctx_size or min(n_ctx_train, DEFAULT_CTX_CAP)
+        n_ctx = max(256, -(-n_ctx // 256) * 256)  # llama.cpp pads to 256; ask for what we get
+        threads = opts.threads or physical_cores()
+        params = L.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = min(opts.batch_size, n_ctx)
+        params.n_ubatch = min(opts.ubatch_size or opts.batch_size, params.n_batch)
+        params.n_threads = threads
+        params.n_threads_batch = threads
+        params.no_perf = False
+        params.swa_full = opts.swa_full
+        params.flash_attn_type = {
+            None: L.LLAMA_FLASH_ATTN_TYPE_AUTO,
+            True: L.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+            False: L.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+        }[opts.flash_attn]
+        for field, name in (("type_k", opts.type_k), ("type_v", opts.type_v)):
+            if name:
+                setattr(params, field, _ggml_type(L, name))
+        ctx = L.llama_init_from_model(self._model, params)
+        if not ctx:
+            L.llama_model_free(self._model)
+            raise LlmcliError(
+                f"llama.cpp could not create a context of {n_ctx} tokens",
+                hint="try a smaller --ctx-size, or fewer --gpu-layers",
+            )
+        self.threads = threads
+        return ctx
+
+    def _model_info(self) -> ModelInfo:
+        L = self._L
+        size = self.path.stat().st_size
+        n_layers = L.llama_model_n_layer(self._model)
+        requested = self._gpu_layers_requested()
+        offloaded = min(requested, n_layers + 1) if L.llama_supports_gpu_offload() else 0
+        template = L.llama_model_chat_template(self._model, None)
+        return ModelInfo(
+            path=str(self.path),
+            architecture=self._meta("general.architecture") or "unknown",
+            quantization=_quant_name(self._meta("general.file_type")),
+            size_bytes=size,
+            n_params=int(L.llama_model_n_params(self._model)),
+            n_layers=n_layers,
+            n_ctx_train=L.llama_model_n_ctx_train(self._model),
+            n_vocab=self.n_vocab,
+            chat_template=template.decode("utf-8", "replace") if template else None,
+            name=self._meta("general.name") or self.path.stem,
+            gpu_layers=offloaded,
+            backend=backend_name(),
+        )
+
+    def _meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(256)
+        n = self._L.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            self._L.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace")
+
+    # -- tokens ----------------------------------------------------------------------------
+
+    def tokenize(self, text: str, *, special: bool = True, add_bos: bool = False) -> list[int]:
+        """Tokens of `text`; `special` parses control tokens such as <start_of_turn>."""
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        buf = (self._L.llama_token * cap)()
+        n = self._L.llama_tokenize(self._vocab, data, len(data), buf, cap, add_bos, special)
+        if n < 0:
+            cap = -n
+            buf = (self._L.llama_token * cap)()
+            n = self._L.llama_tokenize(self._vocab, data, len(data), buf, cap, add_bos, special)
+        return list(buf[:n])
+
+    def count(self, text: str) -> int:
+        return len(self.tokenize(text))
+
+    def token_bytes(self, token: int, buf: ctypes.Array | None = None) -> bytes:
+        """The raw bytes of one token; control tokens render as nothing."""
+        buf = buf if buf is not None else ctypes.create_string_buffer(64)
+        n = self._L.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+        if n < 0:  # the piece is longer than the buffer: never truncate, ask again
+            buf = ctypes.create_string_buffer(-n)
+            n = self._L.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+        return buf.raw[:n]
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", "replace")
+
+    @property
+    def add_bos(self) -> bool:
+        return bool(self._L.llama_vocab_get_add_bos(self._vocab))
+
+    def bos_text(self) -> str:
+        tok = self._L.llama_vocab_bos(self._vocab)
+        if tok < 0:
+            return ""
+        buf = ctypes.create_string_buffer(64)
+        n = self._L.llama_token_to_piece(self._vocab, tok, buf, len(buf), 0, True)
+        return buf.raw[: max(n, 0)].decode("utf-8", "replace")
+
+    def eos_text(self) -> str:
+        tok = self._L.llama_vocab_eos(self._vocab)
+        if tok < 0:
+            return ""
+        buf = ctypes.create_string_buffer(64)
+        n = self._L.llama_token_to_piece(self._vocab, tok, buf, len(buf), 0, True)
+        return buf.raw[: max(n, 0)].decode("utf-8", "replace")
+
+    # -- cache -----------------------------------------------------------------------------
+
+    @property
+    def cached_tokens(self) -> int:
+        return len(self._cached)
+
+    def reset(self) -> None:
+        self._L.llama_memory_clear(self._L.llama_get_memory(self._ctx), True)
+        self._cached = []
+
+    def _reuse_prefix(self, prompt: list[int]) -> int:
+        """Keep the longest cached prefix of `prompt` (leaving one token to evaluate); drop the rest."""
+        common = 0
+        limit = min(len(self._cached), len(prompt) - 1)
+        cached = self._cached
+        while common < limit and cached[common] == prompt[common]:
+            common += 1
+        if common < len(cached):
+            mem = self._L.llama_get_memory(self._ctx)
+            if not self._L.llama_memory_seq_rm(mem, 0, common, -1):
+                self._L.llama_memory_clear(mem, True)
+                common = 0
+            del cached[common:]
+        return common
+
+    def _sync_cache_after_abort(self) -> None:
+        mem = self._L.llama_get_memory(self._ctx)
+        pos_max = self._L.llama_memory_seq_pos_max(mem, 0)
+        del self._cached[pos_max + 1 :]
+
+    # -- generation ------------------------------------------------------------------------
+
+    def interrupt(self) -> None:
+        """Stop the running request soon; safe from a signal handler."""
+        self._abort.set()
+
+    @contextmanager
+    def interrupt_on_sigint(self):
+        """While streaming: the first Ctrl-C stops generation, a second one raises at once."""
+        import signal
+
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        hits = []
+
+        def handler(signum, frame):
+            hits.append(signum)
+            self.interrupt()
+            if len(hits) > 1:
+                raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGINT, handler)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    def stream(self, prompt: str | list[int], params: SamplingParams) -> Iterator[Event]:
+        """Prefill `prompt`, then decode; yields PrefillProgress, Token..., and one Done."""
+        tokens = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
+        if not tokens:
+            raise UsageError("the prompt is empty")
+        if len(tokens) + 1 > self.n_ctx:
+            raise ContextOverflowError(
+                f"the prompt is {len(tokens)} tokens but the context holds {self.n_ctx}",
+                hint="shorten the prompt or raise --ctx-size",
+            )
+        seed = params.seed if params.seed is not None else secrets.randbelow(2**32 - 1)
+        sampler = self._build_sampler(params, seed)
+        events: queue.Queue = queue.Queue()
+        self._abort.clear()
+        worker = threading.Thread(
+            target=self._run, args=(tokens, params, seed, sampler, events), name="llmcli-decode", daemon=True
+        )
+        with self._lock:
+            worker.start()
+            try:
+                while True:
+                    event = events.get()
+                    if isinstance(event, BaseException):
+                        raise event
+                    yield event
+                    if isinstance(event, Done):
+                        break
+            finally:
+                if worker.is_alive():  # the consumer stopped early (closed pipe, exception)
+                    self._abort.set()
+                    worker.join()
+                self._L.llama_sampler_free(sampler)
+
+    def _run(self, tokens, params, seed, sampler, events) -> None:
+        try:
+            _Generation(self, tokens, params, seed, sampler, events.put).run()
+        except BaseException as exc:  # handed to the consumer thread, which re-raises it
+            events.put(exc)
+
+    def _build_sampler(self, params: SamplingParams, seed: int):
+        L = self._L
+        chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
+        add = lambda s: L.llama_sampler_chain_add(chain, s)  # noqa: E731
+        if params.grammar:
+            grammar = L.llama_sampler_init_grammar(self._vocab, params.grammar.encode(), b"root")
+            if not grammar:
+                L.llama_sampler_free(chain)
+                raise UsageError("the grammar could not be parsed (GBNF syntax error; see --debug)")
+            add(grammar)
+        if params.repeat_penalty != 1.0:
+            add(L.llama_sampler_init_penalties(params.repeat_last_n, params.repeat_penalty, 0.0, 0.0))
+        if params.temperature <= 0:
+            add(L.llama_sampler_init_greedy())
+            return chain
+        if params.top_k > 0:
+            add(L.llama_sampler_init_top_k(params.top_k))
+        if params.top_p < 1.0:
+            add(L.llama_sampler_init_top_p(params.top_p, 1))
+        if params.min_p > 0:
+            add(L.llama_sampler_init_min_p(params.min_p, 1))
+        add(L.llama_sampler_init_temp(params.temperature))
+        add(L.llama_sampler_init_dist(seed))
+        return chain
+
+    def perf_ms(self) -> float:
+        """Milliseconds llama.cpp has spent evaluating tokens since the last reset."""
+        data = self._L.llama_perf_context(self._ctx)
+        return data.t_p_eval_ms + data.t_eval_ms
+
+    def decode(self, tokens: list[int]) -> int:
+        """Evaluate tokens at the end of the cache; returns llama_decode's status."""
+        arr = (self._L.llama_token * len(tokens))(*tokens)
+        rc = self._L.llama_decode(self._ctx, self._L.llama_batch_get_one(arr, len(tokens)))
+        if rc == 0:
+            self._cached.extend(tokens)
+        return rc
+
+    def close(self) -> None:
+        L = self._L
+        if getattr(self, "_ctx", None):
+            L.llama_free(self._ctx)
+            self._ctx = None
+        if getattr(self, "_model", None):
+            L.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self) -> None:  # pragma: no cover - best effort at interpreter exit
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class _Generation:
+    """One request's prefill-then-decode loop, run on the worker thread."""
+
+    def __init__(self, engine: LlamaEngine, tokens, params: SamplingParams, seed: int, sampler, emit) -> None:
+        self.e = engine
+        self.L = engine._L
+        self.tokens = tokens
+        self.params = params
+        self.seed = seed
+        self.sampler = sampler
+        self.emit = emit
+        self.stats = Stats(prompt_tokens=len(tokens), context_size=engine.n_ctx, load_ms=engine.load_ms)
+        self.pieces: list[str] = []
+        self.pending = ""  # text held back because it could be the start of a stop string
+        self.generated: list[int] = []
+        self.utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+        self.piece_buf = ctypes.create_string_buffer(64)
+
+    def run(self) -> None:
+        L, e = self.L, self.e
+        self.started = time.perf_counter()
+        L.llama_perf_context_reset(e._ctx)
+        reason = self.prefill()
+        L.llama_synchronize(e._ctx)
+        self.stats.prefill_ms = e.perf_ms()
+        if reason is None:
+            reason = self.decode_loop()
+        self.finish(reason)
+
+    def prefill(self) -> FinishReason | None:
+        e, stats = self.e, self.stats
+        start = e._reuse_prefix(self.tokens)
+        stats.cached_tokens = start
+        todo = self.tokens[start:]
+        stats.prefill_tokens = len(todo)
+        done = 0
+        self.emit(PrefillProgress(0, len(todo), 0.0))
+        for i in range(0, len(todo), e.n_batch):
+            chunk = todo[i : i + e.n_batch]
+            rc = e.decode(chunk)
+            if rc == 2 or e._abort.is_set():
+                e._sync_cache_after_abort()
+                stats.prefill_tokens = max(0, len(e._cached) - start)
+                return "interrupted"
+            _check_decode(rc, len(e._cached), e.n_ctx)
+            done += len(chunk)
+            self.emit(PrefillProgress(done, len(todo), (time.perf_counter() - self.started) * 1000))
+        return None
+
+    def decode_loop(self) -> FinishReason:
+        L, e, params = self.L, self.e, self.params
+        max_tokens = params.max_tokens or 1 << 62
+        while True:
+            token = L.llama_sampler_sample(self.sampler, e._ctx, -1)
+            self.generated.append(token)
+            if len(self.generated) == 1:
+                self.stats.ttft_ms = (time.perf_counter() - self.started) * 1000
+            eog = L.llama_vocab_is_eog(e._vocab, token)
+            stopped = eog or self.add_text(e.token_bytes(token, self.piece_buf))
+            if len(e._cached) >= e.n_ctx:
+                return "stop" if stopped else "length"
+            rc = e.decode([token])
+            if rc == 2 or e._abort.is_set():
+                e._sync_cache_after_abort()
+                return "interrupted"
+            _check_decode(rc, len(e._cached), e.n_ctx)
+            if stopped:
+                return "stop"
+            if len(self.generated) >= max_tokens:
+                return "length"
+
+    def add_text(self, data: bytes) -> bool:
+        """Feed one token's bytes; emit complete text; True when a stop string was reached."""
+        text = self.utf8.decode(data)
+        if not text:
+            self.emit(Token("", len(self.generated)))
+            return False
+        stops = self.params.stop
+        if not stops:
+            self.pieces.append(text)
+            self.emit(Token(text, len(self.generated)))
+            return False
+        buf = self.pending + text
+        cut = min((i for i in (buf.find(s) for s in stops) if i >= 0), default=-1)
+        if cut >= 0:
+            self._emit_text(buf[:cut])
+            self.pending = ""
+            return True
+        hold = max((_overlap(buf, s) for s in stops), default=0)
+        self._emit_text(buf[: len(buf) - hold])
+        self.pending = buf[len(buf) - hold :]
+        return False
+
+    def _emit_text(self, text: str) -> None:
+        self.pieces.append(text)
+        self.emit(Token(text, len(self.generated)))
+
+    def finish(self, reason: FinishReason) -> None:
+        if self.pending and reason != "stop":
+            self._emit_text(self.pending)  # a held-back prefix that never became a stop string
+        L, e, stats = self.L, self.e, self.stats
+        L.llama_synchronize(e._ctx)
+        stats.completion_tokens = len(self.generated)
+        stats.decode_tokens = max(0, len(e._cached) - stats.cached_tokens - stats.prefill_tokens)
+        stats.decode_ms = max(0.0, e.perf_ms() - stats.prefill_ms)
+        stats.total_ms = (time.perf_counter() - self.started) * 1000
+        stats.context_used = len(e._cached)
+        self.emit(Done("".join(self.pieces), reason, stats, self.seed, list(self.generated)))
+
+
+def _overlap(text: str, stop: str) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of `stop`."""
+    for n in range(min(len(stop) - 1, len(text)), 0, -1):
+        if text.endswith(stop[:n]):
+            return n
+    return 0
+
+
+def _check_decode(rc: int, used: int, n_ctx: int) -> None:
+    if rc == 1:
+        raise ContextOverflowError(f"no room left in the KV cache ({used} of {n_ctx} tokens used)")
+    if rc != 0:
+        raise LlmcliError(f"llama_decode failed with status {rc}", hint="run with --debug for llama.cpp's log")
+
+
+_FTYPES = {
+    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
+    11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
+    17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S", 22: "IQ3_XS",
+    23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S", 29: "IQ2_M",
+    30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0", 37: "TQ2_0", 38: "MXFP4",
+}  # fmt: skip
+
+
+def _quant_name(file_type: str | None) -> str:
+    try:
+        return _FTYPES.get(int(file_type), f"type {file_type}") if file_type else "unknown"
+    except ValueError:
+        return "unknown"
+
+
+def _ggml_type(L, name: str) -> int:
+    value = getattr(L, f"GGML_TYPE_{name.upper()}", None)
+    if value is None:
+        raise UsageError(f"unknown KV cache type {name!r} (try f16, q8_0, q4_0)")
+    return value
+
+
+def backend_name() -> str:
+    """The compute backend this llama.cpp build offloads to (CPU when it cannot offload)."""
+    import llama_cpp
+
+    if not llama_cpp.llama_supports_gpu_offload():
+        return "CPU"
+    info = llama_cpp.llama_print_system_info().decode("utf-8", "replace")
+    for name in ("CUDA", "Metal", "Vulkan", "ROCm", "HIP", "SYCL", "OpenCL", "CANN", "MUSA"):
+        if name.upper() in info.upper():
+            return name
+    return "GPU"
+
+
+def llama_cpp_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("llama_cpp_python")
+    except PackageNotFoundError:
+        return "unknown"

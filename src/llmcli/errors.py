@@ -1,0 +1,79 @@
+"""One exception family for llmcli, with the exit codes each maps to.
+
+Errors are raised deep down as `LlmcliError` subclasses and turned into one line on stderr
+plus an exit code at the CLI boundary (`llmcli.cli.app.main`). Nothing else decides exit codes.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Process exit statuses, documented in the README and the man page."""
+
+    OK = 0
+    ERROR = 1  # anything not listed below
+    USAGE = 2  # bad flags or arguments (Typer uses 2 as well)
+    MODEL_NOT_FOUND = 3  # no such file, alias, repository, quantization or default model
+    CONTEXT_OVERFLOW = 4  # the prompt does not fit the context window
+    INVALID_MODEL = 5  # the file is not a usable GGUF (corrupt, truncated, hostile, hash mismatch)
+    NETWORK = 6  # the hub or mirror could not be reached, or refused access
+    INTERRUPTED = 130  # SIGINT (Ctrl-C)
+    BROKEN_PIPE = 141  # the reader of stdout went away (`| head`); nothing is printed
+    TERMINATED = 143  # SIGTERM
+
+
+class LlmcliError(Exception):
+    """Base of every error llmcli reports as one line; `hint` is an optional second sentence."""
+
+    exit_code: ExitCode = ExitCode.ERROR
+    label = "error"
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def one_line(self) -> str:
+        text = f"llmcli: {self.label}: {self.message}"
+        if self.hint:
+            text += f" ({self.hint})"
+        return text
+
+
+class UsageError(LlmcliError):
+    exit_code = ExitCode.USAGE
+    label = "usage error"
+
+
+class ModelNotFoundError(LlmcliError):
+    exit_code = ExitCode.MODEL_NOT_FOUND
+    label = "model not found"
+
+
+class ContextOverflowError(LlmcliError):
+    exit_code = ExitCode.CONTEXT_OVERFLOW
+    label = "prompt too long"
+
+
+class InvalidModelError(LlmcliError):
+    exit_code = ExitCode.INVALID_MODEL
+    label = "invalid model"
+
+
+class NetworkError(LlmcliError):
+    exit_code = ExitCode.NETWORK
+    label = "network error"
+
+
+class ConfigError(LlmcliError):
+    exit_code = ExitCode.USAGE
+    label = "configuration error"
+
+
+class InterruptedError_(LlmcliError):
+    """Raised when the user interrupts an operation that has nothing partial to show."""
+
+    exit_code = ExitCode.INTERRUPTED
+    label = "interrupted"

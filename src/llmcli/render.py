@@ -1,0 +1,86 @@
+"""Output channels: stdout carries data (model text or one JSON document), stderr everything else.
+
+Model text is written to stdout as plain strings, never through Rich, so markup in a model's
+answer is printed as it is. Rich is used only for stderr decorations and tables.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+_state: dict[str, Any] = {"quiet": False, "color": None, "debug": False}
+
+
+def configure(*, quiet: bool = False, color: bool | None = None, debug: bool = False) -> None:
+    """Set the process-wide output options from the global flags (once, in the root callback)."""
+    _state.update(quiet=quiet, color=color, debug=debug)
+    global _err_console
+    _err_console = None
+
+
+def quiet() -> bool:
+    return bool(_state["quiet"])
+
+
+def debug() -> bool:
+    return bool(_state["debug"])
+
+
+def color_enabled(stream: Any = None) -> bool:
+    """Colour on a terminal unless NO_COLOR; FORCE_COLOR or --color forces it."""
+    if _state["color"] is not None:
+        return bool(_state["color"])
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    stream = stream or sys.stderr
+    return bool(getattr(stream, "isatty", lambda: False)())
+
+
+_err_console = None
+
+
+def err_console():
+    """A Rich console on stderr honouring the colour settings."""
+    global _err_console
+    if _err_console is None:
+        from rich.console import Console
+
+        enabled = color_enabled(sys.stderr)
+        _err_console = Console(
+            file=sys.stderr,
+            force_terminal=True if enabled and _state["color"] else None,
+            no_color=not enabled,
+            highlight=False,
+            soft_wrap=True,
+        )
+    return _err_console
+
+
+def info(message: str) -> None:
+    """A plain informational line on stderr, silenced by --quiet."""
+    if not quiet():
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
+
+
+def warn(message: str) -> None:
+    """A warning on stderr; warnings show even with --quiet."""
+    sys.stderr.write(f"llmcli: warning: {message}\n")
+    sys.stderr.flush()
+
+
+def out_text(text: str) -> None:
+    """Model text to stdout, unbuffered-ish so pipelines see it as it comes."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def out_json(doc: Any) -> None:
+    """Exactly one JSON document on stdout."""
+    sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.flush()

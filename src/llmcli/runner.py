@@ -1,0 +1,131 @@
+"""Run one request through an engine and collect what front ends report about it.
+
+`run_generate` consumes the engine's event stream: text pieces go to stdout as they come, and
+the final `Done` becomes a `Result` that knows how to print itself as the `--stats` line or the
+`--json` record. Ctrl-C raises the engine's abort flag; what was produced is kept.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import closing
+from dataclasses import dataclass, field
+
+from llmcli import __version__, prompting
+from llmcli.engine.base import Done, PrefillProgress, SamplingParams, Stats, Token
+from llmcli.loader import Loaded
+
+
+@dataclass
+class Result:
+    loaded: Loaded
+    done: Done
+    params: SamplingParams
+    prompt_format: str
+    extra: dict = field(default_factory=dict)
+
+    def stats_line(self) -> str:
+        return format_stats(self.done.stats)
+
+    def record(self) -> dict:
+        """The `--json` document."""
+        s, info = self.done.stats, self.loaded.engine.info
+        params = self.params.as_dict()
+        params["seed"] = self.done.seed
+        return {
+            "text": self.done.text,
+            "finish_reason": self.done.finish_reason,
+            "model": {
+                "ref": self.loaded.ref,
+                "path": info.path,
+                "name": info.name,
+                "architecture": info.architecture,
+                "quantization": info.quantization,
+                "size_bytes": info.size_bytes,
+                "parameters": info.n_params,
+                "context_size": s.context_size,
+                "gpu_layers": info.gpu_layers,
+            },
+            "prompt_format": self.prompt_format,
+            "params": params,
+            "usage": {
+                "prompt_tokens": s.prompt_tokens,
+                "cached_tokens": s.cached_tokens,
+                "prefill_tokens": s.prefill_tokens,
+                "completion_tokens": s.completion_tokens,
+                "decode_tokens": s.decode_tokens,
+                "total_tokens": s.prompt_tokens + s.completion_tokens,
+            },
+            "timings": {
+                "load_ms": round(s.load_ms, 3),
+                "prefill_ms": round(s.prefill_ms, 3),
+                "prefill_tokens_per_s": round(s.prefill_tps, 3),
+                "decode_ms": round(s.decode_ms, 3),
+                "decode_tokens_per_s": round(s.decode_tps, 3),
+                "ttft_ms": round(s.ttft_ms, 3),
+                "total_ms": round(s.total_ms, 3),
+            },
+            "versions": versions(info.backend),
+        }
+
+
+def versions(backend: str) -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        lcp = version("llama_cpp_python")
+    except PackageNotFoundError:
+        lcp = None
+    return {"llmcli": __version__, "llama_cpp_python": lcp, "backend": backend}
+
+
+def format_stats(s: Stats) -> str:
+    """One line: prompt (cached), prefill speed, generated, decode speed, TTFT, load."""
+    cached = f" ({s.cached_tokens} cached)" if s.cached_tokens else ""
+    return (
+        f"prompt {s.prompt_tokens} tok{cached}, prefill {s.prefill_tps:.1f} tok/s | "
+        f"generated {s.completion_tokens} tok, decode {s.decode_tps:.1f} tok/s | "
+        f"ttft {s.ttft_ms:.0f} ms | load {s.load_ms:.0f} ms"
+    )
+
+
+def run_generate(
+    loaded: Loaded,
+    text: str,
+    params: SamplingParams,
+    *,
+    system: str | None = None,
+    raw: bool = False,
+    stream_stdout: bool = True,
+) -> Result:
+    engine = loaded.engine
+    if raw:
+        tokens, fmt_name = prompting.raw_tokens(engine, text), "raw"
+    else:
+        fmt = prompting.prompt_format(engine)
+        tokens = prompting.chat_tokens(engine, prompting.messages_for(text, system), fmt)
+        fmt_name = fmt.source
+    done = consume(engine, tokens, params, stream_stdout=stream_stdout)
+    return Result(loaded, done, params, fmt_name)
+
+
+def consume(engine, tokens: list[int], params: SamplingParams, *, stream_stdout: bool) -> Done:
+    """Drive the stream; print text pieces to stdout (ending with a newline) if asked."""
+    done: Done | None = None
+    wrote = ""
+    with engine.interrupt_on_sigint(), closing(engine.stream(tokens, params)) as events:
+        for event in events:
+            if isinstance(event, Token):
+                if stream_stdout and event.text:
+                    sys.stdout.write(event.text)
+                    sys.stdout.flush()
+                    wrote = event.text
+            elif isinstance(event, Done):
+                done = event
+            elif isinstance(event, PrefillProgress):
+                pass
+    assert done is not None
+    if stream_stdout and not wrote.endswith("\n"):
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+    return done

@@ -1,0 +1,39 @@
+"""Shared fixtures: every test runs with its own config/data dirs and a plain, 80-column terminal."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+SESSION_CACHE: Path | None = None
+
+
+@pytest.fixture(scope="session")
+def session_cache(tmp_path_factory) -> Path:
+    """A cache dir shared by the whole run, so the default model is assembled once."""
+    return tmp_path_factory.mktemp("llmcli-cache")
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, session_cache, monkeypatch) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("LLMCLI_CONFIG", str(home / "config.toml"))
+    monkeypatch.setenv("LLMCLI_DATA_DIR", str(home / "data"))
+    monkeypatch.setenv("LLMCLI_CACHE_DIR", str(session_cache))
+    monkeypatch.setenv("HF_HOME", str(home / "hf"))
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "80")
+    for var in list(os.environ):
+        if var.startswith("LLMCLI_") and var not in ("LLMCLI_CONFIG", "LLMCLI_DATA_DIR", "LLMCLI_CACHE_DIR"):
+            monkeypatch.delenv(var)
+    for var in ("HF_ENDPOINT", "HF_TOKEN", "HF_HUB_OFFLINE", "HF_HUB_CACHE", "FORCE_COLOR"):
+        monkeypatch.delenv(var, raising=False)
+    from llmcli import settings
+
+    settings.reset_cache()
+    yield home
+    settings.reset_cache()

@@ -1,0 +1,68 @@
+"""Bad input to `generate`: one clear line on stderr and the documented exit code."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import fake, run  # noqa: F401
+
+
+def one_line_error(result, code: int, *fragments: str) -> None:
+    assert result.exit_code == code, (result.exit_code, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("llmcli: ")
+    for fragment in fragments:
+        assert fragment in lines[0]
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("flags", "fragment"),
+    [
+        (["--temperature", "-1"], "--temperature"),
+        (["--top-p", "1.5"], "--top-p"),
+        (["--max-tokens", "-1"], "--max-tokens"),
+        (["--min-p", "2"], "--min-p"),
+        (["--repeat-penalty", "0"], "--repeat-penalty"),
+    ],
+)
+def test_out_of_range_sampling(fake, flags, fragment):
+    one_line_error(run("generate", "hi", *flags), 2, fragment)
+
+
+def test_empty_prompt(fake):
+    one_line_error(run("generate", "   "), 2, "empty")
+    one_line_error(run("generate", input=""), 2, "empty")
+
+
+def test_non_utf8_stdin(fake):
+    one_line_error(run("generate", "x", input=b"caf\xe9 \xff\xfe"), 2, "UTF-8")
+
+
+def test_unreadable_grammar_file(fake, tmp_path):
+    one_line_error(run("generate", "x", "--grammar-file", str(tmp_path / "missing.gbnf")), 2, "grammar")
+
+
+def test_schema_not_json(fake):
+    one_line_error(run("generate", "x", "--json-schema", "{not json"), 2, "not valid JSON")
+
+
+def test_prompt_longer_than_context(monkeypatch, tmp_path):
+    from llmcli import loader
+    from llmcli.engine.fake import FakeEngine
+
+    monkeypatch.setattr(loader, "engine_factory", FakeEngine.factory(n_ctx=64))
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    result = run("generate", "x" * 200, "-m", str(model), "--raw")
+    one_line_error(result, 4, "201 tokens", "64")
+
+
+def test_model_path_missing(tmp_path):
+    one_line_error(run("generate", "x", "-m", str(tmp_path / "nope.gguf")), 3, "nope.gguf")
+
+
+def test_model_is_directory(tmp_path):
+    one_line_error(run("generate", "x", "-m", str(tmp_path)), 2, "directory")
