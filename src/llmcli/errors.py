@@ -77,3 +77,10 @@ class InterruptedError_(LlmcliError):
 
     exit_code = ExitCode.INTERRUPTED
     label = "interrupted"
+
+
+class TerminatedError(LlmcliError):
+    """Raised in the main thread by the SIGTERM handler, so cleanup runs before exiting 143."""
+
+    exit_code = ExitCode.TERMINATED
+    label = "terminated"

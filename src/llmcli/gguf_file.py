@@ -50,13 +50,15 @@ MAX_INLINE_ARRAY = 64  # longer arrays are summarised, not materialised
 MAX_KEY_BYTES = 65_536
 MAX_STRING_BYTES = 64 << 20  # one metadata string (embedded tokenizer.json files reach ~35 MB)
 MAX_MATERIALISED_BYTES = 256 << 20  # all strings we keep, together
-MAX_ITERATED_ELEMENTS = 1 << 24  # string / nested-array elements walked one by one while skipping
+MAX_ITERATED_STRINGS = 1 << 24  # strings in arrays, walked one by one (a big vocabulary is ~300k)
+MAX_NESTED_ARRAYS = 1 << 16  # arrays inside arrays (llama.cpp itself supports none)
 MAX_TENSOR_NAME_BYTES = 63  # GGML_MAX_NAME is 64 including the terminating NUL
 MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_ELEMENTS = 1 << 62
 MAX_ALIGNMENT = 1 << 30
 
 _CHUNK = 1 << 20
+_REFETCH = "the download is probably incomplete or damaged; fetch the file again"
 
 # GGUF metadata value types.
 T_UINT8, T_INT8, T_UINT16, T_INT16, T_UINT32, T_INT32, T_FLOAT32 = range(7)
@@ -424,8 +426,9 @@ class _Cursor:
         self._pos = 0  # read position inside self._buf
         self.where = "the header"  # what is being read, for truncation messages
         self.claim = ""  # what the header promised, for truncation messages
-        self.materialised = 0
-        self.iterated = 0
+        self.materialised = 0  # bytes of strings kept
+        self.strings = 0  # string array elements seen
+        self.nested = 0  # nested arrays seen
 
     def tell(self) -> int:
         return self._base + self._pos
@@ -437,7 +440,7 @@ class _Cursor:
         claim = f"{self.claim} but " if self.claim else ""
         return InvalidModelError(
             f"truncated GGUF: {claim}file ends at byte {self.file_size} (while reading {self.where})",
-            hint="the download is probably incomplete; fetch the file again",
+            hint=_REFETCH,
         )
 
     def _fill(self, n: int) -> None:
@@ -487,7 +490,8 @@ class _Cursor:
         if n > self.left():
             raise InvalidModelError(
                 f"corrupt or truncated GGUF: {what} at byte {at} claims {_fmt_count(n)} bytes "
-                f"but only {self.left()} remain in the file"
+                f"but only {self.left()} remain in the file",
+                hint=_REFETCH,
             )
         if n > limit:
             raise InvalidModelError(
@@ -504,12 +508,16 @@ class _Cursor:
             )
         return self.read(n)
 
-    def count_iterations(self, n: int) -> None:
-        self.iterated += n
-        if self.iterated > MAX_ITERATED_ELEMENTS:
-            raise InvalidModelError(
-                f"GGUF metadata arrays hold more than {MAX_ITERATED_ELEMENTS} variable-size elements"
-            )
+    def count_elements(self, etype: int, n: int) -> None:
+        """Bound the total work of walking variable-size array elements one by one."""
+        if etype == T_STRING:
+            self.strings += n
+            if self.strings > MAX_ITERATED_STRINGS:
+                raise InvalidModelError(f"GGUF metadata arrays hold more than {MAX_ITERATED_STRINGS} strings")
+        elif etype == T_ARRAY:
+            self.nested += n
+            if self.nested > MAX_NESTED_ARRAYS:
+                raise InvalidModelError(f"GGUF metadata holds more than {MAX_NESTED_ARRAYS} nested arrays")
 
     def skip_strings(self, count: int) -> None:
         """Skip `count` consecutive strings; a tight loop over the buffer for big vocabularies."""
@@ -567,10 +575,10 @@ def _read_array(cur: _Cursor, key: str, depth: int) -> list[Any] | ArraySummary:
     if need > cur.left():
         raise InvalidModelError(
             f"corrupt or truncated GGUF: array {_short(key)} at byte {at} claims {_fmt_count(count)} "
-            f"{VALUE_TYPE_NAMES[etype]} elements but only {cur.left()} bytes remain in the file"
+            f"{VALUE_TYPE_NAMES[etype]} elements but only {cur.left()} bytes remain in the file",
+            hint=_REFETCH,
         )
-    if etype in (T_STRING, T_ARRAY):
-        cur.count_iterations(count)
+    cur.count_elements(etype, count)
     if count > MAX_INLINE_ARRAY:
         _skip_elements(cur, key, etype, count, depth)
         return ArraySummary(etype, count)
@@ -603,10 +611,10 @@ def _read_array_skipping(cur: _Cursor, key: str, depth: int) -> None:
     if count * _element_min_size(etype) > cur.left():
         raise InvalidModelError(
             f"corrupt or truncated GGUF: nested array in {_short(key)} at byte {at} claims "
-            f"{_fmt_count(count)} elements but only {cur.left()} bytes remain in the file"
+            f"{_fmt_count(count)} elements but only {cur.left()} bytes remain in the file",
+            hint=_REFETCH,
         )
-    if etype in (T_STRING, T_ARRAY):
-        cur.count_iterations(count)
+    cur.count_elements(etype, count)
     _skip_elements(cur, key, etype, count, depth)
 
 
@@ -706,7 +714,7 @@ def _check_layout(tensors: list[TensorInfo], data_offset: int, alignment: int, f
             raise InvalidModelError(
                 f"truncated GGUF: tensor {tensor.name!r} data ends at byte {end} "
                 f"but file ends at byte {file_size}",
-                hint="the download is probably incomplete; fetch the file again",
+                hint=_REFETCH,
             )
     ordered = sorted(tensors, key=lambda t: t.offset)
     for before, after in pairwise(ordered):
@@ -722,7 +730,7 @@ def _check_magic(head: bytes) -> None:
         what = "file is empty" if not head else f"file is only {len(head)} bytes"
         raise InvalidModelError(
             f"truncated GGUF: {what}; a GGUF header needs {HEADER_SIZE}",
-            hint="the download is probably incomplete; fetch the file again",
+            hint=_REFETCH,
         )
 
 
@@ -754,11 +762,13 @@ def _check_counts(n_tensors: int, n_kv: int, file_size: int) -> None:
     room = file_size - HEADER_SIZE
     if n_tensors * _TENSOR_MIN > room:
         raise InvalidModelError(
-            f"truncated GGUF: header claims {n_tensors} tensors but file ends at byte {file_size}"
+            f"truncated GGUF: header claims {n_tensors} tensors but file ends at byte {file_size}",
+            hint=_REFETCH,
         )
     if n_tensors * _TENSOR_MIN + n_kv * _KV_MIN > room:
         raise InvalidModelError(
-            f"truncated GGUF: header claims {n_kv} key/value pairs but file ends at byte {file_size}"
+            f"truncated GGUF: header claims {n_kv} key/value pairs but file ends at byte {file_size}",
+            hint=_REFETCH,
         )
 
 
@@ -808,5 +818,7 @@ def read_header(path: str | Path, *, validate_tensors: bool = True) -> GGUFHeade
     """
     path = Path(path)
     with _open(path) as f:
-        file_size = os.fstat(f.fileno()).st_size
-        return _parse(f, path, file_size, validate_tensors)
+        try:
+            return _parse(f, path, os.fstat(f.fileno()).st_size, validate_tensors)
+        except OSError as exc:
+            raise LlmcliError(f"cannot read {path}: {exc.strerror or exc}") from None

