@@ -43,7 +43,7 @@ SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
 HEADER_SIZE = 24  # magic + version + tensor count + kv count
 
-MAX_TENSORS = 1_000_000
+MAX_TENSORS = 100_000  # real models have a few thousand; bounds the time to reject a crafted file
 MAX_KV = 1_000_000
 MAX_ARRAY_DEPTH = 3  # llama.cpp itself rejects nested arrays; we tolerate a little nesting
 MAX_INLINE_ARRAY = 64  # longer arrays are summarised, not materialised

@@ -30,10 +30,19 @@ engine_factory: Callable[[Path, EngineOptions, bool], Engine] = _llama_factory
 
 
 def validate_file(path: Path) -> None:
-    """Refuse files llama.cpp should never see: not GGUF, truncated, hostile headers."""
-    from llmcli import gguf_file
+    """Refuse files llama.cpp should never see: not GGUF, truncated, hostile headers or templates.
 
-    gguf_file.read_header(path)
+    The chat template is test-rendered in the sandbox before the weights load, so a template
+    that reaches for Python internals fails closed here, with a clear message, at no cost.
+    """
+    from llmcli import gguf_file, templates
+
+    header = gguf_file.read_header(path)
+    if header.chat_template:
+        templates.render(
+            templates.PromptFormat(header.chat_template, "model"),
+            [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}],
+        )
 
 
 def load_engine(ref: str | None, options: EngineOptions, *, offline: bool = False, debug: bool = False) -> Loaded:

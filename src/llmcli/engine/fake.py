@@ -123,8 +123,12 @@ class FakeEngine:
         ))  # fmt: skip
 
     def _echo(self, tokens: list[int]) -> str:
-        text = self.detokenize(tokens).strip().splitlines()
-        return f"echo: {text[-1] if text else ''}"
+        """Echo the last line of the prompt, with the template's turn markers taken out."""
+        import re
+
+        text = re.sub(r"<start_of_turn>(user|model)\n?|<end_of_turn>", "", self.detokenize(tokens))
+        lines = [line for line in text.splitlines() if line.strip()]
+        return f"echo: {lines[-1] if lines else ''}"
 
     def _decode(self, reply: str, params: SamplingParams, stats: Stats) -> Iterator[Event]:
         out: list[str] = []

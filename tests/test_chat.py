@@ -1,0 +1,202 @@
+"""The chat loop and every slash command, on the fake engine through piped stdin."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers import run
+from llmcli import loader
+from llmcli.engine.fake import FakeEngine
+
+
+@pytest.fixture
+def engine(monkeypatch, tmp_path):
+    factory = FakeEngine.factory()
+    monkeypatch.setattr(loader, "engine_factory", factory)
+    model = tmp_path / "fake.gguf"
+    model.write_bytes(b"GGUF")
+    monkeypatch.setenv("LLMCLI_MODEL", str(model))
+    return factory
+
+
+def chat(*lines: str, args: tuple[str, ...] = ()):
+    return run("chat", *args, input="".join(line + "\n" for line in lines))
+
+
+def test_replies_on_stdout_readout_on_stderr(engine):
+    result = chat("first question", "second question")
+    assert result.exit_code == 0
+    assert result.stdout == "echo: first question\necho: second question\n"
+    assert result.stderr.count("decode") >= 2 and "context" in result.stderr
+
+
+def test_history_is_the_context_and_the_cache_is_reused(engine):
+    chat("alpha", "beta")
+    first, second = engine.made[0].history
+    assert "alpha" in second.prompt and "echo: alpha" in second.prompt and "beta" in second.prompt
+    assert second.cached_tokens >= len(first.prompt) - 1
+    assert second.cached_tokens > 0
+
+
+def test_reuse_is_shown_in_the_readout(engine):
+    result = chat("alpha", "beta")
+    assert "reused" in result.stderr.splitlines()[-1]
+
+
+def test_clear_resets_history_and_cache(engine):
+    chat("alpha", "/clear", "beta")
+    last = engine.made[0].history[-1]
+    assert "alpha" not in last.prompt
+    assert last.cached_tokens == 0
+
+
+def test_system_prompt(engine):
+    chat("/system Answer in French.", "hello")
+    assert "Answer in French." in engine.made[0].history[-1].prompt
+
+
+def test_undo_drops_last_exchange(engine):
+    chat("alpha", "beta", "/undo", "gamma")
+    prompt = engine.made[0].history[-1].prompt
+    assert "alpha" in prompt and "beta" not in prompt and "gamma" in prompt
+
+
+def test_retry_regenerates_last_answer(engine):
+    result = chat("alpha", "/retry")
+    assert result.stdout.count("echo: alpha") == 2
+    last = engine.made[0].history[-1].prompt
+    assert last.count("echo: alpha") == 0  # the discarded answer is not in the retried prompt
+
+
+def test_set_lists_and_changes_settings(engine):
+    result = chat("/set", "/set temperature 0.2", "/set top_p 3", "hello")
+    assert "temperature = 0.8" in result.stderr
+    assert "temperature = 0.2" in result.stderr
+    assert "--top-p must be in (0, 1]" in result.stderr
+    assert engine.made[0].history[-1].params.temperature == 0.2
+    assert engine.made[0].history[-1].params.top_p == 0.95
+
+
+def test_show_and_context_and_stats(engine):
+    result = chat("/stats", "hello", "/show", "/context", "/stats")
+    err = result.stderr
+    assert "no turns yet" in err
+    assert "template   fallback:gemma" in err
+    assert "context:" in err and "user" in err and "assistant" in err
+    assert "session: 1 turns" in err
+
+
+def test_help_lists_every_command(engine):
+    from llmcli.repl.commands import REGISTRY
+
+    result = chat("/help")
+    for name in REGISTRY:
+        assert name in result.stderr
+
+
+def test_unknown_command(engine):
+    result = chat("/nope", "/he")
+    assert "unknown command /nope" in result.stderr
+    assert "did you mean /help" in result.stderr
+
+
+def test_exit_stops_reading(engine):
+    result = chat("one", "/exit", "two")
+    assert "two" not in result.stdout
+
+
+def test_double_slash_sends_a_message(engine):
+    result = chat("//etc/hosts is a file")
+    assert result.stdout == "echo: /etc/hosts is a file\n"
+
+
+def test_session_saved_after_every_turn_and_resumed(engine, isolated):
+    chat("alpha", args=("--session", "work"))
+    path = isolated / "data" / "sessions" / "work.json"
+    doc = json.loads(path.read_text())
+    assert [m["role"] for m in doc["messages"]] == ["user", "assistant"]
+    assert doc["messages"][1]["stats"]["completion_tokens"] > 0
+    assert doc["model"]
+    result = chat("beta", args=("--resume",))
+    assert "continuing session 'work'" in result.stderr
+    prompt = engine.made[-1].history[-1].prompt
+    assert "alpha" in prompt and "beta" in prompt
+    doc = json.loads(path.read_text())
+    assert len(doc["messages"]) == 4
+
+
+def test_save_and_load(engine):
+    chat("alpha", "/save mine")
+    result = chat("/load mine", "beta")
+    assert "loaded session 'mine': 2 messages" in result.stderr
+    assert "alpha" in engine.made[-1].history[-1].prompt
+
+
+def test_corrupt_session_is_reported_and_left_untouched(engine, isolated):
+    folder = isolated / "data" / "sessions"
+    folder.mkdir(parents=True)
+    bad = folder / "broken.json"
+    bad.write_text('{"format": 1, "messages": [tru')
+    before = bad.read_bytes()
+    result = chat("hello", args=("--session", "broken"))
+    assert result.exit_code == 1
+    assert "broken.json" in result.stderr and "untouched" in result.stderr
+    assert bad.read_bytes() == before
+    result = chat("/load broken", "hello")
+    assert "broken.json" in result.stderr
+    assert bad.read_bytes() == before
+
+
+def test_resume_without_sessions(engine):
+    result = chat("hi", args=("--resume",))
+    assert result.exit_code == 2 and "no saved session" in result.stderr
+
+
+def test_interrupted_answer_is_kept_and_marked(monkeypatch, tmp_path):
+    factory = FakeEngine.factory(replies=["0123456789", "ok"], interrupt_after=3)
+    monkeypatch.setattr(loader, "engine_factory", factory)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    result = run("chat", "-m", str(model), "--session", "s", input="count\nnext\n")
+    assert "[interrupted" in result.stderr
+    assert result.stdout.startswith("012\n")
+    assert "012" in factory.made[0].history[-1].prompt
+
+
+def test_overflow_drops_oldest_with_notice(monkeypatch, tmp_path):
+    factory = FakeEngine.factory(n_ctx=400, replies=["x" * 60] * 10)
+    monkeypatch.setattr(loader, "engine_factory", factory)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    lines = [f"message number {i} " + "y" * 40 for i in range(6)]
+    result = run("chat", "-m", str(model), "-n", "60", "--system", "SYS", input="\n".join(lines) + "\n")
+    assert result.exit_code == 0
+    assert "dropped the" in result.stderr
+    last = factory.made[0].history[-1].prompt
+    assert "SYS" in last and "message number 5" in last and "message number 0" not in last
+
+
+def test_overflow_error_policy(monkeypatch, tmp_path):
+    factory = FakeEngine.factory(n_ctx=300, replies=["x" * 60] * 10)
+    monkeypatch.setattr(loader, "engine_factory", factory)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    lines = [f"message number {i} " + "y" * 40 for i in range(5)]
+    result = run("chat", "-m", str(model), "-n", "60", "--on-overflow", "error", input="\n".join(lines) + "\n")
+    assert "prompt too long" in result.stderr
+
+
+def test_bad_overflow_policy(engine):
+    result = chat("x", args=("--on-overflow", "sometimes"))
+    assert result.exit_code == 2
+
+
+def test_model_switch_keeps_conversation(engine, tmp_path):
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"GGUF")
+    result = chat("alpha", f"/model {other}", "beta")
+    assert "now using" in result.stderr
+    assert len(engine.made) == 2
+    assert "alpha" in engine.made[1].history[-1].prompt

@@ -1,0 +1,111 @@
+"""`generate` on the real Gemma 3 270M model: properties of the output, never exact prose."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from realmodel import generate_json, llmcli
+
+pytestmark = pytest.mark.model
+
+PROMPT = "Write a short list of fruits."
+
+
+def test_greedy_is_deterministic_and_record_is_consistent():
+    a = generate_json(PROMPT, "--temperature", "0", "-n", "24")
+    b = generate_json(PROMPT, "--temperature", "0", "-n", "24")
+    assert a["text"] == b["text"] and a["text"].strip()
+    usage, timings = a["usage"], a["timings"]
+    assert usage["prefill_tokens"] + usage["cached_tokens"] == usage["prompt_tokens"]
+    assert usage["decode_tokens"] == usage["completion_tokens"]
+    assert 0 < usage["completion_tokens"] <= 24
+    for key in ("load_ms", "prefill_ms", "prefill_tokens_per_s", "decode_ms", "decode_tokens_per_s", "ttft_ms"):
+        assert timings[key] > 0, key
+    assert timings["ttft_ms"] >= timings["prefill_ms"]
+    assert a["model"]["architecture"] == "gemma3"
+    assert a["model"]["quantization"] == "Q4_K_M"
+    assert a["model"]["size_bytes"] > 200_000_000
+    assert a["prompt_format"] == "fallback:gemma"
+    assert a["versions"]["backend"] and a["versions"]["llama_cpp_python"]
+
+
+def test_seed_reproducibility_and_reporting():
+    a = generate_json(PROMPT, "--seed", "1234", "--temperature", "1.0", "-n", "16")
+    b = generate_json(PROMPT, "--seed", "1234", "--temperature", "1.0", "-n", "16")
+    assert a["text"] == b["text"]
+    assert a["params"]["seed"] == 1234
+    c = generate_json(PROMPT, "--temperature", "1.0", "-n", "4")
+    assert isinstance(c["params"]["seed"], int)
+
+
+def test_max_tokens_is_exact():
+    doc = generate_json("Count from one to one hundred:", "--raw", "--temperature", "0", "-n", "7")
+    assert doc["finish_reason"] == "length"
+    assert doc["usage"]["completion_tokens"] == 7
+
+
+def test_stop_string_cuts_before_it():
+    base = generate_json(PROMPT, "--temperature", "0", "-n", "32")["text"]
+    words = [w for w in base.split() if len(w) >= 3 and w.isalpha()]
+    assert words, base
+    word = words[min(1, len(words) - 1)]
+    doc = generate_json(PROMPT, "--temperature", "0", "-n", "32", "--stop", word)
+    assert doc["finish_reason"] == "stop"
+    assert word not in doc["text"]
+    assert base.startswith(doc["text"])
+
+
+def test_json_schema_output_parses():
+    schema = {
+        "type": "object",
+        "properties": {"fruits": {"type": "array", "items": {"type": "string"}, "maxItems": 3}},
+        "required": ["fruits"],
+    }
+    doc = generate_json(PROMPT, "--json-schema", json.dumps(schema), "--temperature", "0", "-n", "80")
+    value = json.loads(doc["text"])
+    assert isinstance(value["fruits"], list)
+    assert all(isinstance(x, str) for x in value["fruits"])
+
+
+def test_grammar_file(tmp_path):
+    grammar = tmp_path / "yesno.gbnf"
+    grammar.write_text('root ::= ("yes" | "no")\n')
+    doc = generate_json("Is water wet?", "--grammar-file", str(grammar), "--temperature", "0", "-n", "8")
+    assert doc["text"] in ("yes", "no")
+
+
+def test_plain_text_to_stdout_and_stats_to_stderr():
+    result = llmcli("generate", PROMPT, "--temperature", "0", "-n", "8", "--stats", check=True)
+    assert result.stdout.endswith("\n") and result.stdout.strip()
+    assert "\x1b" not in result.stdout
+    assert "tok/s" in result.stderr and "tok/s" not in result.stdout
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_stdin_then_argument():
+    doc = generate_json("Summarize:", "-n", "4", "--temperature", "0", input="The cat sat on the mat.\n")
+    assert doc["usage"]["prompt_tokens"] > 10
+
+
+def test_closed_pipe_is_quiet():
+    cmd = f'{sys.executable} -m llmcli generate "Tell me a long story." --raw -n 200 --temperature 0 | head -c 20'
+    result = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=600)
+    assert len(result.stdout) <= 20
+    assert result.stderr == ""
+
+
+def test_prompt_longer_than_context_names_both_counts():
+    result = llmcli("generate", "word " * 400, "--raw", "-c", "256")
+    assert result.returncode == 4
+    assert "256" in result.stderr and "tokens" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_utf8_is_never_broken():
+    doc = generate_json("Écris trois mots en japonais et en français: 日本語", "--temperature", "0", "-n", "40")
+    assert "\ufffd" not in doc["text"]
+    doc.get("text").encode("utf-8")
