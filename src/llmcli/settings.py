@@ -1,16 +1,24 @@
 """Settings: built-in default < config file < LLMCLI_* environment variable < command-line flag.
 
 Every setting is declared once in `SETTINGS` with its type, default, environment variable and
-description; `config show`, the man page and `--help` are all fed from this registry.
+description; `config show`, the man page, docs/CONFIG.md and `--help` are all fed from this
+registry. The config file is read once per process and validated as a whole: a syntax error,
+an unknown key or a wrong type is a `ConfigError` naming the file, the line and the key, and
+no command runs with half a configuration.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from llmcli.errors import ConfigError
+
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
 
 
 @dataclass(frozen=True)
@@ -20,55 +28,158 @@ class Setting:
     default: Any
     help: str
     choices: tuple[str, ...] = ()
+    minimum: float | None = None
 
     @property
     def env(self) -> str:
         return "LLMCLI_" + self.key.upper()
+
+    @property
+    def type_name(self) -> str:
+        return _TYPE_NAMES[self.type]
 
 
 SETTINGS: dict[str, Setting] = {
     s.key: s
     for s in [
         Setting("model", str, "", "Default model reference (empty: the bundled Gemma 3 270M)."),
-        Setting("ctx_size", int, 0, "Context size in tokens (0: the model's trained context, capped at 4096)."),
+        Setting("ctx_size", int, 0, "Context size in tokens (0: the model's trained context, capped at 4096).",
+                minimum=0),
         Setting("gpu_layers", int, -1, "Layers to offload to the GPU (-1: all when the build supports it)."),
-        Setting("threads", int, 0, "CPU threads (0: the number of physical cores)."),
-        Setting("batch_size", int, 512, "Prompt tokens evaluated per batch."),
-        Setting("temperature", float, 0.8, "Sampling temperature (0: greedy)."),
-        Setting("top_k", int, 40, "Top-k sampling (0: off)."),
+        Setting("threads", int, 0, "CPU threads (0: the number of physical cores).", minimum=0),
+        Setting("batch_size", int, 512, "Prompt tokens evaluated per batch.", minimum=1),
+        Setting("temperature", float, 0.8, "Sampling temperature (0: greedy).", minimum=0),
+        Setting("top_k", int, 40, "Top-k sampling (0: off).", minimum=0),
         Setting("top_p", float, 0.95, "Nucleus sampling threshold."),
         Setting("min_p", float, 0.05, "Min-p sampling threshold."),
         Setting("repeat_penalty", float, 1.0, "Repetition penalty (1.0: off)."),
-        Setting("max_tokens", int, 512, "Most tokens to generate (0: until the end or a full context)."),
+        Setting("max_tokens", int, 512, "Most tokens to generate (0: until the end or a full context).", minimum=0),
         Setting("system", str, "", "System prompt for chat and generate."),
         Setting("on_overflow", str, "drop-oldest", "Chat policy when history overflows the context.",
                 ("drop-oldest", "error")),
-        Setting("color", str, "auto", "Colour on stderr.", ("auto", "always", "never")),
+        Setting("color", str, "auto", "Colour on stderr (auto: on a terminal, unless NO_COLOR is set).",
+                ("auto", "always", "never")),
     ]
+}  # fmt: skip
+
+# Variables llmcli reads that are not settings, for the man page and `doctor`. A test checks that
+# every variable the source reads is either here or a setting's `env`.
+ENVIRONMENT: dict[str, str] = {
+    "LLMCLI_CONFIG": "The configuration file (default: config.toml in the user config directory).",
+    "LLMCLI_DATA_DIR": "Sessions, chat history and aliases (default: the user data directory).",
+    "LLMCLI_CACHE_DIR": "Re-creatable files: the assembled default model, hash records (default: the user cache "
+    "directory).",
+    "LLMCLI_DEBUG": "Set to 1 for tracebacks and llama.cpp logs, like --debug.",
+    "HF_ENDPOINT": "The Hugging Face Hub or a mirror to download from (default: https://huggingface.co).",
+    "HF_TOKEN": "Access token for gated and private repositories (also HUGGING_FACE_HUB_TOKEN).",
+    "HUGGING_FACE_HUB_TOKEN": "Older name of HF_TOKEN.",
+    "HF_TOKEN_PATH": "File holding the token (default: HF_HOME/token, as written by `hf auth login`).",
+    "HF_HOME": "Hugging Face's directory (default: $XDG_CACHE_HOME/huggingface or ~/.cache/huggingface).",
+    "HF_HUB_CACHE": "Where models are downloaded (default: HF_HOME/hub; also HUGGINGFACE_HUB_CACHE).",
+    "HUGGINGFACE_HUB_CACHE": "Older name of HF_HUB_CACHE.",
+    "HF_HUB_OFFLINE": "Set to 1 to never touch the network (also TRANSFORMERS_OFFLINE).",
+    "TRANSFORMERS_OFFLINE": "Same as HF_HUB_OFFLINE.",
+    "HF_HUB_DISABLE_TELEMETRY": "Honoured by huggingface_hub.",
+    "XDG_CONFIG_HOME": "Base of the user config directory on Linux.",
+    "XDG_DATA_HOME": "Base of the user data directory on Linux.",
+    "XDG_CACHE_HOME": "Base of the user cache directory on Linux.",
+    "NO_COLOR": "When set and not empty, no colour (unless --color, LLMCLI_COLOR or the config file asks for it).",
+    "FORCE_COLOR": "When set and not empty, colour even when stderr is not a terminal.",
 }
 
 
-def _coerce(setting: Setting, raw: Any, origin: str) -> Any:
-    try:
-        if setting.type is bool and isinstance(raw, str):
-            value: Any = raw.strip().lower() in ("1", "true", "yes", "on")
-        elif setting.type is float and isinstance(raw, (int, float)) and not isinstance(raw, bool):
-            value = float(raw)
-        elif setting.type is int and isinstance(raw, bool):
-            raise TypeError
-        elif isinstance(raw, setting.type):
-            value = raw
-        elif isinstance(raw, str):
-            value = setting.type(raw)
-        else:
-            raise TypeError
-    except (TypeError, ValueError):
-        raise ConfigError(
-            f"{origin}: {setting.key} must be {setting.type.__name__}, got {raw!r}"
-        ) from None
+def _type_error(setting: Setting, raw: Any) -> str:
+    shown = {dict: "a table", list: "an array", bool: "a boolean"}.get(type(raw), repr(raw))
+    return f"{setting.key} must be {setting.type_name}, got {shown}"
+
+
+def coerce(setting: Setting, raw: Any, *, text: bool = False) -> Any:
+    """A value checked against its setting; `text` (env vars, `config set`) parses strings.
+
+    Raises ValueError with a message naming the key; callers add where the value came from.
+    """
+    if text and isinstance(raw, str) and setting.type is not str:
+        raw = raw.strip()
+        try:
+            if setting.type is bool:
+                value: Any = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False,
+                              "no": False, "off": False}[raw.lower()]  # fmt: skip
+            else:
+                value = setting.type(raw)
+        except (KeyError, ValueError):
+            raise ValueError(_type_error(setting, raw)) from None
+    elif setting.type is float and isinstance(raw, int) and not isinstance(raw, bool):
+        value = float(raw)
+    elif isinstance(raw, setting.type) and not (setting.type is int and isinstance(raw, bool)):
+        value = raw
+    else:
+        raise ValueError(_type_error(setting, raw))
     if setting.choices and value not in setting.choices:
-        raise ConfigError(f"{origin}: {setting.key} must be one of {', '.join(setting.choices)}, got {value!r}")
+        raise ValueError(f"{setting.key} must be one of {', '.join(setting.choices)}, got {value!r}")
+    if setting.minimum is not None and value < setting.minimum:
+        raise ValueError(f"{setting.key} must be at least {setting.minimum:g}, got {value!r}")
     return value
+
+
+def line_of(text: str, key: str) -> int | None:
+    """The line (1-based) where a top-level key is set in TOML text, or its table starts."""
+    name = rf"(?:{re.escape(key)}|\"{re.escape(key)}\"|'{re.escape(key)}')"
+    pattern = re.compile(rf"^\s*(?:{name}\s*[=.]|\[\[?\s*{name}\s*[\].])")
+    for number, line in enumerate(text.splitlines(), 1):
+        if pattern.match(line):
+            return number
+    return None
+
+
+def _where(path: Path, text: str, key: str) -> str:
+    line = line_of(text, key)
+    return f"{path}, line {line}" if line else str(path)
+
+
+def _unknown_key_hint(key: str) -> str:
+    close = difflib.get_close_matches(key.replace("-", "_"), SETTINGS, n=1)
+    if close:
+        return f"did you mean {close[0]!r}? `llmcli config show` lists every key"
+    return "`llmcli config show` lists every key"
+
+
+def validate(path: Path, text: str) -> dict[str, Any]:
+    """Parse and check a whole config file; every problem is a ConfigError naming file, line and key."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        match = re.match(r"^(.*?) \(at line (\d+), column (\d+)\)$", message)
+        if match:
+            message = f"{path}, line {match[2]}, column {match[3]}: invalid TOML: {match[1]}"
+        else:
+            message = f"{path}: invalid TOML: {message}"
+        raise ConfigError(message) from None
+    values: dict[str, Any] = {}
+    for key, raw in data.items():
+        if key not in SETTINGS:
+            raise ConfigError(f"{_where(path, text, key)}: unknown key {key!r}", hint=_unknown_key_hint(key))
+        try:
+            values[key] = coerce(SETTINGS[key], raw)
+        except ValueError as exc:
+            raise ConfigError(f"{_where(path, text, key)}: {exc}") from None
+    return values
+
+
+def read_text(path: Path) -> str | None:
+    """The config file's text, or None when there is no file."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (invalid byte at offset {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 _config_cache: dict[str, Any] | None = None
@@ -77,29 +188,13 @@ _config_cache: dict[str, Any] | None = None
 def load_config() -> dict[str, Any]:
     """The config file's values, validated; an invalid file is an error, never half-applied."""
     global _config_cache
-    if _config_cache is not None:
-        return _config_cache
-    from llmcli import paths
+    if _config_cache is None:
+        from llmcli import paths
 
-    path = paths.config_file()
-    values: dict[str, Any] = {}
-    if path.exists():
-        try:
-            import tomllib
-        except ImportError:  # Python 3.10
-            import tomli as tomllib  # type: ignore[no-redef]
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"cannot read {path}: {exc}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: {exc}") from None
-        for key, raw in data.items():
-            if key not in SETTINGS:
-                raise ConfigError(f"{path}: unknown key {key!r}", hint="see `llmcli config show`")
-            values[key] = _coerce(SETTINGS[key], raw, str(path))
-    _config_cache = values
-    return values
+        path = paths.config_file()
+        text = read_text(path)
+        _config_cache = {} if text is None else validate(path, text)
+    return _config_cache
 
 
 def resolve(key: str, flag: Any = None) -> Any:
@@ -108,15 +203,100 @@ def resolve(key: str, flag: Any = None) -> Any:
 
 
 def resolve_with_source(key: str, flag: Any = None) -> tuple[Any, str]:
+    """The effective value and where it came from: "flag", "env", "config" or "default"."""
     setting = SETTINGS[key]
     if flag is not None:
         return flag, "flag"
-    if (raw := os.environ.get(setting.env)) is not None:
-        return _coerce(setting, raw, f"${setting.env}"), "env"
+    # An empty variable counts as unset, as it does for the flags' own `envvar` handling.
+    if raw := os.environ.get(setting.env):
+        try:
+            return coerce(setting, raw, text=True), "env"
+        except ValueError as exc:
+            raise ConfigError(f"${setting.env}: {exc}") from None
     config = load_config()
     if key in config:
         return config[key], "config"
     return setting.default, "default"
+
+
+def effective() -> dict[str, tuple[Any, str]]:
+    """Every setting's effective value and source, as `config show` prints them."""
+    return {key: resolve_with_source(key) for key in SETTINGS}
+
+
+def color_preference() -> bool | None:
+    """The `color` setting as the --color flag would give it: True, False, or None for auto.
+
+    A broken config file is reported by the command that needs it (or `config show`), not here,
+    so `llmcli config path` and `config set` still work to repair it.
+    """
+    try:
+        value = resolve("color")
+    except ConfigError:
+        return None
+    return {"always": True, "never": False}.get(value)
+
+
+def set_value(key: str, raw: str) -> Any:
+    """Write `key = value` into the config file atomically, keeping its comments and layout."""
+    setting = SETTINGS.get(key)
+    if setting is None:
+        raise ConfigError(f"unknown key {key!r}", hint=_unknown_key_hint(key))
+    try:
+        value = coerce(setting, raw, text=True)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+    def assign(doc) -> bool:
+        doc[key] = value
+        return True
+
+    _edit(assign)
+    return value
+
+
+def unset_value(key: str) -> bool:
+    """Remove a key from the config file; any key, so that an unknown one can be removed too."""
+
+    def drop(doc) -> bool:
+        if key not in doc:
+            return False
+        del doc[key]
+        return True
+
+    return _edit(drop, check=False)
+
+
+_NEW_FILE_HEADER = (
+    "# llmcli configuration. Keys and defaults: `llmcli config show`, `man llmcli` or docs/CONFIG.md.\n"
+    "# Precedence: command-line flag > LLMCLI_* environment variable > this file > built-in default.\n"
+)
+
+
+def _edit(change, *, check: bool = True) -> bool:
+    """Apply `change` (returns whether it changed anything) to the file's tomlkit document and write
+    it atomically; with `check`, the result must be a valid configuration before it is written."""
+    import tomlkit
+    from tomlkit.exceptions import ParseError
+
+    from llmcli import paths
+    from llmcli.atomic import write_atomic
+
+    path = paths.config_file()
+    text = read_text(path)
+    try:
+        doc = tomlkit.parse(_NEW_FILE_HEADER if text is None else text)
+    except ParseError:
+        validate(path, text or "")  # reports the syntax error with its line and column
+        raise ConfigError(f"{path}: invalid TOML") from None
+    if not change(doc):
+        return False
+    new_text = tomlkit.dumps(doc)
+    if check:
+        validate(path, new_text)
+    write_atomic(path, new_text)
+    reset_cache()
+    return True
 
 
 def reset_cache() -> None:

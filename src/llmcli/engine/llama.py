@@ -70,6 +70,23 @@ def _silence_logs(llama_cpp) -> None:
         llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
 
 
+@contextmanager
+def _deferred_sigint():
+    """Hold Ctrl-C while llama.cpp loads (a KeyboardInterrupt raised inside a ctypes callback
+    would be swallowed); the caller checks the list and raises once it is safe."""
+    import signal
+
+    hits: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield hits
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: hits.append(signum))
+    try:
+        yield hits
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class _AbortFlag:
     """A one-byte flag that llama.cpp polls between graph nodes without touching Python.
 
@@ -113,10 +130,17 @@ class LlamaEngine:
             _silence_logs(llama_cpp)
         llama_cpp.llama_backend_init()
         started = time.perf_counter()
-        self._model = self._load_model()
-        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
-        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
-        self._ctx = self._new_context()
+        with _deferred_sigint() as hits:
+            self._model = self._load_model(hits)
+            if hits:
+                self.close()
+                raise KeyboardInterrupt
+            self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+            self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
+            self._ctx = self._new_context()
+        if hits:
+            self.close()
+            raise KeyboardInterrupt
         self.load_ms = (time.perf_counter() - started) * 1000
         self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
         self.n_batch = llama_cpp.llama_n_batch(self._ctx)
@@ -128,11 +152,16 @@ class LlamaEngine:
 
     # -- loading ---------------------------------------------------------------------------
 
-    def _load_model(self):
+    def _load_model(self, hits: list[int]):
         L = self._L
         params = L.llama_model_default_params()
         params.n_gpu_layers = self._gpu_layers_requested()
+        # returning False from the progress callback cancels a load interrupted by Ctrl-C
+        progress = L.llama_progress_callback(lambda value, data: not hits)
+        params.progress_callback = progress
         model = L.llama_model_load_from_file(str(self.path).encode(), params)
+        if not model and hits:
+            raise KeyboardInterrupt
         if not model:
             raise InvalidModelError(
                 f"llama.cpp could not load {self.path}",

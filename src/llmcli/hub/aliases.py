@@ -30,7 +30,9 @@ def load() -> dict[str, str]:
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}", hint="fix or delete the file") from None
     if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
-        raise ConfigError(f"{path} is not a JSON object of names to references", hint="fix or delete the file")
+        raise ConfigError(
+            f"{path} is not a JSON object of names to references", hint="fix or delete the file"
+        )
     return data
 
 
@@ -43,7 +45,7 @@ def set_alias(name: str, target: str) -> str:
     if not refs.is_alias_name(name):
         raise UsageError(f"{name!r} is not a valid alias name", hint="use letters, digits, '.', '_' and '-'")
     if name in RESERVED:
-        raise UsageError(f"{name!r} is the bundled default model's name; choose another alias")
+        raise UsageError(f"{name!r} is the bundled default model's name", hint="choose another alias")
     stored = normalise(target)
     table = load()
     table[name] = stored
@@ -72,7 +74,9 @@ def normalise(target: str) -> str:
             return ref.name
         resolved = get(ref.name)
         if resolved is None:
-            raise ModelNotFoundError(f"no alias named {ref.name!r}", hint="an alias must point at org/repo or a file")
+            raise ModelNotFoundError(
+                f"no alias named {ref.name!r}", hint="an alias must point at org/repo or a file"
+            )
         return resolved
     return str(ref)
 

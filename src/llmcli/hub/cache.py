@@ -69,8 +69,8 @@ def read_ref(repo_id: str, revision: str) -> str | None:
 
 
 def write_ref(repo_id: str, revision: str, commit: str) -> None:
-    if revision == commit:
-        return
+    if revision == commit or read_ref(repo_id, revision) == commit:
+        return  # unchanged: a read-only cache stays usable
     atomic.write_text(repo_folder(repo_id) / "refs" / revision, commit)
 
 
@@ -155,5 +155,5 @@ def ensure_writable(repo_id: str) -> None:
 def cache_not_writable(exc: OSError) -> LlmcliError:
     return LlmcliError(
         f"cannot write to the Hugging Face cache {env.hub_cache()}: {exc.strerror or exc}",
-        hint="set HF_HUB_CACHE (or HF_HOME) to a writable directory; models already there work with --offline",
+        hint="set HF_HUB_CACHE or HF_HOME to a writable directory; models already there can still be used",
     )

@@ -31,7 +31,6 @@ ATTEMPTS = 3  # transfers per file before giving up (each resumes the last)
 BACKOFF_S = 1.0
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 60.0
-CHUNK = 1 << 20
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 _DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 _READ_ONLY = {errno.EROFS, errno.EACCES, errno.EPERM}
@@ -137,12 +136,16 @@ def _download(src: Source, part: Path, progress: Progress) -> Hasher:
                 _interrupted(src, part, hasher, attempt, remote.describe(exc))
                 continue
             except KeyboardInterrupt:
-                render.info(f"{src.filename}: {human_size(hasher.count)} kept; run the same pull again to resume")
+                render.info(
+                    f"{src.filename}: {human_size(hasher.count)} kept; run the same pull again to resume"
+                )
                 raise
             if hasher.count == src.size:
                 return hasher
             _interrupted(src, part, hasher, attempt, "the connection closed early")
-    raise NetworkError(f"download of {src.filename} from {env.endpoint()} kept restarting", hint="try again later")
+    raise NetworkError(
+        f"download of {src.filename} from {env.endpoint()} kept restarting", hint="try again later"
+    )
 
 
 def _interrupted(src: Source, part: Path, hasher: Hasher, attempt: int, why: str) -> None:
@@ -153,7 +156,9 @@ def _interrupted(src: Source, part: Path, hasher: Hasher, attempt: int, why: str
             f"download of {src.filename} from {env.endpoint()} interrupted at {done} ({why})",
             hint="run the same `llmcli pull` again to resume where it stopped",
         )
-    render.info(f"{src.filename}: transfer interrupted at {done} ({why}); resuming ({attempt + 1}/{ATTEMPTS})")
+    render.info(
+        f"{src.filename}: transfer interrupted at {done} ({why}); resuming ({attempt + 1}/{ATTEMPTS})"
+    )
     time.sleep(BACKOFF_S * attempt)
 
 
@@ -166,14 +171,16 @@ def _transfer(src: Source, part: Path, hasher: Hasher, task: Task) -> Hasher:
     timeout = remote.http().Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
     from huggingface_hub.utils import get_session
 
-    with get_session().stream("GET", src.url, headers=headers, timeout=timeout, follow_redirects=True) as resp:
+    with get_session().stream(
+        "GET", src.url, headers=headers, timeout=timeout, follow_redirects=True
+    ) as resp:
         start = _response_start(src, resp, offset)
         if start != offset:  # a 200 to a ranged request: the body is the whole file
             render.info(f"{src.filename}: the server does not resume downloads; starting again from zero")
             hasher = Hasher(src.expected, src.size)
             task.reset(0)
         with _open_at(part, start) as f:
-            for chunk in resp.iter_bytes(CHUNK):
+            for chunk in resp.iter_bytes():  # as it arrives: a cut loses nothing already received
                 _write(f, chunk, src, part)
                 hasher.update(chunk)
                 task.advance(len(chunk))
@@ -209,22 +216,26 @@ def _response_start(src: Source, resp, offset: int) -> int:
 
 @contextmanager
 def _open_at(part: Path, start: int):
+    """The partial file, unbuffered (a write error shows at the write), cut to `start` bytes."""
     try:
-        f = part.open("r+b" if part.exists() else "wb")
+        f = part.open("r+b" if part.exists() else "wb", buffering=0)
         f.seek(start)
         f.truncate(start)
     except OSError as exc:
         raise cache.cache_not_writable(exc) from None
-    with f:
+    try:
         yield f
+    finally:
+        f.close()
 
 
 def _write(f, chunk: bytes, src: Source, part: Path) -> None:
+    view = memoryview(chunk)
     try:
-        f.write(chunk)
+        while view:
+            view = view[f.write(view) :]
     except OSError as exc:
         if exc.errno in _DISK_FULL:
-            f.close()
             part.unlink(missing_ok=True)
             raise DiskFullError(
                 f"the disk filled up while writing {src.filename} to {part.parent}; the partial file was removed",
@@ -297,9 +308,10 @@ def _check_header(part: Path, src: Source) -> None:
         read_header(part)
     except InvalidModelError as exc:
         part.unlink(missing_ok=True)
+        advice = "the file in the repository is broken; try another quantization"
         raise InvalidModelError(
             f"{src.repo_id}/{src.filename} is not a usable GGUF file: {exc.message}; it was discarded",
-            hint="the repository's file itself is broken; try another quantization (`llmcli pull --list`)",
+            hint=f"{exc.hint}; {advice}" if exc.hint else advice,
         ) from None
 
 

@@ -39,7 +39,9 @@ def expected_for(size: int, *, sha256: str | None = None, blob_id: str | None = 
 
 def expected_from_etag(etag: str, size: int) -> Expected | None:
     """Hub ETags are the same hashes: 64 hex digits for LFS, 40 for git blobs."""
-    return expected_for(size, sha256=etag if len(etag) == 64 else None, blob_id=etag if len(etag) == 40 else None)
+    return expected_for(
+        size, sha256=etag if len(etag) == 64 else None, blob_id=etag if len(etag) == 40 else None
+    )
 
 
 class Hasher:
@@ -69,7 +71,9 @@ class Hasher:
         return self.count == self.expected.size and self.checked_digest() == self.expected.hexdigest
 
 
-def feed_file(hasher: Hasher, path: Path, *, limit: int | None = None, advance: Callable[[int], None] | None = None):
+def feed_file(
+    hasher: Hasher, path: Path, *, limit: int | None = None, advance: Callable[[int], None] | None = None
+):
     """Hash a file (or its first `limit` bytes) into `hasher`."""
     remaining = limit
     with path.open("rb") as f:

@@ -52,7 +52,9 @@ def pull(ref: HubRef, *, force: bool = False) -> Pulled:
     with progress.progress() as prog:
         for rfile in files:
             pointer = cache.pointer_path(ref.repo_id, repo.commit, rfile.path)
-            if linked[rfile.path] and download.check_blob(cache.blob_of(pointer), rfile.expected, rfile.path, prog):
+            if linked[rfile.path] and download.check_blob(
+                cache.blob_of(pointer), rfile.expected, rfile.path, prog
+            ):
                 continue
             bad = linked[rfile.path]
             if bad:

@@ -127,7 +127,9 @@ def choose(groups: list[Group], *, repo: str, quant: str | None = None, filename
             )
         return matches[0]
     if not usable:
-        raise ModelNotFoundError(f"{repo} has only incomplete split models", hint="name a file with org/repo/FILE")
+        raise ModelNotFoundError(
+            f"{repo} has only incomplete split models", hint="name a file with org/repo/FILE"
+        )
     return min(usable, key=lambda g: (preference_rank(g.label), g.first.count("/"), g.first))
 
 

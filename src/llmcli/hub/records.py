@@ -75,7 +75,6 @@ def forget(blob: Path) -> None:
         pass
 
 
-
 def load_any(blob: Path) -> dict[str, Any] | None:
     """The record of `blob` even if the file changed since (for `models verify` to compare with)."""
     try:

@@ -36,7 +36,9 @@ class RemoteFile:
 
     @property
     def expected(self) -> hashing.Expected | None:
-        return hashing.expected_for(self.size, sha256=self.sha256, blob_id=None if self.sha256 else self.blob_id)
+        return hashing.expected_for(
+            self.size, sha256=self.sha256, blob_id=None if self.sha256 else self.blob_id
+        )
 
     @property
     def etag(self) -> str | None:
@@ -64,7 +66,9 @@ def http():
 def api():
     from huggingface_hub import HfApi
 
-    return HfApi(endpoint=env.endpoint(), token=env.token(), library_name="llmcli", library_version=__version__)
+    return HfApi(
+        endpoint=env.endpoint(), token=env.token(), library_name="llmcli", library_version=__version__
+    )
 
 
 def headers() -> dict[str, str]:
@@ -77,7 +81,13 @@ def headers() -> dict[str, str]:
 def fetch_repo(ref: HubRef) -> RemoteRepo:
     """Resolve the reference's revision to a commit and list every file at that commit."""
     hub = api()
-    info = call(lambda: hub.model_info(ref.repo_id, revision=ref.rev), ref)
+    try:
+        info = call(lambda: hub.model_info(ref.repo_id, revision=ref.rev), ref)
+    except ModelNotFoundError:
+        # Some mirrors answer "repository not found" for a missing revision: tell the two apart.
+        if ref.rev != "main" and _exists(hub, ref):
+            raise revision_not_found(ref) from None
+        raise
     commit = info.sha or ref.rev
     entries = call(lambda: list(hub.list_repo_tree(ref.repo_id, revision=commit, recursive=True)), ref)
     files = {}
@@ -91,12 +101,26 @@ def fetch_repo(ref: HubRef) -> RemoteRepo:
     return RemoteRepo(ref.repo_id, ref.rev, commit, files)
 
 
+def _exists(hub, ref: HubRef) -> bool:
+    try:
+        call(lambda: hub.model_info(ref.repo_id, revision="main"), ref)
+    except ModelNotFoundError:
+        return False
+    return True
+
+
+def revision_not_found(ref: HubRef) -> ModelNotFoundError:
+    return ModelNotFoundError(f"{ref.repo_id} has no revision {ref.rev!r}", hint="use a branch, tag or full commit hash")
+
+
 def file_metadata(ref: HubRef, commit: str, filename: str):
     """HEAD of a file: its ETag (the blob name), size and final download location."""
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
 
     url = hf_hub_url(ref.repo_id, filename, revision=commit, endpoint=env.endpoint())
-    return call(lambda: get_hf_file_metadata(url, token=env.token(), timeout=TIMEOUT_S), ref, filename=filename)
+    return call(
+        lambda: get_hf_file_metadata(url, token=env.token(), timeout=TIMEOUT_S), ref, filename=filename
+    )
 
 
 def call(fn: Callable[[], T], ref: HubRef, *, filename: str | None = None) -> T:
@@ -118,7 +142,7 @@ def call(fn: Callable[[], T], ref: HubRef, *, filename: str | None = None) -> T:
             reason = describe(exc)
         except OfflineModeIsEnabled:
             raise offline_refusal(ref) from None
-        render.info(f"llmcli: {env.endpoint()} {reason}; retrying ({attempt + 1}/{ATTEMPTS})")
+        render.info(f"{env.endpoint()}: {reason}; retrying ({attempt + 1}/{ATTEMPTS})")
         time.sleep(BACKOFF_S * 2 ** (attempt - 1))
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -135,12 +159,16 @@ def translate(exc: Exception, ref: HubRef, filename: str | None = None) -> Llmcl
     repo, where = ref.repo_id, env.endpoint()
     status = getattr(getattr(exc, "response", None), "status_code", None)
     if isinstance(exc, GatedRepoError):
-        return NetworkError(f"{repo} is gated: {where} refused access (HTTP {status})", hint=_token_hint(repo))
+        return NetworkError(
+            f"{repo} is gated: {where} refused access (HTTP {status})", hint=_token_hint(repo)
+        )
     if isinstance(exc, RepositoryNotFoundError):
         hint = "check the spelling; " + _token_hint(repo, private=True)
         return ModelNotFoundError(f"repository {repo} not found on {where}", hint=hint)
     if isinstance(exc, RevisionNotFoundError):
-        return ModelNotFoundError(f"{repo} has no revision {ref.rev!r}", hint="use a branch, tag or full commit hash")
+        return ModelNotFoundError(
+            f"{repo} has no revision {ref.rev!r}", hint="use a branch, tag or full commit hash"
+        )
     if isinstance(exc, RemoteEntryNotFoundError):
         return ModelNotFoundError(f"{repo} has no file {filename or ref.filename} at {ref.rev}")
     if status in (401, 403):
@@ -168,6 +196,8 @@ def describe(exc: Exception) -> str:
     lowered = text.lower()
     if "refused" in lowered:
         return "connection refused"
+    if "peer closed" in lowered or "incomplete" in lowered or "reset" in lowered:
+        return "the connection was cut"
     if isinstance(exc, http().TimeoutException) or "timed out" in lowered:
         return "timed out"
     if "name or service not known" in lowered or "nodename nor servname" in lowered:

@@ -48,7 +48,9 @@ def _resolve_path(text: str, path: Path) -> ResolvedModel:
         raise UsageError(f"{text} is a directory, not a .gguf file")
     if path.exists():
         return ResolvedModel(path, str(path), [path])
-    raise ModelNotFoundError(f"no such model file: {text}", hint="give a path to a .gguf file, or org/repo[:QUANT]")
+    raise ModelNotFoundError(
+        f"no such model file: {text}", hint="give a path to a .gguf file, or org/repo[:QUANT]"
+    )
 
 
 def _resolve_alias(name: str, offline: bool) -> ResolvedModel:
@@ -85,4 +87,6 @@ def _resolve_hub(ref, offline: bool) -> ResolvedModel:
         raise remote.offline_refusal(ref)
     render.info(f"{ref} is not downloaded yet; pulling it")
     pulled = pull.pull(ref)
-    return ResolvedModel(pulled.paths[0], str(ref), pulled.paths, ref.repo_id, pulled.commit, pulled.group.label)
+    return ResolvedModel(
+        pulled.paths[0], str(ref), pulled.paths, ref.repo_id, pulled.commit, pulled.group.label
+    )

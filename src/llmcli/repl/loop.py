@@ -192,6 +192,7 @@ def build_prompt_session(input=None, output=None):
         completer=SlashCompleter(),
         complete_while_typing=True,
         key_bindings=build_key_bindings(),
+        reserve_space_for_menu=4,
         input=input,
         output=output,
     )

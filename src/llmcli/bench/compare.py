@@ -1,0 +1,258 @@
+"""`llmcli bench compare OLD NEW`: per test, the speed ratio and whether it exceeds the noise.
+
+Reads `llmcli bench -o json` documents, `-o jsonl` files, and llama-bench's own `-o json` / `-o jsonl`
+output. Tests are matched on their name (pp512, tg128 @ d4096, chat turn 2 (reuse)) and settings
+(threads, batch sizes, GPU layers, flash attention, KV cache types) and, when either file holds
+more than one model, the model file name. The verdict comes from Welch's t-test on the per-repetition
+tokens-per-second samples: a difference is reported as real when p < alpha (default 0.05).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llmcli.bench import stats
+from llmcli.errors import UsageError
+
+KEY_FIELDS = ("test", "n_threads", "n_batch", "n_ubatch", "n_gpu_layers", "flash_attn", "type_k", "type_v")
+_LABELS = {"n_threads": "t", "n_batch": "b", "n_ubatch": "ub", "n_gpu_layers": "ngl", "flash_attn": "fa"}
+
+
+@dataclass
+class Side:
+    path: Path
+    rows: dict[tuple, dict[str, Any]]  # key -> record
+    complete: bool = True
+    models: frozenset[str] = frozenset()
+
+
+@dataclass
+class Pair:
+    key: tuple
+    label: str
+    old: list[float]
+    new: list[float]
+    welch: stats.Welch | None
+
+    @property
+    def ratio(self) -> float:
+        old = stats.mean(self.old)
+        return stats.mean(self.new) / old if old else float("nan")
+
+    def verdict(self, alpha: float) -> str:
+        if self.welch is None:
+            return "n/a (fewer than 2 samples)"
+        if not self.welch.significant(alpha):
+            return "within noise"
+        return "faster" if self.ratio > 1 else "slower"
+
+    def record(self, alpha: float) -> dict[str, Any]:
+        return {
+            "test": self.label,
+            "old_avg_ts": round(stats.mean(self.old), 6),
+            "old_stddev_ts": round(stats.stdev(self.old), 6),
+            "new_avg_ts": round(stats.mean(self.new), 6),
+            "new_stddev_ts": round(stats.stdev(self.new), 6),
+            "ratio": round(self.ratio, 6),
+            "t": None if self.welch is None else _finite(self.welch.t),
+            "df": None if self.welch is None else _finite(self.welch.df),
+            "p_value": None if self.welch is None else round(self.welch.p_value, 6),
+            "verdict": self.verdict(alpha),
+        }
+
+
+@dataclass
+class Comparison:
+    old: Side
+    new: Side
+    pairs: list[Pair]
+    only_old: list[str]
+    only_new: list[str]
+    alpha: float
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "old": str(self.old.path),
+            "new": str(self.new.path),
+            "alpha": self.alpha,
+            "method": "Welch's t-test on per-repetition tokens/s, two-sided",
+            "comparisons": [p.record(self.alpha) for p in self.pairs],
+            "only_in_old": self.only_old,
+            "only_in_new": self.only_new,
+        }
+
+
+def compare(old_path: Path, new_path: Path, alpha: float = 0.05) -> Comparison:
+    if not 0 < alpha < 1:
+        raise UsageError(f"--alpha must be between 0 and 1, got {alpha}")
+    old, new = load(old_path), load(new_path)
+    with_model = len(old.models) > 1 or len(new.models) > 1
+    old_rows, new_rows = _rekey(old, with_model), _rekey(new, with_model)
+    common = [k for k in old_rows if k in new_rows]
+    if not common:
+        raise UsageError(
+            f"{old_path} and {new_path} have no test in common "
+            f"(old: {_names(old_rows)}; new: {_names(new_rows)})",
+            hint="compare runs of the same tests with the same settings",
+        )
+    varying = [i for i in range(len(common[0])) if len({k[i] for k in common}) > 1]
+    pairs = [_pair(k, old_rows[k], new_rows[k], varying) for k in common]
+    only_old = [_label(k, varying) for k in old_rows if k not in new_rows]
+    only_new = [_label(k, varying) for k in new_rows if k not in old_rows]
+    return Comparison(old, new, pairs, only_old, only_new, alpha)
+
+
+def _pair(key: tuple, old: dict, new: dict, varying: list[int]) -> Pair:
+    a, b = samples_ts(old), samples_ts(new)
+    return Pair(key, _label(key, varying), a, b, stats.welch(a, b))
+
+
+def _rekey(side: Side, with_model: bool) -> dict[tuple, dict]:
+    return {(k + (r["model_filename"],) if with_model else k): r for k, r in side.rows.items()}
+
+
+def _names(rows: dict[tuple, dict]) -> str:
+    names = list(dict.fromkeys(r["test"] for r in rows.values()))
+    return ", ".join(names[:6]) + (", ..." if len(names) > 6 else "") if names else "nothing"
+
+
+def _label(key: tuple, varying: list[int]) -> str:
+    fields = KEY_FIELDS + ("model",)
+    extra = [f"{_LABELS.get(fields[i], fields[i])}={key[i]}" for i in varying if i > 0]
+    return key[0] + (f" [{', '.join(extra)}]" if extra else "")
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+def load(path: Path) -> Side:
+    """Records from a result file, keyed; one clear UsageError for anything unreadable."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not a benchmark result: not UTF-8 text") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    records, complete = _records(path, text)
+    rows: dict[tuple, dict[str, Any]] = {}
+    for i, record in enumerate(records):
+        normal = normalize(record, path, i)
+        rows[tuple(normal[f] for f in KEY_FIELDS)] = normal
+    if not rows:
+        raise UsageError(f"{path} holds no results")
+    return Side(Path(path), rows, complete, frozenset(r["model_filename"] for r in rows.values()))
+
+
+def _records(path: Path, text: str) -> tuple[list[Any], bool]:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        records = _json_lines(path, text)
+        return records, not any(isinstance(r, dict) and r.get("run_complete") is False for r in records)
+    if isinstance(doc, dict) and isinstance(doc.get("results"), list):
+        return doc["results"], bool(doc.get("complete", True))
+    if isinstance(doc, list):
+        return doc, True
+    if isinstance(doc, dict) and ("samples_ts" in doc or "samples_ns" in doc):
+        return [doc], bool(doc.get("run_complete", True))
+    raise UsageError(f"{path} is not a benchmark result", hint=_EXPECTED)
+
+
+_EXPECTED = "expected the output of llmcli bench -o json or -o jsonl, or llama-bench -o json or -o jsonl"
+
+
+def _json_lines(path: Path, text: str) -> list[Any]:
+    records = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{path} is not a benchmark result: line {number}: {exc.msg}", hint=_EXPECTED) from None
+    return records
+
+
+def normalize(record: Any, path: Path, index: int) -> dict[str, Any]:
+    """One record, ours or llama-bench's, with the key fields and tokens/s samples filled in."""
+    if not isinstance(record, dict):
+        raise UsageError(f"{path} is not a benchmark result: entry {index + 1} is not an object", hint=_EXPECTED)
+    r = dict(record)
+    if "test" not in r:
+        r["test"] = _llama_bench_name(r, path, index)
+    r["model_filename"] = Path(str(r.get("model_filename") or "?")).name
+    r["flash_attn"] = _flag(r.get("flash_attn"))
+    for f in KEY_FIELDS:
+        r.setdefault(f, None)
+    r["samples_ts"] = samples_ts(r)
+    if not r["samples_ts"]:
+        raise UsageError(f"{path}: {r['test']} has no samples (samples_ts, samples_ns or avg_ts)", hint=_EXPECTED)
+    return r
+
+
+def _llama_bench_name(r: dict, path: Path, index: int) -> str:
+    try:
+        p, n, d = int(r.get("n_prompt", 0)), int(r.get("n_gen", 0)), int(r.get("n_depth", 0) or 0)
+    except (TypeError, ValueError):
+        p = n = d = 0
+    if p <= 0 and n <= 0:
+        raise UsageError(f"{path}: entry {index + 1} names no test (test, n_prompt or n_gen)", hint=_EXPECTED)
+    name = f"pp{p}+tg{n}" if p and n else (f"pp{p}" if p else f"tg{n}")
+    return f"{name} @ d{d}" if d else name
+
+
+def samples_ts(r: dict) -> list[float]:
+    values = r.get("samples_ts")
+    if isinstance(values, list) and values and all(_number(v) for v in values):
+        return [float(v) for v in values]
+    ns = r.get("samples_ns")
+    tokens = (r.get("n_prompt") or 0) + (r.get("n_gen") or 0)
+    if isinstance(ns, list) and ns and all(_number(v) and v > 0 for v in ns) and tokens:
+        return [tokens * 1e9 / v for v in ns]
+    avg = r.get("avg_ts")
+    return [float(avg)] if _number(avg) else []
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _flag(value: Any) -> Any:
+    if isinstance(value, bool) or value is None:
+        return value
+    if value in (0, 1):
+        return bool(value)
+    return value
+
+
+def _finite(value: float) -> float | None:
+    return round(value, 6) if value == value and abs(value) != float("inf") else None
+
+
+# -- text ------------------------------------------------------------------------------------
+
+
+def markdown(result: Comparison) -> str:
+    from llmcli.bench.formats import table
+
+    head = ["test", "old t/s", "new t/s", "ratio", "p", "verdict"]
+    body = [
+        [p.label, _ts(p.old), _ts(p.new), f"{p.ratio:.3f}",
+         "" if p.welch is None else f"{p.welch.p_value:.3g}", p.verdict(result.alpha)]
+        for p in result.pairs
+    ]  # fmt: skip
+    lines = [table(head, body, [False, True, True, True, True, False])]
+    lines.append(f"old: {result.old.path}\nnew: {result.new.path}")
+    lines.append(f"Welch's t-test on tokens/s per repetition; a difference counts when p < {result.alpha:g}.")
+    if result.only_old:
+        lines.append(f"only in old: {', '.join(result.only_old)}")
+    if result.only_new:
+        lines.append(f"only in new: {', '.join(result.only_new)}")
+    return "\n".join(lines) + "\n"
+
+
+def _ts(values: list[float]) -> str:
+    return f"{stats.mean(values):.2f} ± {stats.stdev(values):.2f}"

