@@ -1,6 +1,6 @@
-"""A bare llama-cpp-python loop, timed as llama-bench times it: the reference `llmcli bench` is checked against.
+"""A bare llama-cpp-python loop timed as llama-bench times it: the reference for checking `llmcli bench`.
 
-It shares no code with llmcli: llama.cpp's default model and context parameters, random token ids,
+The loop shares no code with llmcli: llama.cpp's default model and context parameters, random token ids,
 `llama_decode` on `llama_batch_get_one` batches, `llama_synchronize` after the prefill and after every
 single-token decode, `time.perf_counter_ns` around the timed part, one warm-up run, the KV cache
 cleared before every repetition.
@@ -47,7 +47,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("-m", "--model", help="GGUF file (default: the bundled Gemma 3 270M, assembled to a temp dir)")
+    p.add_argument(
+        "-m", "--model", help="GGUF file (default: the bundled Gemma 3 270M, assembled to a temp dir)"
+    )
     p.add_argument("-p", "--n-prompt", type=int, default=512)
     p.add_argument("-n", "--n-gen", type=int, default=128)
     p.add_argument("-t", "--threads", type=int, default=os.cpu_count() or 1)
@@ -55,10 +57,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("-ub", "--ubatch", type=int, default=512)
     p.add_argument("-r", "--reps", type=int, default=5)
     p.add_argument("--json", action="store_true", help="print the results as JSON")
-    p.add_argument("--against-llmcli", action="store_true", help="alternate with llmcli bench and print ratios")
-    p.add_argument("--interleaved", action="store_true",
-                   help="alternate single runs of this loop and of llmcli's bench runner in one process")
-    p.add_argument("--rounds", type=int, default=6, help="rounds of the --against-llmcli / --interleaved comparison")
+    p.add_argument(
+        "--against-llmcli", action="store_true", help="alternate with llmcli bench and print ratios"
+    )
+    p.add_argument(
+        "--interleaved",
+        action="store_true",
+        help="alternate single runs of this loop and of llmcli's bench runner in one process",
+    )
+    p.add_argument(
+        "--rounds", type=int, default=6, help="rounds of the --against-llmcli / --interleaved comparison"
+    )
     return p.parse_args(argv)
 
 
@@ -127,7 +136,7 @@ class BareTest:
             prompt[0] = self.bos
         chunks = [prompt[i : i + self.batch_cap] for i in range(0, self.n_prompt, self.batch_cap)]
         arrays = [(L.llama_token * len(c))(*c) for c in chunks]
-        batches = [L.llama_batch_get_one(a, len(c)) for a, c in zip(arrays, chunks)]
+        batches = [L.llama_batch_get_one(a, len(c)) for a, c in zip(arrays, chunks, strict=True)]
         gen_arrays = [(L.llama_token * 1)(rng.randrange(self.n_vocab)) for _ in range(self.n_gen)]
         gen_batches = [L.llama_batch_get_one(a, 1) for a in gen_arrays]
         L.llama_memory_clear(L.llama_get_memory(ctx), False)
@@ -157,7 +166,14 @@ def summary(name: str, n_tokens: int, samples: list[int]) -> dict:
     ts = [n_tokens * 1e9 / ns for ns in samples]
     mean = statistics.fmean(ts)
     sd = statistics.stdev(ts) if len(ts) > 1 else 0.0
-    return {"test": name, "samples_ns": samples, "samples_ts": ts, "avg_ts": mean, "stddev_ts": sd, "cv": sd / mean}
+    return {
+        "test": name,
+        "samples_ns": samples,
+        "samples_ts": ts,
+        "avg_ts": mean,
+        "stddev_ts": sd,
+        "cv": sd / mean,
+    }
 
 
 # -- side by side with llmcli bench --------------------------------------------------------------
@@ -165,9 +181,19 @@ def summary(name: str, n_tokens: int, samples: list[int]) -> dict:
 
 def against_llmcli(args: argparse.Namespace, model: str) -> int:
     common = ["-p", str(args.n_prompt), "-n", str(args.n_gen), "-t", str(args.threads), "-r", str(args.reps)]
-    bare_cmd = [sys.executable, __file__, "-m", model, "-b", str(args.batch), "-ub", str(args.ubatch), "--json"]
-    llmcli_cmd = [sys.executable, "-m", "llmcli", "bench", "-m", model, "-b", str(args.batch), "-ub", str(args.ubatch),
-                  "-o", "json"]  # fmt: skip
+    bare_cmd = [
+        sys.executable,
+        __file__,
+        "-m",
+        model,
+        "-b",
+        str(args.batch),
+        "-ub",
+        str(args.ubatch),
+        "--json",
+    ]
+    llmcli_cmd = [sys.executable, "-m", "llmcli", "bench", "-m", model, "-b", str(args.batch),
+                  "-ub", str(args.ubatch), "-o", "json"]  # fmt: skip
     ratios: dict[str, list[float]] = {}
     cvs: dict[str, list[float]] = {}
     for round_ in range(args.rounds):
@@ -212,8 +238,9 @@ def interleaved(args: argparse.Namespace, model: str) -> int:
         bare_test = BareTest(L, bare_model, p, n, args.threads, args.batch, args.ubatch)
         options = Options(reps=1, warmup=False)
 
-        def llmcli_once() -> int:
-            return measure(case, summary_, loaded, context, n_ctx, backend.clock, options).timing.samples_ns[0]
+        def llmcli_once(case=case, context=context, n_ctx=n_ctx, options=options) -> int:
+            result = measure(case, summary_, loaded, context, n_ctx, backend.clock, options)
+            return result.timing.samples_ns[0]
 
         bare_test.once(), llmcli_once()  # warm-up
         bare_ns, llmcli_ns = [], []
@@ -222,10 +249,11 @@ def interleaved(args: argparse.Namespace, model: str) -> int:
             for out, run in pair if i % 2 else reversed(pair):
                 out.append(run())
         b, m = summary(test.name, test.n_tokens, bare_ns), summary(test.name, test.n_tokens, llmcli_ns)
-        paired = [x / y for x, y in zip(m["samples_ts"], b["samples_ts"])]
+        paired = [x / y for x, y in zip(m["samples_ts"], b["samples_ts"], strict=True)]
+        ratio = m["avg_ts"] / b["avg_ts"]
         print(f"{test.name}: llmcli {m['avg_ts']:.2f} ± {m['stddev_ts']:.2f}, bare {b['avg_ts']:.2f} ± "
               f"{b['stddev_ts']:.2f} t/s over {len(bare_ns)} alternating runs each; ratio of means "
-              f"{m['avg_ts'] / b['avg_ts']:.4f}, median paired ratio {statistics.median(paired):.4f}")  # fmt: skip
+              f"{ratio:.4f}, median paired ratio {statistics.median(paired):.4f}")  # fmt: skip
         bare_test.close()
         context.close()
     return 0

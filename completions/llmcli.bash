@@ -157,7 +157,11 @@ _llmcli() {
             -?*) __llmcli_option_kind "$path" "$w"; [[ -n $REPLY ]] && expect=$w ;;
             *)
                 __llmcli_commands "$path"
-                if (( n == 0 )) && [[ " $REPLY " == *" $w "* ]]; then path=${path:+$path }$w; else n=$(( n + 1 )); fi
+                if (( n == 0 )) && [[ " $REPLY " == *" $w "* ]]; then
+                    path=${path:+$path }$w
+                else
+                    n=$(( n + 1 ))
+                fi
                 ;;
         esac
     done

@@ -15,7 +15,8 @@ function __llmcli_commands --argument-names path --description 'Subcommands of a
     end
 end
 
-function __llmcli_takes_value --argument-names path option --description 'Whether an option has a value'
+# Whether OPTION takes a value at command PATH.
+function __llmcli_takes_value --argument-names path option
     switch "$path/$option"
         case 'generate/-f' 'generate/--file' 'generate/-m' 'generate/--model' 'generate/--system' 'generate/-c' 'generate/--ctx-size' 'generate/-ngl' 'generate/--gpu-layers' 'generate/-t' 'generate/--threads' 'generate/-b' 'generate/--batch-size' 'generate/--temperature' 'generate/--temp' 'generate/--top-k' 'generate/--top-p' 'generate/--min-p' 'generate/--repeat-penalty' 'generate/-s' 'generate/--seed' 'generate/-n' 'generate/--max-tokens' 'generate/--stop' 'generate/--grammar-file' 'generate/--json-schema' 'chat/-m' 'chat/--model' 'chat/--system' 'chat/--session' 'chat/--on-overflow' 'chat/-c' 'chat/--ctx-size' 'chat/-ngl' 'chat/--gpu-layers' 'chat/-t' 'chat/--threads' 'chat/-b' 'chat/--batch-size' 'chat/--temperature' 'chat/--temp' 'chat/--top-k' 'chat/--top-p' 'chat/--min-p' 'chat/--repeat-penalty' 'chat/-s' 'chat/--seed' 'chat/-n' 'chat/--max-tokens' 'chat/--stop' 'bench/-m' 'bench/--model' 'bench/-p' 'bench/--n-prompt' 'bench/-n' 'bench/--n-gen' 'bench/-pg' 'bench/--pg' 'bench/-d' 'bench/--n-depth' 'bench/-t' 'bench/--threads' 'bench/-ngl' 'bench/--n-gpu-layers' 'bench/-b' 'bench/--batch-size' 'bench/-ub' 'bench/--ubatch-size' 'bench/-fa' 'bench/--flash-attn' 'bench/-ctk' 'bench/--cache-type-k' 'bench/-ctv' 'bench/--cache-type-v' 'bench/-r' 'bench/--repetitions' 'bench/-o' 'bench/--output' 'bench/--scenario' 'bench/-c' 'bench/--ctx-size' 'bench/--delay' 'bench/--seed' 'bench compare/--alpha' 'bench compare/-o' 'bench compare/--output'
             return 0
@@ -23,7 +24,8 @@ function __llmcli_takes_value --argument-names path option --description 'Whethe
     return 1
 end
 
-function __llmcli_state --description 'The command path typed so far, then the number of arguments after it'
+# The command path typed so far, then the number of arguments after it.
+function __llmcli_state
     set -l path ''
     set -l n 0
     set -l expect 0
@@ -48,7 +50,8 @@ function __llmcli_state --description 'The command path typed so far, then the n
     printf '%s\n' "$path" $n
 end
 
-function __llmcli_at --argument-names path index --description 'At PATH, and at its INDEXth argument (N+ for N or later)'
+# At command PATH, and (with INDEX) at its INDEXth argument, or at any after it for "INDEX+".
+function __llmcli_at --argument-names path index
     set -l state (__llmcli_state)
     test "$state[1]" = "$path"; or return 1
     test -z "$index"; and return 0

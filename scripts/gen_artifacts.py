@@ -84,8 +84,11 @@ class Command:
 
     @property
     def examples(self) -> list[str]:
-        return [line.strip()[len("Example:") :].strip() for line in self.help.splitlines()
-                if line.strip().startswith("Example:")]  # fmt: skip
+        return [
+            line.strip()[len("Example:") :].strip()
+            for line in self.help.splitlines()
+            if line.strip().startswith("Example:")
+        ]
 
     def walk(self):
         yield self
@@ -117,8 +120,11 @@ def describe(cmd, path: str) -> Command:
     params = [p for p in cmd.params if not getattr(p, "hidden", False)]
     options = [describe_param(p, path) for p in params if p.param_type_name == "option"] + [HELP_OPTION]
     arguments = [describe_param(p, path) for p in params if p.param_type_name == "argument"]
-    subcommands = [describe(sub, f"{path} {name}".strip())
-                   for name, sub in getattr(cmd, "commands", {}).items() if not sub.hidden]  # fmt: skip
+    subcommands = [
+        describe(sub, f"{path} {name}".strip())
+        for name, sub in getattr(cmd, "commands", {}).items()
+        if not sub.hidden
+    ]
     invokable = not subcommands or bool(getattr(cmd, "invoke_without_command", False))
     return Command(path, inspect.cleandoc(cmd.help or ""), options, arguments, subcommands, invokable)
 
@@ -199,16 +205,27 @@ def sh_quote(text: str) -> str:
 def bash_script(app: Command, version: str) -> str:
     commands = list(app.walk())
     groups = [c for c in commands if c.subcommands]
-    out = [f"# bash completion for llmcli {version}", f"# {HEADER}",
-           "# Install: see README.md, \"Shell completion\". Needs bash 4.1 or newer.", ""]  # fmt: skip
+    out = [
+        f"# bash completion for llmcli {version}",
+        f"# {HEADER}",
+        '# Install: see README.md, "Shell completion". Needs bash 4.1 or newer.',
+        "",
+    ]
     out += ["__llmcli_commands() {  # PATH: REPLY = its subcommands", "    case $1 in"]
-    out += [f"        {sh_quote(c.path)}) REPLY={sh_quote(' '.join(s.name for s in c.subcommands))} ;;" for c in groups]
+    out += [
+        f"        {sh_quote(c.path)}) REPLY={sh_quote(' '.join(s.name for s in c.subcommands))} ;;"
+        for c in groups
+    ]
     out += ["        *) REPLY='' ;;", "    esac", "}", ""]
     out += ["__llmcli_options() {  # PATH: REPLY = its options", "    case $1 in"]
-    out += [f"        {sh_quote(c.path)}) REPLY={sh_quote(' '.join(sorted(n for o in c.options for n in o.names)))} ;;"
-            for c in commands]  # fmt: skip
+    for c in commands:
+        names = " ".join(sorted(n for o in c.options for n in o.names))
+        out.append(f"        {sh_quote(c.path)}) REPLY={sh_quote(names)} ;;")
     out += ["        *) REPLY='' ;;", "    esac", "}", ""]
-    out += ["__llmcli_option_kind() {  # PATH OPTION: REPLY = what its value is (empty: a flag)", '    case "$1/$2" in']
+    out += [
+        "__llmcli_option_kind() {  # PATH OPTION: REPLY = what its value is (empty: a flag)",
+        '    case "$1/$2" in',
+    ]
     for c in commands:
         for o in c.options:
             if o.kind != "flag":
@@ -275,7 +292,11 @@ _llmcli() {
             -?*) __llmcli_option_kind "$path" "$w"; [[ -n $REPLY ]] && expect=$w ;;
             *)
                 __llmcli_commands "$path"
-                if (( n == 0 )) && [[ " $REPLY " == *" $w "* ]]; then path=${path:+$path }$w; else n=$(( n + 1 )); fi
+                if (( n == 0 )) && [[ " $REPLY " == *" $w "* ]]; then
+                    path=${path:+$path }$w
+                else
+                    n=$(( n + 1 ))
+                fi
                 ;;
         esac
     done
@@ -322,7 +343,13 @@ def zsh_function(path: str) -> str:
 
 
 def zsh_help(text: str) -> str:
-    return first_sentence(text).replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]").replace("'", "'\\''")
+    return (
+        first_sentence(text)
+        .replace("\\", "\\\\")
+        .replace("[", "\\[")
+        .replace("]", "\\]")
+        .replace("'", "'\\''")
+    )
 
 
 def zsh_action(path: str, p: Param) -> str:
@@ -366,7 +393,7 @@ def zsh_script(app: Command, version: str) -> str:
         "#compdef llmcli",
         f"# zsh completion for llmcli {version}",
         f"# {HEADER}",
-        "# Install: see README.md, \"Shell completion\" (a directory in $fpath, then compinit).",
+        '# Install: see README.md, "Shell completion" (a directory in $fpath, then compinit).',
         "",
         "# [COMPADD-OPTIONS...] PATH PARAM: values from `llmcli __complete`, which never loads a model.",
         "# (_arguments puts compadd options such as -J before the action's own words.)",
@@ -380,7 +407,7 @@ def zsh_script(app: Command, version: str) -> str:
     for c in app.walk():
         out += zsh_command(c)
     out += [
-        'if [[ $zsh_eval_context[-1] == loadautofunc ]]; then',
+        "if [[ $zsh_eval_context[-1] == loadautofunc ]]; then",
         '  _llmcli "$@"',
         "else",
         "  compdef _llmcli llmcli",
@@ -393,18 +420,32 @@ def zsh_script(app: Command, version: str) -> str:
 def zsh_command(c: Command) -> list[str]:
     specs = [s for o in c.options for s in zsh_option_specs(c.path, o)]
     if c.subcommands:
-        out = [f"{zsh_function(c.path)}() {{", "  local curcontext=$curcontext state state_descr line ret=1",
-               "  typeset -A opt_args", "  _arguments -C \\"]  # fmt: skip
+        out = [
+            f"{zsh_function(c.path)}() {{",
+            "  local curcontext=$curcontext state state_descr line ret=1",
+            "  typeset -A opt_args",
+            "  _arguments -C \\",
+        ]
         out += [f"    {s} \\" for s in specs]
-        out += ["    '1: :->command' \\", "    '*:: :->argument' && ret=0", "  case $state in", "    command)",
-                "      local -a commands=("]  # fmt: skip
+        out += [
+            "    '1: :->command' \\",
+            "    '*:: :->argument' && ret=0",
+            "  case $state in",
+            "    command)",
+            "      local -a commands=(",
+        ]
         for s in c.subcommands:
             entry = f"{s.name.replace(':', chr(92) + ':')}:{s.short}".replace("'", "'\\''")
             out.append(f"        '{entry}'")
         title = f"llmcli {c.path} command".replace("  ", " ")
-        out += ["      )", f"      _describe -t commands '{title}' commands && ret=0", "      ;;", "    argument)",
-                f"      curcontext=${{curcontext%:*:*}}:{zsh_function(c.path).lstrip('_')}-$words[1]:",
-                "      case $words[1] in"]  # fmt: skip
+        out += [
+            "      )",
+            f"      _describe -t commands '{title}' commands && ret=0",
+            "      ;;",
+            "    argument)",
+            f"      curcontext=${{curcontext%:*:*}}:{zsh_function(c.path).lstrip('_')}-$words[1]:",
+            "      case $words[1] in",
+        ]
         out += [f"        {s.name}) {zsh_function(s.path)} && ret=0 ;;" for s in c.subcommands]
         out += ["      esac", "      ;;", "  esac", "  return ret", "}", ""]
         return out
@@ -426,17 +467,28 @@ def fish_quote(text: str) -> str:
 
 def fish_script(app: Command, version: str) -> str:
     commands = list(app.walk())
-    out = [f"# fish completion for llmcli {version}", f"# {HEADER}",
-           "# Install: see README.md, \"Shell completion\" (~/.config/fish/completions/llmcli.fish).", "",
-           "function __llmcli_commands --argument-names path --description 'Subcommands of a command path'",
-           "    switch $path"]  # fmt: skip
+    out = [
+        f"# fish completion for llmcli {version}",
+        f"# {HEADER}",
+        '# Install: see README.md, "Shell completion" (~/.config/fish/completions/llmcli.fish).',
+        "",
+        "function __llmcli_commands --argument-names path --description 'Subcommands of a command path'",
+        "    switch $path",
+    ]
     for c in commands:
         if c.subcommands:
-            out += [f"        case {fish_quote(c.path)}", "            printf '%s\\n' " +
-                    " ".join(s.name for s in c.subcommands)]  # fmt: skip
-    out += ["    end", "end", "",
-            "function __llmcli_takes_value --argument-names path option --description 'Whether an option has a value'",
-            '    switch "$path/$option"']  # fmt: skip
+            out += [
+                f"        case {fish_quote(c.path)}",
+                "            printf '%s\\n' " + " ".join(s.name for s in c.subcommands),
+            ]
+    out += [
+        "    end",
+        "end",
+        "",
+        "# Whether OPTION takes a value at command PATH.",
+        "function __llmcli_takes_value --argument-names path option",
+        '    switch "$path/$option"',
+    ]
     takes = [f"{c.path}/{n}" for c in commands for o in c.options if o.kind != "flag" for n in o.names]
     if takes:
         out += ["        case " + " ".join(fish_quote(t) for t in takes), "            return 0"]
@@ -446,7 +498,8 @@ def fish_script(app: Command, version: str) -> str:
     return "\n".join(out) + "\n"
 
 
-FISH_MAIN = r"""function __llmcli_state --description 'The command path typed so far, then the number of arguments after it'
+FISH_MAIN = r"""# The command path typed so far, then the number of arguments after it.
+function __llmcli_state
     set -l path ''
     set -l n 0
     set -l expect 0
@@ -471,7 +524,8 @@ FISH_MAIN = r"""function __llmcli_state --description 'The command path typed so
     printf '%s\n' "$path" $n
 end
 
-function __llmcli_at --argument-names path index --description 'At PATH, and at its INDEXth argument (N+ for N or later)'
+# At command PATH, and (with INDEX) at its INDEXth argument, or at any after it for "INDEX+".
+function __llmcli_at --argument-names path index
     set -l state (__llmcli_state)
     test "$state[1]" = "$path"; or return 1
     test -z "$index"; and return 0
@@ -519,9 +573,16 @@ def fish_command(c: Command) -> list[str]:
                 names.append(f"-s {name[1:]}")
             else:
                 names.append(f"-o {name[1:]}")
-        value = "" if o.kind == "flag" else (" -r " + fish_values(c.path, o) if o.kind == "file"
-                                               else " -x " + fish_values(c.path, o)).rstrip()  # fmt: skip
-        out.append(f"complete -c llmcli -n {at} {' '.join(names)}{value} -d {fish_quote(first_sentence(o.help))}")
+        value = (
+            ""
+            if o.kind == "flag"
+            else (
+                " -r " + fish_values(c.path, o) if o.kind == "file" else " -x " + fish_values(c.path, o)
+            ).rstrip()
+        )
+        out.append(
+            f"complete -c llmcli -n {at} {' '.join(names)}{value} -d {fish_quote(first_sentence(o.help))}"
+        )
     for index, a in enumerate(c.arguments, 1):
         values = fish_values(c.path, a)
         if values:
@@ -605,30 +666,50 @@ def environment(app: Command) -> list[tuple[str, str]]:
 
 
 FILES = [
-    ("~/.config/llmcli/config.toml", "config_file",
-     "On macOS ~/Library/Application Support/llmcli/config.toml, on Windows "
-     "%LOCALAPPDATA%\\llmcli\\llmcli\\config.toml."),
-    ("~/.local/share/llmcli/", "data_dir", "Follows $XDG_DATA_HOME; on macOS ~/Library/Application Support/llmcli."),
+    (
+        "~/.config/llmcli/config.toml",
+        "config_file",
+        "On macOS ~/Library/Application Support/llmcli/config.toml, on Windows "
+        "%LOCALAPPDATA%\\llmcli\\llmcli\\config.toml.",
+    ),
+    (
+        "~/.local/share/llmcli/",
+        "data_dir",
+        "Follows $XDG_DATA_HOME; on macOS ~/Library/Application Support/llmcli.",
+    ),
     ("~/.cache/llmcli/", "cache_dir", "Follows $XDG_CACHE_HOME; on macOS ~/Library/Caches/llmcli."),
-]  # fmt: skip
+]
 
 
 def man_page(app: Command, version: str) -> str:
     from llmcli import paths, settings
 
-    out = [f".\\\" {HEADER}", f'.TH LLMCLI 1 "" "llmcli {version}" "User Commands"', ".nh", ".ad l", ".SH NAME",
-           f"llmcli \\- {roff(app.short[0].lower() + app.short[1:])}", ".SH SYNOPSIS"]  # fmt: skip
+    out = [
+        f'.\\" {HEADER}',
+        f'.TH LLMCLI 1 "" "llmcli {version}" "User Commands"',
+        ".nh",
+        ".ad l",
+        ".SH NAME",
+        f"llmcli \\- {roff(app.short[0].lower() + app.short[1:])}",
+        ".SH SYNOPSIS",
+    ]
     leaves = [c for c in app.walk() if c.path and c.invokable]
-    out.append("\\fBllmcli\\fR [\\fIglobal options\\fR] \\fIcommand\\fR [\\fIoptions\\fR] [\\fIarguments\\fR]")
+    out.append(
+        "\\fBllmcli\\fR [\\fIglobal options\\fR] \\fIcommand\\fR [\\fIoptions\\fR] [\\fIarguments\\fR]"
+    )
     for c in leaves:
         out += [".br", synopsis(c)]
     out.append(".SH DESCRIPTION")
     for paragraph in app.description:
         out += [".PP", roff(paragraph)]
-    out += [".PP", "Model text, or one JSON document, goes to standard output; progress, warnings, statistics",
-            "and errors go to standard error. Errors are one line, \\fBllmcli: \\fIkind\\fB: \\fImessage\\fR;",
-            "\\fB\\-\\-debug\\fR adds the traceback.", ".SH GLOBAL OPTIONS",
-            "These come before the command. \\fB\\-h\\fR, \\fB\\-\\-help\\fR also works after any command."]  # fmt: skip
+    out += [
+        ".PP",
+        "Model text, or one JSON document, goes to standard output; progress, warnings, statistics",
+        "and errors go to standard error. Errors are one line, \\fBllmcli: \\fIkind\\fB: \\fImessage\\fR;",
+        "\\fB\\-\\-debug\\fR adds the traceback.",
+        ".SH GLOBAL OPTIONS",
+        "These come before the command. \\fB\\-h\\fR, \\fB\\-\\-help\\fR also works after any command.",
+    ]
     for o in app.options:
         out += man_option(o)
     out.append(".SH COMMANDS")
@@ -647,21 +728,37 @@ def man_page(app: Command, version: str) -> str:
             out += [".PP", "Commands: " + ", ".join(f"\\fB{roff(s.name)}\\fR" for s in c.subcommands) + "."]
         for example in c.examples:
             out += [".PP", "Example:", *roff_code([example])[1:]]
-    out += [".SH CONFIGURATION", "Settings are read from a TOML file (see \\fBFILES\\fR). Each is also an",
-            "environment variable and, for most, a flag. Precedence: command-line flag >",
-            "\\fBLLMCLI_*\\fR environment variable > configuration file > built-in default.",
-            "\\fBllmcli config show\\fR prints every effective value and where it came from;",
-            "\\fBllmcli config set\\fR \\fIkey value\\fR changes the file, keeping its comments.",
-            "An invalid file (bad TOML, unknown key, wrong type) is an error naming the file, the line",
-            "and the key, and no command runs with it."]  # fmt: skip
+    out += [
+        ".SH CONFIGURATION",
+        "Settings are read from a TOML file (see \\fBFILES\\fR). Each is also an",
+        "environment variable and, for most, a flag. Precedence: command-line flag >",
+        "\\fBLLMCLI_*\\fR environment variable > configuration file > built-in default.",
+        "\\fBllmcli config show\\fR prints every effective value and where it came from;",
+        "\\fBllmcli config set\\fR \\fIkey value\\fR changes the file, keeping its comments.",
+        "An invalid file (bad TOML, unknown key, wrong type) is an error naming the file, the line",
+        "and the key, and no command runs with it.",
+    ]
     for s in settings.SETTINGS.values():
         choices = f", one of {', '.join(s.choices)}" if s.choices else ""
         default = '""' if s.default == "" else str(s.default)
-        out += [".TP", f"\\fB{roff(s.key)}\\fR = \\fI{roff(s.type_name)}\\fR{roff(choices)} (default {roff(default)})",
-                f"{roff(s.help)} Environment: \\fB{roff(s.env)}\\fR."]  # fmt: skip
-    out += [".PP", "Example file:", *roff_code([
-        'model = "bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M"', "ctx_size = 8192", "temperature = 0.7",
-        'system = "You are terse."', 'on_overflow = "error"'])]  # fmt: skip
+        out += [
+            ".TP",
+            f"\\fB{roff(s.key)}\\fR = \\fI{roff(s.type_name)}\\fR{roff(choices)} (default {roff(default)})",
+            f"{roff(s.help)} Environment: \\fB{roff(s.env)}\\fR.",
+        ]
+    out += [
+        ".PP",
+        "Example file:",
+        *roff_code(
+            [
+                'model = "bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M"',
+                "ctx_size = 8192",
+                "temperature = 0.7",
+                'system = "You are terse."',
+                'on_overflow = "error"',
+            ]
+        ),
+    ]
     out.append(".SH ENVIRONMENT")
     for name, meaning in environment(app):
         out += [".TP", f"\\fB{roff(name)}\\fR", roff(meaning)]
@@ -669,9 +766,12 @@ def man_page(app: Command, version: str) -> str:
     for shown, function, note in FILES:
         doc = inspect.getdoc(getattr(paths, function)).splitlines()[0]
         out += [".TP", f"\\fI{roff(shown)}\\fR", f"{roff(doc)} {roff(note)}"]
-    out += [".TP", "\\fI~/.cache/huggingface/hub/\\fR",
-            "Downloaded models, in the Hugging Face cache shared with other tools (\\fBHF_HUB_CACHE\\fR, "
-            "\\fBHF_HOME\\fR)."]  # fmt: skip
+    out += [
+        ".TP",
+        "\\fI~/.cache/huggingface/hub/\\fR",
+        "Downloaded models, in the Hugging Face cache shared with other tools (\\fBHF_HUB_CACHE\\fR, "
+        "\\fBHF_HOME\\fR).",
+    ]
     out += [".SH EXIT STATUS"]
     for code, _name, meaning in exit_codes():
         out += [".TP", f"\\fB{code}\\fR", roff(meaning[0].upper() + meaning[1:] + ".")]
@@ -679,8 +779,12 @@ def man_page(app: Command, version: str) -> str:
     for c in app.walk():
         for example in c.examples:
             out += [".PP", roff(f"{c.short}:" if c.path else "Generate text:"), *roff_code([example])[1:]]
-    out += [".SH SEE ALSO", "Shell completion scripts: \\fIcompletions/\\fR in the source tree.",
-            "llama.cpp: \\fIhttps://github.com/ggml\\-org/llama.cpp\\fR.", ""]  # fmt: skip
+    out += [
+        ".SH SEE ALSO",
+        "Shell completion scripts: \\fIcompletions/\\fR in the source tree.",
+        "llama.cpp: \\fIhttps://github.com/ggml\\-org/llama.cpp\\fR.",
+        "",
+    ]
     return "\n".join(out)
 
 
@@ -702,8 +806,11 @@ def render_all() -> dict[Path, str]:
 
 def stale(root: Path = ROOT) -> list[Path]:
     """The generated files whose committed content differs from what the app gives now."""
-    return [path for path, text in render_all().items()
-            if not (root / path).exists() or (root / path).read_text(encoding="utf-8") != text]  # fmt: skip
+    return [
+        path
+        for path, text in render_all().items()
+        if not (root / path).exists() or (root / path).read_text(encoding="utf-8") != text
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

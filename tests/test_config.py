@@ -6,9 +6,12 @@ import json
 import os
 
 import pytest
-from helpers import fake, run  # noqa: F401
+from helpers import (
+    fake,  # noqa: F401 (a fixture, used by name)
+    run,
+)
 
-from llmcli import settings
+from llmcli import loader, settings
 from llmcli.errors import ConfigError
 
 
@@ -42,6 +45,7 @@ def test_empty_environment_variable_counts_as_unset(config_file, monkeypatch):
     assert settings.resolve_with_source("threads") == (3, "config")
 
 
+@pytest.mark.usefixtures("fake")
 @pytest.mark.parametrize(
     ("file", "env", "flag", "expected"),
     [
@@ -52,7 +56,7 @@ def test_empty_environment_variable_counts_as_unset(config_file, monkeypatch):
         (None, None, "0.5", 0.5),
     ],
 )
-def test_precedence_end_to_end(fake, config_file, monkeypatch, file, env, flag, expected):
+def test_precedence_end_to_end(config_file, monkeypatch, file, env, flag, expected):
     if file:
         write(config_file, f"temperature = {file}\nmax_tokens = 7\n")
     if env:
@@ -65,10 +69,11 @@ def test_precedence_end_to_end(fake, config_file, monkeypatch, file, env, flag, 
     assert params["max_tokens"] == (7 if file else 512)
 
 
-def test_config_file_sets_the_system_prompt(fake, config_file):
+@pytest.mark.usefixtures("fake")
+def test_config_file_sets_the_system_prompt(config_file):
     write(config_file, 'system = "Answer in French."\n')
     assert run("generate", "hi").exit_code == 0
-    assert "Answer in French." in fake.made[0].history[0].prompt
+    assert "Answer in French." in loader.engine_factory.made[0].history[0].prompt
 
 
 # -- config show / path -------------------------------------------------------------------------
@@ -99,9 +104,12 @@ def test_show_json(config_file, monkeypatch):
     assert doc["config_file_exists"] is True
     assert set(doc["settings"]) == set(settings.SETTINGS)
     assert doc["settings"]["color"] == {
-        "value": "never", "source": "config", "env": "LLMCLI_COLOR", "default": "auto",
+        "value": "never",
+        "source": "config",
+        "env": "LLMCLI_COLOR",
+        "default": "auto",
         "help": settings.SETTINGS["color"].help,
-    }  # fmt: skip
+    }
     assert doc["settings"]["model"]["value"] == "org/repo:Q8_0"
     assert doc["settings"]["model"]["source"] == "env"
     assert doc["settings"]["top_k"]["source"] == "default"
@@ -142,11 +150,13 @@ def test_set_creates_the_file(config_file):
 
 
 def test_set_keeps_comments_and_order(config_file):
-    write(config_file, "# my settings\nmodel = \"a/b:Q4_K_M\"  # the usual one\n\n# sampling\ntemperature = 0.2\n")
+    write(
+        config_file, '# my settings\nmodel = "a/b:Q4_K_M"  # the usual one\n\n# sampling\ntemperature = 0.2\n'
+    )
     assert run("config", "set", "temperature", "0.7").exit_code == 0
-    assert run("config", "set", "system", "Be brief. Use \"quotes\".").exit_code == 0
+    assert run("config", "set", "system", 'Be brief. Use "quotes".').exit_code == 0
     assert config_file.read_text() == (
-        "# my settings\nmodel = \"a/b:Q4_K_M\"  # the usual one\n\n# sampling\ntemperature = 0.7\n"
+        '# my settings\nmodel = "a/b:Q4_K_M"  # the usual one\n\n# sampling\ntemperature = 0.7\n'
         'system = "Be brief. Use \\"quotes\\"."\n'
     )
     assert settings.resolve("system") == 'Be brief. Use "quotes".'
@@ -157,7 +167,9 @@ def test_set_writes_atomically(config_file, monkeypatch):
 
     calls = []
     real = atomic.write_atomic
-    monkeypatch.setattr(atomic, "write_atomic", lambda path, data, **kw: (calls.append(path), real(path, data, **kw)))
+    monkeypatch.setattr(
+        atomic, "write_atomic", lambda path, data, **kw: (calls.append(path), real(path, data, **kw))
+    )
     assert run("config", "set", "top_k", "20").exit_code == 0
     assert calls == [config_file]
     assert sorted(p.name for p in config_file.parent.iterdir() if p.name.startswith(".config")) == []
@@ -217,7 +229,10 @@ def test_unset_without_a_file_creates_nothing(config_file):
         ("# c\nctx_size = 4096.0\n", "line 2: ctx_size must be an integer, got 4096.0"),
         ("threads = true\n", "line 1: threads must be an integer, got a boolean"),
         ('system = ["a"]\n', "line 1: system must be a string, got an array"),
-        ('on_overflow = "truncate"\n', "line 1: on_overflow must be one of drop-oldest, error, got 'truncate'"),
+        (
+            'on_overflow = "truncate"\n',
+            "line 1: on_overflow must be one of drop-oldest, error, got 'truncate'",
+        ),
         ('"max_tokens" = -1\n', "line 1: max_tokens must be at least 0, got -1"),
     ],
 )
@@ -232,12 +247,13 @@ def test_invalid_file_names_file_line_and_key(config_file, text, message):
     assert result.stderr.startswith(f"llmcli: configuration error: {config_file}, {message}")
 
 
-def test_nothing_runs_with_an_invalid_file(fake, config_file):
-    write(config_file, "temperature = 0.2\ntop_k = \"x\"\n")
+@pytest.mark.usefixtures("fake")
+def test_nothing_runs_with_an_invalid_file(config_file):
+    write(config_file, 'temperature = 0.2\ntop_k = "x"\n')
     result = run("generate", "hi")
     assert result.exit_code == 2
     assert "line 2: top_k must be an integer" in result.stderr
-    assert fake.made == []
+    assert loader.engine_factory.made == []
     assert result.stdout == ""
 
 
@@ -245,11 +261,13 @@ def test_invalid_environment_variable_is_named(monkeypatch):
     monkeypatch.setenv("LLMCLI_TOP_K", "lots")
     result = run("config", "show")
     assert result.exit_code == 2
-    assert result.stderr == "llmcli: configuration error: $LLMCLI_TOP_K: top_k must be an integer, got 'lots'\n"
+    assert (
+        result.stderr == "llmcli: configuration error: $LLMCLI_TOP_K: top_k must be an integer, got 'lots'\n"
+    )
 
 
 def test_unreadable_file(config_file):
-    config_file.write_bytes(b"model = \"\xff\"\n")
+    config_file.write_bytes(b'model = "\xff"\n')
     result = run("config", "show")
     assert result.exit_code == 2
     assert f"{config_file}: not UTF-8 text" in result.stderr
@@ -308,5 +326,7 @@ def test_options_show_their_environment_variable_in_help():
             seen.add(option.envvar)
             result = run(*path, "--help")
             assert f"env var: {option.envvar}" in " ".join(result.stdout.split()), (path, option.name)
-    missing = {s.env for s in settings.SETTINGS.values()} - seen - {"LLMCLI_COLOR"}  # colour: --color/--no-color
+    missing = (
+        {s.env for s in settings.SETTINGS.values()} - seen - {"LLMCLI_COLOR"}
+    )  # colour: --color/--no-color
     assert not missing, f"settings without a flag showing their variable: {missing}"

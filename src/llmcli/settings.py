@@ -43,8 +43,13 @@ SETTINGS: dict[str, Setting] = {
     s.key: s
     for s in [
         Setting("model", str, "", "Default model reference (empty: the bundled Gemma 3 270M)."),
-        Setting("ctx_size", int, 0, "Context size in tokens (0: the model's trained context, capped at 4096).",
-                minimum=0),
+        Setting(
+            "ctx_size",
+            int,
+            0,
+            "Context size in tokens (0: the model's trained context, capped at 4096).",
+            minimum=0,
+        ),
         Setting("gpu_layers", int, -1, "Layers to offload to the GPU (-1: all when the build supports it)."),
         Setting("threads", int, 0, "CPU threads (0: the number of physical cores).", minimum=0),
         Setting("batch_size", int, 512, "Prompt tokens evaluated per batch.", minimum=1),
@@ -53,22 +58,34 @@ SETTINGS: dict[str, Setting] = {
         Setting("top_p", float, 0.95, "Nucleus sampling threshold."),
         Setting("min_p", float, 0.05, "Min-p sampling threshold."),
         Setting("repeat_penalty", float, 1.0, "Repetition penalty (1.0: off)."),
-        Setting("max_tokens", int, 512, "Most tokens to generate (0: until the end or a full context).", minimum=0),
+        Setting(
+            "max_tokens", int, 512, "Most tokens to generate (0: until the end or a full context).", minimum=0
+        ),
         Setting("system", str, "", "System prompt for chat and generate."),
-        Setting("on_overflow", str, "drop-oldest", "Chat policy when history overflows the context.",
-                ("drop-oldest", "error")),
-        Setting("color", str, "auto", "Colour on stderr (auto: on a terminal, unless NO_COLOR is set).",
-                ("auto", "always", "never")),
+        Setting(
+            "on_overflow",
+            str,
+            "drop-oldest",
+            "Chat policy when history overflows the context.",
+            ("drop-oldest", "error"),
+        ),
+        Setting(
+            "color",
+            str,
+            "auto",
+            "Colour on stderr (auto: on a terminal, unless NO_COLOR is set).",
+            ("auto", "always", "never"),
+        ),
     ]
-}  # fmt: skip
+}
 
 # Variables llmcli reads that are not settings, for the man page and `doctor`. A test checks that
 # every variable the source reads is either here or a setting's `env`.
 ENVIRONMENT: dict[str, str] = {
     "LLMCLI_CONFIG": "The configuration file (default: config.toml in the user config directory).",
     "LLMCLI_DATA_DIR": "Sessions, chat history and aliases (default: the user data directory).",
-    "LLMCLI_CACHE_DIR": "Re-creatable files: the assembled default model, hash records (default: the user cache "
-    "directory).",
+    "LLMCLI_CACHE_DIR": "Re-creatable files: the assembled default model, hash records "
+    "(default: the user cache directory).",
     "LLMCLI_DEBUG": "Set to 1 for tracebacks and llama.cpp logs, like --debug.",
     "HF_ENDPOINT": "The Hugging Face Hub or a mirror to download from (default: https://huggingface.co).",
     "HF_TOKEN": "Access token for gated and private repositories (also HUGGING_FACE_HUB_TOKEN).",
@@ -83,7 +100,7 @@ ENVIRONMENT: dict[str, str] = {
     "XDG_CONFIG_HOME": "Base of the user config directory on Linux.",
     "XDG_DATA_HOME": "Base of the user data directory on Linux.",
     "XDG_CACHE_HOME": "Base of the user cache directory on Linux.",
-    "NO_COLOR": "When set and not empty, no colour (unless --color, LLMCLI_COLOR or the config file asks for it).",
+    "NO_COLOR": "When set and not empty, no colour (unless --color, LLMCLI_COLOR or the config file say so).",
     "FORCE_COLOR": "When set and not empty, colour even when stderr is not a terminal.",
 }
 
@@ -102,8 +119,16 @@ def coerce(setting: Setting, raw: Any, *, text: bool = False) -> Any:
         raw = raw.strip()
         try:
             if setting.type is bool:
-                value: Any = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False,
-                              "no": False, "off": False}[raw.lower()]  # fmt: skip
+                value: Any = {
+                    "1": True,
+                    "true": True,
+                    "yes": True,
+                    "on": True,
+                    "0": False,
+                    "false": False,
+                    "no": False,
+                    "off": False,
+                }[raw.lower()]
             else:
                 value = setting.type(raw)
         except (KeyError, ValueError):

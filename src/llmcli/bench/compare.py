@@ -172,14 +172,18 @@ def _json_lines(path: Path, text: str) -> list[Any]:
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError as exc:
-            raise UsageError(f"{path} is not a benchmark result: line {number}: {exc.msg}", hint=_EXPECTED) from None
+            raise UsageError(
+                f"{path} is not a benchmark result: line {number}: {exc.msg}", hint=_EXPECTED
+            ) from None
     return records
 
 
 def normalize(record: Any, path: Path, index: int) -> dict[str, Any]:
     """One record, ours or llama-bench's, with the key fields and tokens/s samples filled in."""
     if not isinstance(record, dict):
-        raise UsageError(f"{path} is not a benchmark result: entry {index + 1} is not an object", hint=_EXPECTED)
+        raise UsageError(
+            f"{path} is not a benchmark result: entry {index + 1} is not an object", hint=_EXPECTED
+        )
     r = dict(record)
     if "test" not in r:
         r["test"] = _llama_bench_name(r, path, index)
@@ -189,7 +193,9 @@ def normalize(record: Any, path: Path, index: int) -> dict[str, Any]:
         r.setdefault(f, None)
     r["samples_ts"] = samples_ts(r)
     if not r["samples_ts"]:
-        raise UsageError(f"{path}: {r['test']} has no samples (samples_ts, samples_ns or avg_ts)", hint=_EXPECTED)
+        raise UsageError(
+            f"{path}: {r['test']} has no samples (samples_ts, samples_ns or avg_ts)", hint=_EXPECTED
+        )
     return r
 
 

@@ -56,7 +56,9 @@ def llama_info() -> dict[str, Any]:
     except ImportError:
         return {}
     info: dict[str, Any] = {"backends": _safe(backend_name)}
-    info["system_info"] = _safe(lambda: llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip())
+    info["system_info"] = _safe(
+        lambda: llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip()
+    )
     info["llama_version"] = _safe(lambda: llama_cpp.llama_version().decode("utf-8", "replace"))
     ggml = _libggml()
     if ggml is not None:

@@ -65,9 +65,9 @@ class FakeBackend:
         if name in self.invalid:
             raise InvalidModelError(f"{path} is not a GGUF file")
         return ModelSummary(
-            ref=ref, path=str(path), filename=name, file_size=1_048_576, model_size=1_000_000, n_params=2_000_000,
-            architecture="fake", quantization="Q4_K_M", size_label="2M", n_layers=4, n_ctx_train=self.n_ctx_train,
-            weight_bytes_per_token=1_000_000,
+            ref=ref, path=str(path), filename=name, file_size=1_048_576, model_size=1_000_000,
+            n_params=2_000_000, architecture="fake", quantization="Q4_K_M", size_label="2M", n_layers=4,
+            n_ctx_train=self.n_ctx_train, weight_bytes_per_token=1_000_000,
         )  # fmt: skip
 
     def load(self, model: ModelSummary, n_gpu_layers: int) -> FakeModel:

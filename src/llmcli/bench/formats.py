@@ -83,7 +83,9 @@ def markdown(run: BenchRun) -> str:
     return "\n".join(parts)
 
 
-def _test_table(rows: list[dict], backend: str, roofline: bool) -> tuple[list[str], list[list[str]], list[bool]]:
+def _test_table(
+    rows: list[dict], backend: str, roofline: bool
+) -> tuple[list[str], list[list[str]], list[bool]]:
     show_ngl = backend != "CPU" or any(r["n_gpu_layers_offloaded"] for r in rows)
     optional = [(key, title) for key, title, default in _OPTIONAL if _shown(rows, key, default)]
     with_gbps = any(r["effective_gbps"] is not None for r in rows)
@@ -120,22 +122,27 @@ def table(head: list[str], body: list[list[str]], right: list[bool]) -> str:
     widths = [max(len(h), *(len(row[i]) for row in body)) for i, h in enumerate(head)]
 
     def line(cells: list[str]) -> str:
-        padded = [c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right)]
+        padded = [c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right, strict=True)]
         return "| " + " | ".join(padded) + " |"
 
-    rule = "| " + " | ".join(("-" * (w - 1) + ":") if r else "-" * w for w, r in zip(widths, right)) + " |"
+    rule = (
+        "| "
+        + " | ".join(("-" * (w - 1) + ":") if r else "-" * w for w, r in zip(widths, right, strict=True))
+        + " |"
+    )
     return "\n".join([line(head), rule, *(line(row) for row in body)]) + "\n"
 
 
 def footer(run: BenchRun) -> str:
     env = run.environment
+    simd = " ".join(env.get("cpu_simd") or []) or "no SIMD flags found"
+    gpu = f"; gpu: {', '.join(env['gpu_info'])}" if env.get("gpu_info") else ""
+    warmup = "yes" if run.settings.get("warmup") else "no"
     lines = [
         f"build: {env.get('build_commit') or 'unknown'} (ggml {env.get('ggml_version') or '?'}), "
         f"llama-cpp-python {env.get('llama_cpp_python_version') or '?'}, llmcli {env.get('llmcli_version')}",
-        f"cpu: {env.get('cpu_info') or 'unknown'} ({' '.join(env.get('cpu_simd') or []) or 'no SIMD flags found'})"
-        + (f"; gpu: {', '.join(env['gpu_info'])}" if env.get("gpu_info") else ""),
-        f"repetitions: {run.settings.get('repetitions')}, warm-up: {'yes' if run.settings.get('warmup') else 'no'}"
-        f", started {run.started_at}",
+        f"cpu: {env.get('cpu_info') or 'unknown'} ({simd}){gpu}",
+        f"repetitions: {run.settings.get('repetitions')}, warm-up: {warmup}, started {run.started_at}",
     ]
     bw = run.bandwidth
     if bw is not None:

@@ -64,7 +64,10 @@ def _kernels(a, b) -> tuple[Callable[[int, int], object], Callable[[int, int], o
     except (OSError, AttributeError):
         fa, fb = a.view(np.float32), b.view(np.float32)
         return (
-            lambda off, size: (np.add.reduce(fa[off // 4 : (off + size) // 4]), np.add.reduce(fb[off // 4 : (off + size) // 4])),
+            lambda off, size: (
+                np.add.reduce(fa[off // 4 : (off + size) // 4]),
+                np.add.reduce(fb[off // 4 : (off + size) // 4]),
+            ),
             lambda off, size: np.copyto(b[off : off + size], a[off : off + size]),
             "numpy float32 sum (read), numpy copyto (copy)",
         )

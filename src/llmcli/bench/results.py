@@ -150,7 +150,9 @@ class ChatTurnResult:
     prompt_tokens: list[int] = field(default_factory=list)
     cached_tokens: list[int] = field(default_factory=list)
     completion_tokens: list[int] = field(default_factory=list)
-    decode_samples_ts: list[float] = field(default_factory=list)  # wall-clock decode tok/s, one per repetition
+    decode_samples_ts: list[float] = field(
+        default_factory=list
+    )  # wall-clock decode tok/s, one per repetition
     warmup: bool = True
 
     @property

@@ -99,7 +99,9 @@ class Event:
 # -- context sizing --------------------------------------------------------------------------
 
 
-def context_sizes(cases: list[Case], models: dict[str, ModelSummary], ctx_size: int | None) -> dict[tuple, int]:
+def context_sizes(
+    cases: list[Case], models: dict[str, ModelSummary], ctx_size: int | None
+) -> dict[tuple, int]:
     """n_ctx for each (model, GPU layers, context settings) group, checked against what fits.
 
     With --ctx-size the context is that size and a test that does not fit is an error; without it
@@ -210,7 +212,9 @@ class _Loop:
             self.progress(Event(index, total, name, kind, rep, self.options.reps))
 
         model = self.models[case.model]
-        result = measure(case, model, loaded, context, n_ctx, self.backend.clock, self.options, phase, self.stop)
+        result = measure(
+            case, model, loaded, context, n_ctx, self.backend.clock, self.options, phase, self.stop
+        )
         self.out.results.append(result)
         self.progress(Event(index, total, name, "done", result=result))
         self.index += 1
@@ -272,9 +276,10 @@ def now_iso() -> str:
 def run_interruptible(work: Callable[[threading.Event], Any], backend: Backend) -> Any:
     """Run `work(stop)` on a worker thread; Ctrl-C sets `stop` and aborts the decode in progress.
 
-    A second Ctrl-C while waiting for the worker to wind down is re-raised.
+    The main thread waits on an Event rather than `Thread.join`: a join interrupted by Ctrl-C can
+    mark a still-running thread as finished. A second Ctrl-C while the worker winds down is re-raised.
     """
-    stop = threading.Event()
+    stop, finished = threading.Event(), threading.Event()
     box: dict[str, Any] = {}
 
     def target() -> None:
@@ -282,20 +287,21 @@ def run_interruptible(work: Callable[[threading.Event], Any], backend: Backend) 
             box["value"] = work(stop)
         except BaseException as exc:  # handed to the main thread
             box["error"] = exc
+        finally:
+            finished.set()
 
-    worker = threading.Thread(target=target, name="llmcli-bench", daemon=True)
-    worker.start()
+    threading.Thread(target=target, name="llmcli-bench", daemon=True).start()
     try:
-        _join(worker)
+        _wait(finished)
     except KeyboardInterrupt:
         stop.set()
         backend.interrupt()
-        _join(worker)
+        _wait(finished)
     if "error" in box:
         raise box["error"]
     return box.get("value")
 
 
-def _join(worker: threading.Thread) -> None:
-    while worker.is_alive():
-        worker.join(0.25)
+def _wait(finished: threading.Event) -> None:
+    while not finished.wait(0.25):
+        pass

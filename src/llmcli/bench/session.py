@@ -70,11 +70,15 @@ def new_run(request: Request, the_plan: Plan, backend: runner.Backend) -> BenchR
         "seed": request.seed, "delay_s": request.delay_s, "ctx_size": request.ctx_size,
         "sweep": {
             "n_prompt": s.n_prompt, "n_gen": s.n_gen, "pg": [list(p) for p in s.pg], "n_depth": s.depth,
-            "n_threads": s.threads, "n_gpu_layers": s.gpu_layers, "n_batch": s.n_batch, "n_ubatch": s.n_ubatch,
-            "flash_attn": s.flash_attn, "type_k": s.type_k, "type_v": s.type_v,
+            "n_threads": s.threads, "n_gpu_layers": s.gpu_layers, "n_batch": s.n_batch,
+            "n_ubatch": s.n_ubatch, "flash_attn": s.flash_attn, "type_k": s.type_k, "type_v": s.type_v,
         },
     }  # fmt: skip
-    planned = chat.planned(the_plan.cases, chat_options(request)) if request.scenario == "chat" else len(the_plan.cases)
+    planned = (
+        chat.planned(the_plan.cases, chat_options(request))
+        if request.scenario == "chat"
+        else len(the_plan.cases)
+    )
     return BenchRun(backend.environment(), settings, planned, runner.now_iso())
 
 
@@ -98,8 +102,12 @@ def execute(
 
     def work(stop: threading.Event) -> BenchRun:
         if request.scenario == "chat":
-            return chat.run_chat(the_plan.cases, the_plan.models, backend, run, chat_options(request), progress, stop)
-        options = runner.Options(request.reps, request.warmup, request.seed, request.delay_s, request.ctx_size)
+            return chat.run_chat(
+                the_plan.cases, the_plan.models, backend, run, chat_options(request), progress, stop
+            )
+        options = runner.Options(
+            request.reps, request.warmup, request.seed, request.delay_s, request.ctx_size
+        )
         return runner.run_tests(the_plan.cases, the_plan.models, backend, run, options, progress, stop)
 
     return runner.run_interruptible(work, backend)

@@ -85,7 +85,10 @@ def _betacf(a: float, b: float, x: float, eps: float = 1e-15, max_iter: int = 50
     h = d
     for m in range(1, max_iter + 1):
         m2 = 2 * m
-        for numerator in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+        for numerator in (
+            m * (b - m) * x / ((qam + m2) * (a + m2)),
+            -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2)),
+        ):
             d = 1.0 + numerator * d
             d = 1.0 / (d if abs(d) > tiny else tiny)
             c = 1.0 + numerator / c

@@ -134,7 +134,9 @@ def expand(sweep: Sweep) -> list[Case]:
         for ngl in sweep.gpu_layers:
             for context in contexts:
                 for depth in sweep.depth:
-                    cases += [Case(str(model), ngl, context, TestSpec(t.n_prompt, t.n_gen, depth)) for t in tests]
+                    cases += [
+                        Case(str(model), ngl, context, TestSpec(t.n_prompt, t.n_gen, depth)) for t in tests
+                    ]
     return cases
 
 
@@ -158,7 +160,9 @@ def parse_ints(flag: str, values: list[str] | None, default: list[int], *, minim
 def _items(flag: str, values: list[str]) -> list[str]:
     items = [part.strip() for value in values for part in value.split(",")]
     if any(not item for item in items):
-        raise UsageError(f"{flag}: empty value in {','.join(values)!r}", hint="separate values with single commas")
+        raise UsageError(
+            f"{flag}: empty value in {','.join(values)!r}", hint="separate values with single commas"
+        )
     return items
 
 
@@ -172,7 +176,9 @@ def _parse_item(flag: str, item: str, minimum: int) -> list[int]:
             hint="use a number, a comma list, or a range first-last, first-last+step or first-last*mult",
         )
     first, last, op, step = match.groups()
-    values = [int(first)] if last is None else _range(flag, item, int(first), int(last), op or "+", int(step or 1))
+    values = (
+        [int(first)] if last is None else _range(flag, item, int(first), int(last), op or "+", int(step or 1))
+    )
     low = min(values)
     if low < minimum:
         raise UsageError(f"{flag} must be >= {minimum}, got {low}")
@@ -181,7 +187,9 @@ def _parse_item(flag: str, item: str, minimum: int) -> list[int]:
 
 def _range(flag: str, item: str, first: int, last: int, op: str, step: int) -> list[int]:
     if last < first:
-        raise UsageError(f"{flag}: malformed range {item!r}: the last value {last} is below the first {first}")
+        raise UsageError(
+            f"{flag}: malformed range {item!r}: the last value {last} is below the first {first}"
+        )
     if op == "+" and step < 1:
         raise UsageError(f"{flag}: malformed range {item!r}: the step must be at least 1")
     if op == "*" and (step < 2 or first < 1):
@@ -199,7 +207,9 @@ def parse_pairs(flag: str, values: list[str] | None) -> list[tuple[int, int]]:
     for value in values or []:
         parts = [p.strip() for p in value.split(",")]
         if len(parts) != 2 or not all(re.fullmatch(r"-?\d+", p) for p in parts):
-            raise UsageError(f"{flag}: malformed value {value!r}", hint=f"use {flag} PROMPT,GEN, e.g. {flag} 512,128")
+            raise UsageError(
+                f"{flag}: malformed value {value!r}", hint=f"use {flag} PROMPT,GEN, e.g. {flag} 512,128"
+            )
         p, n = int(parts[0]), int(parts[1])
         if p < 1 or n < 1:
             raise UsageError(f"{flag}: both sizes must be >= 1, got {value}")
@@ -230,7 +240,9 @@ def parse_cache_types(flag: str, values: list[str] | None) -> list[str]:
     out = []
     for item in _items(flag, values):
         if item.lower() not in CACHE_TYPES:
-            raise UsageError(f"{flag}: unknown KV cache type {item!r}", hint=f"one of {', '.join(CACHE_TYPES)}")
+            raise UsageError(
+                f"{flag}: unknown KV cache type {item!r}", hint=f"one of {', '.join(CACHE_TYPES)}"
+            )
         out.append(item.lower())
     return _dedupe(out)
 

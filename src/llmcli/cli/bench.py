@@ -33,50 +33,75 @@ Models = Annotated[
         show_default=False, metavar="MODEL",
     ),
 ]  # fmt: skip
-NPrompt = Annotated[list[str] | None, _list_option("--n-prompt", "-p", help="Prompt sizes for pp tests (default 512).")]
-NGen = Annotated[list[str] | None, _list_option("--n-gen", "-n", help="Generation lengths for tg tests (default 128).")]
+NPrompt = Annotated[
+    list[str] | None, _list_option("--n-prompt", "-p", help="Prompt sizes for pp tests (default 512).")
+]
+NGen = Annotated[
+    list[str] | None, _list_option("--n-gen", "-n", help="Generation lengths for tg tests (default 128).")
+]
 PromptGen = Annotated[
-    list[str] | None, _list_option("--pg", "-pg", help="Prefill then generate in one test: PROMPT,GEN; repeatable.")
+    list[str] | None,
+    _list_option("--pg", "-pg", help="Prefill then generate in one test: PROMPT,GEN; repeatable."),
 ]
 Depth = Annotated[
     list[str] | None, _list_option("--n-depth", "-d", help="Tokens already in the KV cache (default 0).")
 ]
-Threads = Annotated[list[str] | None, _list_option("--threads", "-t", help="CPU threads (default: physical cores).")]
-GpuLayers = Annotated[
-    list[str] | None, _list_option("--n-gpu-layers", "-ngl", help="Layers to offload to the GPU (default 99).")
+Threads = Annotated[
+    list[str] | None, _list_option("--threads", "-t", help="CPU threads (default: physical cores).")
 ]
-Batch = Annotated[list[str] | None, _list_option("--batch-size", "-b", help="Logical batch size (default 2048).")]
-UBatch = Annotated[list[str] | None, _list_option("--ubatch-size", "-ub", help="Physical batch size (default 512).")]
+GpuLayers = Annotated[
+    list[str] | None,
+    _list_option("--n-gpu-layers", "-ngl", help="Layers to offload to the GPU (default 99)."),
+]
+Batch = Annotated[
+    list[str] | None, _list_option("--batch-size", "-b", help="Logical batch size (default 2048).")
+]
+UBatch = Annotated[
+    list[str] | None, _list_option("--ubatch-size", "-ub", help="Physical batch size (default 512).")
+]
 FlashAttn = Annotated[
     list[str] | None, _list_option("--flash-attn", "-fa", help="Flash attention: 0, 1 or auto (default 0).")
 ]
-CacheK = Annotated[list[str] | None, _list_option("--cache-type-k", "-ctk", help="K cache type (default f16).")]
+CacheK = Annotated[
+    list[str] | None, _list_option("--cache-type-k", "-ctk", help="K cache type (default f16).")
+]
 CacheV = Annotated[
     list[str] | None,
     _list_option("--cache-type-v", "-ctv", help="V cache type (default f16; quantized types need -fa 1)."),
 ]
 Reps = Annotated[
-    int, typer.Option("--repetitions", "-r", min=1, metavar="N", help="Timed runs per test.", rich_help_panel=RUN_PANEL)
+    int,
+    typer.Option(
+        "--repetitions", "-r", min=1, metavar="N", help="Timed runs per test.", rich_help_panel=RUN_PANEL
+    ),
 ]
 NoWarmup = Annotated[
     bool, typer.Option("--no-warmup", help="Skip the untimed warm-up run.", rich_help_panel=RUN_PANEL)
 ]
 Output = Annotated[
-    str, typer.Option("--output", "-o", metavar="FORMAT", help="Output format: md, csv, json or jsonl.",
-                      rich_help_panel=RUN_PANEL)
+    str,
+    typer.Option(
+        "--output",
+        "-o",
+        metavar="FORMAT",
+        help="Output format: md, csv, json or jsonl.",
+        rich_help_panel=RUN_PANEL,
+    ),
 ]
 Scenario = Annotated[
     str,
     typer.Option(
-        "--scenario", metavar="NAME", help="tests: llama-bench's pp/tg/pg tests; chat: a scripted conversation through the "
-        "chat template, time to first token and decode speed per turn, KV cache reused and not.",
+        "--scenario", metavar="NAME",
+        help="tests: llama-bench's pp/tg/pg tests; chat: a scripted conversation through the chat "
+        "template, time to first token and decode speed per turn, KV cache reused and not.",
         rich_help_panel=RUN_PANEL,
     ),
 ]  # fmt: skip
 Roofline = Annotated[
     bool,
     typer.Option(
-        "--roofline", help="Measure this machine's memory bandwidth and show decode traffic as a fraction of it.",
+        "--roofline",
+        help="Measure this machine's memory bandwidth and show decode traffic as a fraction of it.",
         rich_help_panel=RUN_PANEL,
     ),
 ]  # fmt: skip
@@ -89,9 +114,15 @@ CtxSize = Annotated[
     ),
 ]  # fmt: skip
 Delay = Annotated[
-    float, typer.Option("--delay", min=0, metavar="SECONDS", help="Seconds to pause between tests.", rich_help_panel=RUN_PANEL)
+    float,
+    typer.Option(
+        "--delay", min=0, metavar="SECONDS", help="Seconds to pause between tests.", rich_help_panel=RUN_PANEL
+    ),
 ]
-Seed = Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the synthetic token ids.", rich_help_panel=RUN_PANEL)]
+Seed = Annotated[
+    int,
+    typer.Option("--seed", metavar="N", help="Seed of the synthetic token ids.", rich_help_panel=RUN_PANEL),
+]
 
 bench_app = typer.Typer(
     name="bench",
@@ -143,8 +174,12 @@ def bench(
     sweep = _sweep(model, n_prompt, n_gen, pg, depth, threads, gpu_layers, batch_size, ubatch_size,
                    flash_attn, cache_type_k, cache_type_v)  # fmt: skip
     if scenario == "chat" and (n_prompt or pg or depth):
-        raise UsageError("-p, -pg and -d do not apply to --scenario chat (its prompts are the script's turns)")
-    request = session.Request(sweep, scenario, repetitions, not no_warmup, roofline, ctx_size, delay, seed, offline)
+        raise UsageError(
+            "-p, -pg and -d do not apply to --scenario chat (its prompts are the script's turns)"
+        )
+    request = session.Request(
+        sweep, scenario, repetitions, not no_warmup, roofline, ctx_size, delay, seed, offline
+    )
     backend = runner.make_backend(debug=render.debug())
     plan = session.plan(request, backend)
     _warn_dropped(plan.dropped)
@@ -154,16 +189,24 @@ def bench(
     sys.stdout.write(formats.render(run, output))
     sys.stdout.flush()
     if run.interrupted:
-        render.warn(f"interrupted: {len(run.results)} of {run.planned} results finished; they are marked incomplete")
+        render.warn(
+            f"interrupted: {len(run.results)} of {run.planned} results finished; they are marked incomplete"
+        )
         raise typer.Exit(int(ExitCode.INTERRUPTED))
 
 
 @bench_app.command("compare")
 def compare(
-    old: Annotated[Path, typer.Argument(help="The baseline: llmcli bench -o json/jsonl, or llama-bench -o json.")],
+    old: Annotated[
+        Path, typer.Argument(help="The baseline: llmcli bench -o json/jsonl, or llama-bench -o json.")
+    ],
     new: Annotated[Path, typer.Argument(help="The run to compare against it.")],
-    alpha: Annotated[float, typer.Option("--alpha", metavar="P", help="Significance level of the t-test.")] = 0.05,
-    output: Annotated[str, typer.Option("--output", "-o", metavar="FORMAT", help="Output format: md or json.")] = "md",
+    alpha: Annotated[
+        float, typer.Option("--alpha", metavar="P", help="Significance level of the t-test.")
+    ] = 0.05,
+    output: Annotated[
+        str, typer.Option("--output", "-o", metavar="FORMAT", help="Output format: md or json.")
+    ] = "md",
 ) -> None:
     """Per test: new/old speed ratio, and whether the difference is larger than the noise (Welch's t-test).
 
@@ -212,7 +255,8 @@ def _warn_dropped(dropped) -> None:
     from llmcli import render
 
     for c in dropped:
-        render.warn(f"skipping -fa {c.flash_attn_label} with -ctv {c.type_v}: a quantized V cache needs flash attention")
+        label = f"-fa {c.flash_attn_label} with -ctv {c.type_v}"
+        render.warn(f"skipping {label}: a quantized V cache needs flash attention")
 
 
 class Progress:

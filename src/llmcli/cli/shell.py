@@ -66,13 +66,22 @@ def config_show(as_json: Json = False) -> None:
     values = settings.effective()
     path = paths.config_file()
     if as_json:
-        render.out_json({
-            "config_file": str(path),
-            "config_file_exists": path.exists(),
-            "settings": {key: {"value": value, "source": source, "env": settings.SETTINGS[key].env,
-                               "default": settings.SETTINGS[key].default, "help": settings.SETTINGS[key].help}
-                         for key, (value, source) in values.items()},
-        })  # fmt: skip
+        render.out_json(
+            {
+                "config_file": str(path),
+                "config_file_exists": path.exists(),
+                "settings": {
+                    key: {
+                        "value": value,
+                        "source": source,
+                        "env": settings.SETTINGS[key].env,
+                        "default": settings.SETTINGS[key].default,
+                        "help": settings.SETTINGS[key].help,
+                    }
+                    for key, (value, source) in values.items()
+                },
+            }
+        )
         return
     render.out_text(format_show(values, str(path), path.exists()))
 
@@ -84,9 +93,13 @@ def format_show(values: dict[str, tuple[Any, str]], path: str, exists: bool) -> 
     from llmcli.settings import SETTINGS
 
     origins = {"default": "default", "config": "config file", "env": "$"}
-    lines = [(f"{key} = {tomlkit.item(value).as_string()}",
-              origins[source] + (SETTINGS[key].env if source == "env" else ""))
-             for key, (value, source) in values.items()]  # fmt: skip
+    lines = [
+        (
+            f"{key} = {tomlkit.item(value).as_string()}",
+            origins[source] + (SETTINGS[key].env if source == "env" else ""),
+        )
+        for key, (value, source) in values.items()
+    ]
     width = max(len(assignment) for assignment, _ in lines)
     head = f"# {path}{'' if exists else ' (not present)'}\n"
     return head + "".join(f"{assignment:<{width}}  # {origin}\n" for assignment, origin in lines)
@@ -106,17 +119,24 @@ def config_path() -> None:
 # Unknown options pass through as arguments, so that `config set gpu_layers -1` needs no `--`.
 @config_app.command("set", context_settings={"ignore_unknown_options": True})
 def config_set(
-    key: Annotated[str, typer.Argument(help="The setting, as `config show` names it.", metavar="KEY",
-                                       autocompletion=_complete_keys, show_default=False)],
+    key: Annotated[
+        str,
+        typer.Argument(
+            help="The setting, as `config show` names it.",
+            metavar="KEY",
+            autocompletion=_complete_keys,
+            show_default=False,
+        ),
+    ],
     value: Annotated[str, typer.Argument(help="Its new value.", metavar="VALUE", show_default=False)],
 ) -> None:
     """Set a value in the configuration file, keeping its comments; the file is replaced atomically.
 
     Example: llmcli config set ctx_size 8192
-    """  # fmt: skip
-    from llmcli import paths, settings
-
+    """
     import tomlkit
+
+    from llmcli import paths, settings
 
     stored = settings.set_value(key, value)
     render.info(f"{key} = {tomlkit.item(stored).as_string()} in {paths.config_file()}")
@@ -124,13 +144,20 @@ def config_set(
 
 @config_app.command("unset")
 def config_unset(
-    key: Annotated[str, typer.Argument(help="The setting to remove from the file.", metavar="KEY",
-                                       autocompletion=_complete_keys_in_file, show_default=False)],
+    key: Annotated[
+        str,
+        typer.Argument(
+            help="The setting to remove from the file.",
+            metavar="KEY",
+            autocompletion=_complete_keys_in_file,
+            show_default=False,
+        ),
+    ],
 ) -> None:
     """Remove a setting from the configuration file, so that its default applies again.
 
     Example: llmcli config unset temperature
-    """  # fmt: skip
+    """
     from llmcli import paths, settings
 
     if settings.unset_value(key):
@@ -143,7 +170,9 @@ def config_unset(
 
 
 def doctor(
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document (for bug reports).")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON document (for bug reports).")
+    ] = False,
     offline: Annotated[bool, typer.Option("--offline", help="Do not check whether the hub answers.")] = False,
 ) -> None:
     """Check this installation: versions, compute backend and GPU, directories, hub, default model.
@@ -219,8 +248,9 @@ def complete_values_of(param, path: str, incomplete: str) -> list[str]:
         return []
     from typer import Context
 
-    ctx = Context(param_command(param, path), info_name=path.split()[-1] if path else "llmcli",
-                  resilient_parsing=True)  # fmt: skip
+    ctx = Context(
+        param_command(param, path), info_name=path.split()[-1] if path else "llmcli", resilient_parsing=True
+    )
     return [item.value for item in param.shell_complete(ctx, incomplete)]
 
 
@@ -255,7 +285,9 @@ def fast_complete(argv: list[str]) -> int:
     from llmcli.cli.app import app
 
     try:
-        values = complete_values(typer.main.get_command(app), args[0], args[1], args[2] if len(args) == 3 else "")
+        values = complete_values(
+            typer.main.get_command(app), args[0], args[1], args[2] if len(args) == 3 else ""
+        )
     except Exception:
         return 0
     sys.stdout.write("".join(f"{value}\n" for value in values))

@@ -189,6 +189,9 @@ class LlamaEngine:
         params.n_threads = threads
         params.n_threads_batch = threads
         params.no_perf = False
+        # We read logits for one position per batch. Left at 0, llama.cpp sizes its output and
+        # compute buffers for n_batch rows x n_vocab: 512 MB more RSS for a 262k vocabulary.
+        params.n_outputs_max = 1
         params.swa_full = opts.swa_full
         params.flash_attn_type = {
             None: L.LLAMA_FLASH_ATTN_TYPE_AUTO,

@@ -1,0 +1,94 @@
+"""`llmcli bench` on the real Gemma 3 270M through llama.cpp, with tiny sizes (speed is not asserted)."""
+
+from __future__ import annotations
+
+import _thread
+import json
+import random
+import threading
+import time
+
+import pytest
+from helpers import run
+
+pytestmark = pytest.mark.model
+
+
+def _bench(*args: str) -> dict:
+    result = run("bench", "-t", "1", "-r", "1", "-o", "json", *args)
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_pp_and_tg_on_the_default_model():
+    doc = _bench("-p", "16", "-n", "4", "-r", "2")
+    pp, tg = doc["results"]
+    assert (pp["test"], tg["test"]) == ("pp16", "tg4")
+    assert all(v > 0 for r in (pp, tg) for v in r["samples_ts"]) and len(tg["samples_ns"]) == 2
+    assert pp["model_type"] == "gemma3 270M Q4_K_M" and pp["model_quantization"] == "Q4_K_M"
+    assert pp["model_n_params"] == 268_098_176 and pp["model_size"] == 246_587_904
+    assert tg["weight_bytes_per_token"] == 246_587_904  # tied embeddings: the whole table is read
+    assert tg["effective_gbps"] > 0 and pp["effective_gbps"] is None
+    assert pp["n_gpu_layers_offloaded"] == 0 or doc["environment"]["backends"] != "CPU"
+    env = doc["environment"]
+    assert env["build_commit"] and env["llama_cpp_python_version"] and env["system_info"].startswith("CPU")
+    assert env["cpu_info"] and env["backends"]
+
+
+def test_depth_pg_flash_attention_and_quantized_cache():
+    doc = _bench("-p", "0", "-n", "0", "-pg", "8,2", "-d", "0,24", "-fa", "1", "-ctk", "q8_0", "-ctv", "q8_0")
+    assert [r["test"] for r in doc["results"]] == ["pp8+tg2", "pp8+tg2 @ d24"]
+    assert all(r["type_v"] == "q8_0" and r["flash_attn"] is True for r in doc["results"])
+
+
+def test_depth_is_trimmed_with_seq_rm():
+    import llama_cpp
+
+    from llmcli.bench.llama_backend import LlamaBackend
+    from llmcli.bench.sweep import ContextSpec, TestSpec
+    from llmcli.hub.default_model import model_path
+
+    backend = LlamaBackend()
+    model = backend.load(backend.inspect(str(model_path()), "gemma3-270m"), 0)
+    context = model.new_context(ContextSpec(1, 64, 64, False), 256)
+    rng = random.Random(0)
+    try:
+        context.set_depth(20, rng)
+        context.run(context.prepare(TestSpec(8, 2), rng))
+        assert context.n_cached == 30
+        assert llama_cpp.llama_memory_seq_pos_max(context.mem, 0) == 29
+        context.set_depth(20, rng)
+        assert llama_cpp.llama_memory_seq_pos_max(context.mem, 0) == 19
+        context.set_depth(0, rng)
+        assert llama_cpp.llama_memory_seq_pos_max(context.mem, 0) == -1
+    finally:
+        context.close()
+        model.close()
+
+
+def test_chat_scenario_through_the_real_template():
+    doc = _bench("--scenario", "chat", "-n", "4", "--no-warmup")
+    rows = doc["results"]
+    assert [(r["cache"], r["turn"]) for r in rows] == [
+        (m, t) for m in ("reuse", "fresh") for t in (1, 2, 3, 4)
+    ]
+    reuse, fresh = rows[:4], rows[4:]
+    assert all(r["samples_ttft_ns"][0] > 0 for r in rows)
+    assert all(r["cached_tokens"] == [0] for r in fresh)
+    assert all(r["cached_tokens"][0] > 0 for r in reuse[1:])
+    assert all(r["prompt_tokens"][0] > 20 for r in rows)
+
+
+def test_ctrl_c_aborts_a_long_prefill():
+    from llmcli.bench import session
+    from llmcli.bench.llama_backend import LlamaBackend
+    from llmcli.bench.sweep import Sweep
+
+    backend = LlamaBackend()
+    request = session.Request(Sweep(n_prompt=[2048], n_gen=[0], threads=[1], n_batch=[2048]), reps=5)
+    plan = session.plan(request, backend)
+    threading.Timer(1.0, _thread.interrupt_main).start()
+    started = time.perf_counter()
+    result = session.execute(request, plan, backend)
+    assert result.interrupted and not result.complete and result.results == []
+    assert time.perf_counter() - started < 10  # a full run would take far longer on two cores
