@@ -118,8 +118,8 @@ def describe_app() -> Command:
 
 def describe(cmd, path: str) -> Command:
     params = [p for p in cmd.params if not getattr(p, "hidden", False)]
-    options = [describe_param(p, path) for p in params if p.param_type_name == "option"] + [HELP_OPTION]
-    arguments = [describe_param(p, path) for p in params if p.param_type_name == "argument"]
+    options = [describe_param(cmd, p, path) for p in params if p.param_type_name == "option"] + [HELP_OPTION]
+    arguments = [describe_param(cmd, p, path) for p in params if p.param_type_name == "argument"]
     subcommands = [
         describe(sub, f"{path} {name}".strip())
         for name, sub in getattr(cmd, "commands", {}).items()
@@ -129,7 +129,7 @@ def describe(cmd, path: str) -> Command:
     return Command(path, inspect.cleandoc(cmd.help or ""), options, arguments, subcommands, invokable)
 
 
-def describe_param(p, path: str) -> Param:
+def describe_param(cmd, p, path: str) -> Param:
     from llmcli import settings
     from llmcli.cli import shell
 
@@ -140,7 +140,7 @@ def describe_param(p, path: str) -> Param:
     if is_option and getattr(p, "is_flag", False):
         kind = "flag"
     elif (path, p.name) in shell.STATIC_COMPLETIONS:
-        kind, choices = "choice", list(shell.complete_values_of(p, path, ""))
+        kind, choices = "choice", list(shell.complete_values_of(cmd, p, ""))
     elif p.name in shell.MODEL_PARAMS or p._custom_shell_complete is not None:
         kind = "dynamic"
     elif desc.is_choice and desc.choices:

@@ -115,9 +115,9 @@ def build_repos(root: Path, tmp: Path) -> Repos:
 def _tiny(repos: Repos, tmp: Path) -> None:
     repo = "test/tiny-GGUF"
     _new_repo(repos, repo)
+    meta = {"size_label": "8K", "license": "apache-2.0", "chat_template": "{{ messages }}"}
     for label, ftype in (("Q4_K_M", Q4_K_M), ("Q8_0", Q8_0), ("IQ4_XS", IQ4_XS), ("Q2_K", Q2_K)):
-        _add(repos, repo, f"tiny-{label}.gguf", _model(tmp, f"tiny {label}", ftype, size_label="8K",
-                                                       license="apache-2.0", chat_template="{{ messages }}"))  # fmt: skip
+        _add(repos, repo, f"tiny-{label}.gguf", _model(tmp, f"tiny {label}", ftype, **meta))
     _add(repos, repo, "mmproj-tiny-F16.gguf", _model(tmp, "projector", 1))
     _add(repos, repo, "README.md", b"# tiny\n")
     repos.commits[repo] = _commit(repos.root / "models" / repo, "tiny models")

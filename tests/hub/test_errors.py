@@ -52,7 +52,9 @@ def test_quantization_the_repository_does_not_have_lists_those_it_has(hub):
 
 
 def test_file_the_repository_does_not_have(hub):
-    one_line_error(run("pull", "test/tiny-GGUF/nope.gguf"), 3, "has no model file nope.gguf", "tiny-Q4_K_M.gguf")
+    one_line_error(
+        run("pull", "test/tiny-GGUF/nope.gguf"), 3, "has no model file nope.gguf", "tiny-Q4_K_M.gguf"
+    )
 
 
 def test_revision_that_does_not_exist(hub):
@@ -75,7 +77,9 @@ def test_hub_unreachable_after_bounded_retries(monkeypatch):
     endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     monkeypatch.setenv("HF_ENDPOINT", endpoint)
     result = run("pull", "test/tiny-GGUF")
-    line = one_line_error(result, 6, f"cannot reach the hub at {endpoint} after 3 attempts", "connection refused")
+    line = one_line_error(
+        result, 6, f"cannot reach the hub at {endpoint} after 3 attempts", "connection refused"
+    )
     assert "HF_ENDPOINT" in line and "--offline" in line
     assert result.stderr.count("retrying") == 2
 
@@ -88,7 +92,9 @@ def test_pull_of_a_local_file_or_unknown_alias(tmp_path):
 
 
 def test_rm_of_something_not_present(hub):
-    one_line_error(run("models", "rm", "--yes", "test/tiny-GGUF:Q8_0"), 3, "test/tiny-GGUF:Q8_0 is not downloaded")
+    one_line_error(
+        run("models", "rm", "--yes", "test/tiny-GGUF:Q8_0"), 3, "test/tiny-GGUF:Q8_0 is not downloaded"
+    )
     one_line_error(run("models", "rm", "--yes", "nosuchalias"), 3, "no model or alias named 'nosuchalias'")
 
 
@@ -102,6 +108,8 @@ def test_no_space_left_is_refused_before_writing(hub, monkeypatch):
     from llmcli.hub import download
 
     monkeypatch.setattr(download, "free_space", lambda folder: 1000)
-    line = one_line_error(run("pull", "test/lfs-GGUF/big-Q8_0.gguf"), 1, "needs 8.4 MB but only 1.0 kB is free")
+    line = one_line_error(
+        run("pull", "test/lfs-GGUF/big-Q8_0.gguf"), 1, "needs 8.4 MB but only 1.0 kB is free"
+    )
     assert "HF_HUB_CACHE" in line
     nothing_cached("test/lfs-GGUF")

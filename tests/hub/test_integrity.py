@@ -92,7 +92,10 @@ def test_a_partial_file_with_wrong_bytes_never_passes(proxy):
 
 @pytest.mark.parametrize(
     ("ref", "name", "algo"),
-    [("test/tiny-GGUF:Q8_0", "tiny-Q8_0.gguf", "git-sha1"), ("test/lfs-GGUF:Q4_K_M", "lfs-Q4_K_M.gguf", "sha256")],
+    [
+        ("test/tiny-GGUF:Q8_0", "tiny-Q8_0.gguf", "git-sha1"),
+        ("test/lfs-GGUF:Q4_K_M", "lfs-Q4_K_M.gguf", "sha256"),
+    ],
 )
 def test_content_that_does_not_match_the_hubs_hash_is_refused(proxy, ref, name, algo):
     proxy.state.corrupt.add(name)
@@ -150,7 +153,11 @@ def test_disk_filling_up_mid_download_leaves_nothing_half_written(hub):
                           preexec_fn=_limit_file_size(2_000_000))  # fmt: skip
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, err.decode()
-    assert err.decode().splitlines()[-1].startswith(f"llmcli: no space left: the disk filled up while writing {BIG}"), err.decode()
+    assert (
+        err.decode()
+        .splitlines()[-1]
+        .startswith(f"llmcli: no space left: the disk filled up while writing {BIG}")
+    ), err.decode()
     assert blobs("test/lfs-GGUF") == [] and snapshot_entries("test/lfs-GGUF") == []
 
 
@@ -192,7 +199,9 @@ def test_read_only_cache(hub):
 
 def test_two_pulls_of_the_same_file_at_once(proxy):
     proxy.state.rate = 6_000_000  # about 1.4 s for the file, so the two overlap
-    procs = [cli_subprocess("pull", BIG_REF, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    procs = [
+        cli_subprocess("pull", BIG_REF, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)
+    ]
     errs = [p.communicate(timeout=60)[1].decode() for p in procs]
     assert [p.returncode for p in procs] == [0, 0], errs
     assert sum("waiting for another download of" in e for e in errs) == 1, errs
@@ -229,3 +238,30 @@ def test_progress_on_a_terminal_shows_size_speed_and_time_left(proxy):
     assert re.search(r"\d+(\.\d+)?/8\.4 MB", text), text  # done of total
     assert re.search(r"\d+(\.\d+)? [kM]B/s", text), text  # speed
     assert re.search(r"\d:\d\d:\d\d", text), text  # time left
+
+
+def test_loads_trust_the_record_instead_of_rehashing(hub, monkeypatch):
+    from huggingface_hub import hf_hub_download
+
+    from llmcli.hub import hashing
+    from llmcli.hub.resolve import resolve_model
+
+    assert run("pull", "test/lfs-GGUF:Q4_K_M").exit_code == 0
+    hf_hub_download("test/lfs-GGUF", "lfs-Q5_K_M.gguf", cache_dir=hub_cache(), endpoint=hub.url)
+    hashed: list[Path] = []
+    real = hashing.hash_file
+    monkeypatch.setattr(hashing, "hash_file", lambda path, *a, **k: hashed.append(path) or real(path, *a, **k))
+    for _ in range(3):
+        resolve_model("test/lfs-GGUF:Q4_K_M", offline=True)  # pulled by llmcli: checked at download
+        resolve_model("test/lfs-GGUF:Q5_K_M", offline=True)  # fetched by another tool: checked once
+    assert [p.name for p in hashed] == [hub.repos.sha256("test/lfs-GGUF/lfs-Q5_K_M.gguf")]
+
+
+def test_a_complete_partial_file_is_checked_and_installed_without_downloading(proxy):
+    sha = big_sha(proxy.hub)
+    partial(sha).parent.mkdir(parents=True)
+    partial(sha).write_bytes(big_bytes(proxy.hub))  # e.g. killed between the last byte and the rename
+    result = run("pull", BIG_REF)
+    assert result.exit_code == 0, result.stderr
+    assert proxy.state.gets(BIG) == []
+    assert [p.name for p in blobs("test/lfs-GGUF")] == [sha]

@@ -149,7 +149,10 @@ def test_rm_keeps_a_file_another_model_uses(hub):
     pulled("test/twins-GGUF:Q4_K_M", "test/twins-GGUF:Q4_K_S")
     assert len(blobs("test/twins-GGUF")) == 1
     result = run("models", "rm", "-y", "test/twins-GGUF:Q4_K_S")
-    assert result.stderr == "removed test/twins-GGUF:Q4_K_S, freed 0 B; its data is still used by another model\n"
+    assert (
+        result.stderr
+        == "removed test/twins-GGUF:Q4_K_S, freed 0 B; its data is still used by another model\n"
+    )
     path = Path(run("models", "path", "test/twins-GGUF:Q4_K_M").stdout.strip())
     assert path.read_bytes() == hub.repos.content("test/twins-GGUF/twins-Q4_K_M.gguf")
 
@@ -157,7 +160,9 @@ def test_rm_keeps_a_file_another_model_uses(hub):
 def test_rm_split_model_and_other_tools_files_stay(hub):
     from huggingface_hub import hf_hub_download
 
-    hf_hub_download("test/split-GGUF", "Q8_0/split-Q8_0-00001-of-00002.gguf", cache_dir=hub_cache(), endpoint=hub.url)
+    hf_hub_download(
+        "test/split-GGUF", "Q8_0/split-Q8_0-00001-of-00002.gguf", cache_dir=hub_cache(), endpoint=hub.url
+    )
     pulled("test/split-GGUF:Q4_K_M")
     assert run("models", "rm", "-y", "test/split-GGUF:Q4_K_M").exit_code == 0
     assert len(blobs("test/split-GGUF")) == 1  # the file another tool fetched is still there
@@ -167,7 +172,9 @@ def test_rm_split_model_and_other_tools_files_stay(hub):
 def test_rm_asks_first(hub):
     pulled("test/tiny-GGUF:Q8_0")
     no = run("models", "rm", "test/tiny-GGUF:Q8_0", input="n\n")
-    assert no.exit_code == 1 and "remove test/tiny-GGUF:Q8_0 (" in no.stderr and "nothing removed" in no.stderr
+    assert (
+        no.exit_code == 1 and "remove test/tiny-GGUF:Q8_0 (" in no.stderr and "nothing removed" in no.stderr
+    )
     eof = run("models", "rm", "test/tiny-GGUF:Q8_0", input="")
     assert eof.exit_code == 1 and len(blobs("test/tiny-GGUF")) == 1
     yes = run("models", "rm", "test/tiny-GGUF:Q8_0", input="y\n")
@@ -193,7 +200,9 @@ def test_rm_refuses_files_outside_the_cache(tmp_path):
 def test_alias_set_show_list_delete(hub, tmp_path):
     from llmcli import paths
 
-    assert run("models", "alias", "tiny", "hf.co/test/tiny-GGUF:q8_0").stderr == "tiny -> test/tiny-GGUF:Q8_0\n"
+    assert (
+        run("models", "alias", "tiny", "hf.co/test/tiny-GGUF:q8_0").stderr == "tiny -> test/tiny-GGUF:Q8_0\n"
+    )
     file = tmp_path / "x.gguf"
     file.write_bytes(b"GGUF")
     assert run("models", "alias", "mine", str(file)).exit_code == 0
@@ -202,9 +211,16 @@ def test_alias_set_show_list_delete(hub, tmp_path):
     listing = run("models", "alias").stdout.splitlines()
     assert listing[0].split() == ["ALIAS", "REFERENCE"] and len(listing) == 4
     stored = json.loads((paths.data_dir() / "aliases.json").read_text())
-    assert stored == {"again": "test/tiny-GGUF:Q8_0", "mine": str(file.resolve()), "tiny": "test/tiny-GGUF:Q8_0"}
+    assert stored == {
+        "again": "test/tiny-GGUF:Q8_0",
+        "mine": str(file.resolve()),
+        "tiny": "test/tiny-GGUF:Q8_0",
+    }
     assert run("models", "alias", "--delete", "again").exit_code == 0
-    assert json.loads(run("models", "alias", "--json").stdout) == {"mine": str(file.resolve()), "tiny": stored["tiny"]}
+    assert json.loads(run("models", "alias", "--json").stdout) == {
+        "mine": str(file.resolve()),
+        "tiny": stored["tiny"],
+    }
 
 
 @pytest.mark.parametrize(
@@ -246,4 +262,6 @@ def test_verify_rehashes_against_the_recorded_sha256(hub):
 
 
 def test_path_of_a_model_not_downloaded(hub):
-    one_line_error(run("models", "path", "test/tiny-GGUF"), 3, "test/tiny-GGUF is not downloaded", "llmcli pull")
+    one_line_error(
+        run("models", "path", "test/tiny-GGUF"), 3, "test/tiny-GGUF is not downloaded", "llmcli pull"
+    )

@@ -36,7 +36,9 @@ def hub_gone(monkeypatch):
 def test_generate_pulls_a_model_that_is_not_downloaded_yet(hub, engine):
     result = run("generate", "hello", "-m", "test/tiny-GGUF:Q8_0")
     assert result.exit_code == 0, result.stderr
-    assert result.stderr.startswith("test/tiny-GGUF:Q8_0 is not downloaded yet; pulling it\ndownloading tiny-Q8_0.gguf")
+    assert result.stderr.startswith(
+        "test/tiny-GGUF:Q8_0 is not downloaded yet; pulling it\ndownloading tiny-Q8_0.gguf"
+    )
     assert engine[0].name == "tiny-Q8_0.gguf" and engine[0].read_bytes() == hub.repos.content(
         "test/tiny-GGUF/tiny-Q8_0.gguf"
     )
@@ -50,7 +52,12 @@ def test_downloaded_models_are_used_with_no_network_call(hub, engine, monkeypatc
     assert run("pull", "test/split-GGUF").exit_code == 0
     assert run("pull", "test/tiny-GGUF:Q2_K").exit_code == 0
     attempts = block_network(monkeypatch)
-    for ref in ("test/split-GGUF", "test/split-GGUF:q4_k_m", "test/tiny-GGUF:Q2_K", "test/tiny-GGUF/tiny-Q2_K.gguf"):
+    for ref in (
+        "test/split-GGUF",
+        "test/split-GGUF:q4_k_m",
+        "test/tiny-GGUF:Q2_K",
+        "test/tiny-GGUF/tiny-Q2_K.gguf",
+    ):
         online = resolve_model(ref)
         offline = resolve_model(ref, offline=True)
         assert online.path == offline.path and offline.path.is_file()

@@ -119,7 +119,7 @@ def test_pull_twice_is_up_to_date_and_downloads_nothing(proxy):
     proxy.state.log.clear()
     result = run("pull", "test/tiny-GGUF")
     assert result.exit_code == 0
-    assert result.stderr == "test/tiny-GGUF:Q4_K_M (%s) is up to date\n" % _size(proxy, "tiny-Q4_K_M.gguf")
+    assert result.stderr == f"test/tiny-GGUF:Q4_K_M ({_size(proxy, 'tiny-Q4_K_M.gguf')}) is up to date\n"
     assert proxy.state.gets("tiny-Q4_K_M.gguf") == []
 
 

@@ -26,7 +26,10 @@ from llmcli.hub.refs import AliasRef, HubRef, PathRef
         ("org/repo/f.gguf@" + "a" * 40, HubRef("org/repo", filename="f.gguf", revision="a" * 40)),
         ("hf.co/org/repo:Q4_K_M", HubRef("org/repo", quant="Q4_K_M")),
         ("https://huggingface.co/org/repo", HubRef("org/repo")),
-        ("https://huggingface.co/org/repo/blob/main/x.gguf", HubRef("org/repo", filename="x.gguf", revision="main")),
+        (
+            "https://huggingface.co/org/repo/blob/main/x.gguf",
+            HubRef("org/repo", filename="x.gguf", revision="main"),
+        ),
         ("my-model", AliasRef("my-model")),
         ("model.gguf", PathRef(Path("model.gguf"))),
         ("models/model.gguf", PathRef(Path("models/model.gguf"))),

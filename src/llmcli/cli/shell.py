@@ -217,56 +217,7 @@ def complete(
 
     Example: llmcli __complete generate model gem
     """
-    try:
-        values = complete_values(ctx.find_root().command, path, param, incomplete)
-    except Exception:  # completion must never print an error into the user's prompt line
-        if render.debug():
-            raise
-        return
-    sys.stdout.write("".join(f"{value}\n" for value in values))
-
-
-def complete_values(root, path: str, param_name: str, incomplete: str) -> list[str]:
-    """Candidates for `param_name` of the command at `path` ("models rm") under the root command."""
-    command = root
-    for name in path.split():
-        command = command.commands[name]
-    param = next(p for p in command.params if p.name == param_name)
-    return complete_values_of(param, path, incomplete)
-
-
-def complete_values_of(param, path: str, incomplete: str) -> list[str]:
-    """A parameter's own completion function; model references also complete quantizations after
-    `REF:`, and local model names when the parameter has no function of its own."""
-    if param.name in MODEL_PARAMS and ":" in incomplete:
-        return quant_candidates(incomplete)
-    if param._custom_shell_complete is None:
-        if param.name in MODEL_PARAMS:
-            from llmcli.cli.options import _complete_models
-
-            return _complete_models(incomplete)
-        return []
-    from typer import Context
-
-    ctx = Context(
-        param_command(param, path), info_name=path.split()[-1] if path else "llmcli", resilient_parsing=True
-    )
-    return [item.value for item in param.shell_complete(ctx, incomplete)]
-
-
-def param_command(param, path: str):
-    """A stand-in command for the completion context (completion functions rarely look at it)."""
-    from typer.core import TyperCommand
-
-    return TyperCommand(path or "llmcli", params=[param])
-
-
-def quant_candidates(incomplete: str) -> list[str]:
-    """`org/repo:q4` -> org/repo:Q4_K_M, org/repo:Q4_K_S, ... in order of preference."""
-    from llmcli.hub.quants import PREFERENCE
-
-    repo, _, quant = incomplete.rpartition(":")
-    return [f"{repo}:{label}" for label in PREFERENCE if label.lower().startswith(quant.lower())]
+    print_candidates(ctx.find_root().command, path, param, incomplete)
 
 
 def fast_complete(argv: list[str]) -> int:
@@ -284,11 +235,47 @@ def fast_complete(argv: list[str]) -> int:
 
     from llmcli.cli.app import app
 
-    try:
-        values = complete_values(
-            typer.main.get_command(app), args[0], args[1], args[2] if len(args) == 3 else ""
-        )
-    except Exception:
-        return 0
-    sys.stdout.write("".join(f"{value}\n" for value in values))
+    print_candidates(typer.main.get_command(app), *args)
     return 0
+
+
+def print_candidates(root, path: str, param: str, incomplete: str = "") -> None:
+    try:
+        values = complete_values(root, path, param, incomplete)
+    except Exception:  # completion must never print an error into the user's prompt line
+        if render.debug():
+            raise
+        return
+    sys.stdout.write("".join(f"{value}\n" for value in values))
+
+
+def complete_values(root, path: str, param_name: str, incomplete: str) -> list[str]:
+    """Candidates for `param_name` of the command at `path` ("models rm") under the root command."""
+    command = root
+    for name in path.split():
+        command = command.commands[name]
+    param = next(p for p in command.params if p.name == param_name)
+    return complete_values_of(command, param, incomplete)
+
+
+def complete_values_of(command, param, incomplete: str) -> list[str]:
+    """A parameter's own completion function; model references also complete quantizations after
+    `REF:`, and local model names when the parameter has no function of its own."""
+    if param.name in MODEL_PARAMS and ":" in incomplete:
+        return quant_candidates(incomplete)
+    if param._custom_shell_complete is None:
+        if param.name in MODEL_PARAMS:
+            from llmcli.cli.options import _complete_models
+
+            return _complete_models(incomplete)
+        return []
+    ctx = typer.Context(command, info_name=command.name, resilient_parsing=True)
+    return [item.value for item in param.shell_complete(ctx, incomplete)]
+
+
+def quant_candidates(incomplete: str) -> list[str]:
+    """`org/repo:q4` -> org/repo:Q4_K_M, org/repo:Q4_K_S, ... in order of preference."""
+    from llmcli.hub.quants import PREFERENCE
+
+    repo, _, quant = incomplete.rpartition(":")
+    return [f"{repo}:{label}" for label in PREFERENCE if label.lower().startswith(quant.lower())]

@@ -124,12 +124,14 @@ def _download(src: Source, part: Path, progress: Progress) -> Hasher:
     hasher = Hasher(src.expected, src.size)
     if offset:
         hashing.feed_file(hasher, part, limit=offset)
+        if offset == src.size:  # complete, but not yet checked and renamed (e.g. killed just before)
+            return hasher
     with progress.task(src.filename, src.size, done=offset) as task:
         for attempt in range(1, ATTEMPTS + 1):
             try:
-                hasher = _transfer(src, part, hasher, task)
+                _transfer(src, part, hasher, task)
             except _Restart:
-                hasher = Hasher(src.expected, src.size)
+                hasher.reset()
                 task.reset(0)
                 continue
             except remote.http().TransportError as exc:
@@ -162,7 +164,7 @@ def _interrupted(src: Source, part: Path, hasher: Hasher, attempt: int, why: str
     time.sleep(BACKOFF_S * attempt)
 
 
-def _transfer(src: Source, part: Path, hasher: Hasher, task: Task) -> Hasher:
+def _transfer(src: Source, part: Path, hasher: Hasher, task: Task) -> None:
     """One GET from `hasher.count` on, appending to `part` and hashing as the bytes arrive."""
     offset = hasher.count
     headers = {**src.headers, "Accept-Encoding": "identity"}
@@ -177,7 +179,7 @@ def _transfer(src: Source, part: Path, hasher: Hasher, task: Task) -> Hasher:
         start = _response_start(src, resp, offset)
         if start != offset:  # a 200 to a ranged request: the body is the whole file
             render.info(f"{src.filename}: the server does not resume downloads; starting again from zero")
-            hasher = Hasher(src.expected, src.size)
+            hasher.reset()
             task.reset(0)
         with _open_at(part, start) as f:
             for chunk in resp.iter_bytes():  # as it arrives: a cut loses nothing already received
@@ -186,7 +188,6 @@ def _transfer(src: Source, part: Path, hasher: Hasher, task: Task) -> Hasher:
                 task.advance(len(chunk))
                 if hasher.count > src.size:
                     break
-    return hasher
 
 
 def _response_start(src: Source, resp, offset: int) -> int:
@@ -238,7 +239,7 @@ def _write(f, chunk: bytes, src: Source, part: Path) -> None:
         if exc.errno in _DISK_FULL:
             part.unlink(missing_ok=True)
             raise DiskFullError(
-                f"the disk filled up while writing {src.filename} to {part.parent}; the partial file was removed",
+                f"the disk filled up while writing {src.filename} to {part.parent}; the partial file is gone",
                 hint="free some space, or set HF_HUB_CACHE to a larger disk, and pull again",
             ) from None
         if exc.errno in _READ_ONLY:
@@ -297,7 +298,7 @@ def _mismatch(src: Source, hasher: Hasher) -> InvalidModelError:
         got = "unexpected content"
     return InvalidModelError(
         f"downloaded {src.filename} does not match the hub's hash ({got}); it was discarded",
-        hint="run the same `llmcli pull` again; if it keeps failing, the mirror at HF_ENDPOINT serves bad data",
+        hint="run the same `llmcli pull` again; if it keeps failing, suspect the server at HF_ENDPOINT",
     )
 
 

@@ -49,10 +49,15 @@ class Hasher:
 
     def __init__(self, expected: Expected | None, size: int) -> None:
         self.expected = expected
+        self.size = size
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything fed so far (a download that starts again from byte zero)."""
         self.sha256 = hashlib.sha256()
         self.sha1 = None
-        if expected is not None and expected.algo == "git-sha1":
-            self.sha1 = hashlib.sha1(b"blob %d\0" % size)
+        if self.expected is not None and self.expected.algo == "git-sha1":
+            self.sha1 = hashlib.sha1(b"blob %d\0" % self.size)
         self.count = 0
 
     def update(self, data: bytes | memoryview) -> None:

@@ -74,7 +74,7 @@ def choose(ref: HubRef, repo: remote.RemoteRepo) -> Group:
     )
     if not group.complete:
         raise ModelNotFoundError(
-            f"{ref.repo_id}: split model {group.first} has {len(group.files)} of {group.expected_shards} shards",
+            f"{ref.repo_id}: {group.first} has {len(group.files)} of {group.expected_shards} shards",
             hint="the repository is incomplete; choose another quantization",
         )
     return group

@@ -110,7 +110,9 @@ def _exists(hub, ref: HubRef) -> bool:
 
 
 def revision_not_found(ref: HubRef) -> ModelNotFoundError:
-    return ModelNotFoundError(f"{ref.repo_id} has no revision {ref.rev!r}", hint="use a branch, tag or full commit hash")
+    return ModelNotFoundError(
+        f"{ref.repo_id} has no revision {ref.rev!r}", hint="use a branch, tag or full commit hash"
+    )
 
 
 def file_metadata(ref: HubRef, commit: str, filename: str):
