@@ -110,8 +110,8 @@ class Repl:
             if not self.handle(raw.rstrip("\n")):
                 break
 
-    def run_interactive(self) -> None:
-        prompt = build_prompt_session()
+    def run_interactive(self, prompt=None) -> None:
+        prompt = prompt or build_prompt_session()
         while True:
             try:
                 line = prompt.prompt("> ")

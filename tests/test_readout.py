@@ -1,0 +1,76 @@
+"""The live readout never corrupts the streamed text; its status line sits below it and goes away."""
+
+from __future__ import annotations
+
+import io
+
+import pyte
+
+from llmcli.engine.base import Done, PrefillProgress, Stats, Token
+from llmcli.repl.readout import LiveReadout, format_after
+
+
+def feed(screen_stream, data: str) -> None:
+    screen_stream.feed(data.replace("\n", "\r\n"))  # a terminal in cooked mode maps NL to CR-NL
+
+
+def make(columns: int = 40, lines: int = 6):
+    screen = pyte.Screen(columns, lines)
+    return screen, pyte.Stream(screen)
+
+
+def test_text_intact_with_status_line_below_while_streaming():
+    out = io.StringIO()
+    readout = LiveReadout(out, columns=40, dim=False)
+    readout(PrefillProgress(0, 10, 0.0))
+    readout(PrefillProgress(10, 10, 5.0))
+    text = "Hello world, this is a long answer\nwith a second line and more words here"
+    for i, ch in enumerate(text):
+        readout(Token(ch, i + 1))
+        readout._draw()  # the timer would redraw at any moment
+    screen, stream = make()
+    feed(stream, out.getvalue())
+    rows = [r.rstrip() for r in screen.display]
+    assert rows[0] == "Hello world, this is a long answer"
+    assert rows[1] == "with a second line and more words here"
+    assert rows[2].startswith("decode ") and "tok/s" in rows[2]
+    readout(Done(text, "stop", Stats(), 1))
+    readout.stop()
+    screen, stream = make()
+    feed(stream, out.getvalue())
+    rows = [r.rstrip() for r in screen.display]
+    assert rows[:2] == ["Hello world, this is a long answer", "with a second line and more words here"]
+    assert all(not r for r in rows[2:])  # the status line is gone
+
+
+def test_scrolling_at_the_bottom_of_the_screen_keeps_text():
+    out = io.StringIO()
+    readout = LiveReadout(out, columns=30, dim=False)
+    lines = [f"line {i}" for i in range(10)]
+    n = 0
+    for line in lines:
+        for piece in (line, "\n"):
+            n += 1
+            readout(Token(piece, n))
+    readout.stop()
+    screen, stream = make(columns=30, lines=5)
+    feed(stream, out.getvalue())
+    rows = [r.rstrip() for r in screen.display]
+    shown = [r for r in rows if r]
+    assert len(shown) >= 3 and shown == lines[-len(shown) :]  # a clean tail: the cursor and status rows below
+    assert not any("tok/s" in r for r in rows)
+
+
+def test_prefill_status_shows_progress():
+    readout = LiveReadout(io.StringIO(), columns=80)
+    readout(PrefillProgress(512, 2048, 100.0))
+    assert readout.status_text().startswith("prefill 512/2048 tok")
+
+
+def test_after_line():
+    s = Stats(prompt_tokens=120, cached_tokens=100, prefill_tokens=20, prefill_ms=100, completion_tokens=11,
+              decode_tokens=11, decode_ms=500, ttft_ms=150, context_used=131)  # fmt: skip
+    line = format_after(s, 4096)
+    assert "prompt 120 tok (100 reused)" in line
+    assert "prefill 200.0 tok/s" in line and "decode 22.0 tok/s" in line
+    assert "context 131/4096" in line
