@@ -65,3 +65,14 @@ def test_hostile_chat_template(tmp_path):
 def test_missing_and_directory(tmp_path):
     refused(tmp_path / "missing.gguf", 3)
     refused(tmp_path, 2, "directory")
+
+
+def test_model_too_big_for_memory_is_refused_with_numbers(tmp_path, monkeypatch):
+    from llmcli.hub import fit
+
+    monkeypatch.setattr(fit, "memory", lambda: fit.Memory(available=1 << 20, total=1 << 21))
+    path = write_gguf(tmp_path / "big.gguf")
+    result = run("generate", "hello", "-m", str(path), "-c", "4096")
+    assert result.exit_code == 1
+    line = result.stderr.strip()
+    assert "not enough memory" in line and "GiB" in line and "4096 tokens" in line and "--force" in line

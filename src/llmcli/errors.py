@@ -67,6 +67,10 @@ class NetworkError(LlmcliError):
     label = "network error"
 
 
+class ResourceError(LlmcliError):
+    label = "not enough memory"
+
+
 class ConfigError(LlmcliError):
     exit_code = ExitCode.USAGE
     label = "configuration error"

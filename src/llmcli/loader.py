@@ -29,7 +29,7 @@ def _llama_factory(path: Path, options: EngineOptions, debug: bool) -> Engine:
 engine_factory: Callable[[Path, EngineOptions, bool], Engine] = _llama_factory
 
 
-def validate_file(path: Path) -> None:
+def validate_file(path: Path, options: EngineOptions | None = None, *, force: bool = False) -> None:
     """Refuse files llama.cpp should never see: not GGUF, truncated, hostile headers or templates.
 
     The chat template is test-rendered in the sandbox before the weights load, so a template
@@ -38,6 +38,8 @@ def validate_file(path: Path) -> None:
     from llmcli import gguf_file, templates
 
     header = gguf_file.read_header(path)
+    if options is not None and not force:
+        check_memory(path, header, options)
     if header.chat_template:
         templates.render(
             templates.PromptFormat(header.chat_template, "model"),
@@ -45,12 +47,43 @@ def validate_file(path: Path) -> None:
         )
 
 
-def load_engine(ref: str | None, options: EngineOptions, *, offline: bool = False, debug: bool = False) -> Loaded:
+def check_memory(path: Path, header, options: EngineOptions) -> None:
+    """Refuse, with the numbers, a model whose weights and KV cache exceed the free memory.
+
+    Skipped when the build can offload to a GPU (the weights then live in video memory).
+    """
+    from llmcli.errors import ResourceError
+    from llmcli.hub import fit
+
+    mem = fit.memory()
+    if mem is None or (options.gpu_layers != 0 and _gpu_offload_supported()):
+        return
+    n_ctx = options.ctx_size or min(header.n_ctx_train or 4096, 4096)
+    kv = header.kv_cache_bytes(n_ctx)
+    need = header.tensor_bytes + kv + (128 << 20)
+    if need > mem.available:
+        gib = 1 << 30
+        raise ResourceError(
+            f"{path.name} needs about {need / gib:.1f} GiB (weights {header.tensor_bytes / gib:.1f} GiB, "
+            f"KV cache for {n_ctx} tokens {kv / gib:.1f} GiB) but {mem.available / gib:.1f} GiB is available",
+            hint="use a smaller --ctx-size or quantization, or --force to load anyway",
+        )
+
+
+def _gpu_offload_supported() -> bool:
+    import llama_cpp
+
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+def load_engine(
+    ref: str | None, options: EngineOptions, *, offline: bool = False, debug: bool = False, force: bool = False
+) -> Loaded:
     from llmcli import settings
     from llmcli.hub.resolve import resolve_model
 
     resolved = resolve_model(ref or settings.resolve("model") or None, offline=offline)
     if engine_factory is _llama_factory:
-        validate_file(resolved.path)
+        validate_file(resolved.path, options, force=force)
     engine = engine_factory(resolved.path, options, debug)
     return Loaded(engine, resolved.ref, resolved.path)

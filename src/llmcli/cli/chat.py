@@ -40,6 +40,7 @@ def chat(
     max_tokens: o.MaxTokens = None,
     stop: o.Stop = None,
     offline: o.Offline = False,
+    force: o.Force = False,
 ) -> None:
     """Chat with a model; the whole conversation is the context of every turn.
 
@@ -63,7 +64,7 @@ def chat(
     engine_opts = o.engine_options(ctx_size, gpu_layers, threads, batch_size, flash_attn)
 
     def load(ref: str | None):
-        return load_engine(ref, engine_opts, offline=offline, debug=render.debug())
+        return load_engine(ref, engine_opts, offline=offline, force=force, debug=render.debug())
 
     chat_session = ChatSession(load(model), params, on_overflow=policy, session_name=name, load_model=load)
     if saved:

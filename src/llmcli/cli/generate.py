@@ -40,6 +40,7 @@ def generate(
     stats: Annotated[bool, typer.Option("--stats", help="Print speed figures on stderr after the text.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document instead of the text.")] = False,
     offline: o.Offline = False,
+    force: o.Force = False,
 ) -> None:
     """Generate text from a prompt; the text alone goes to stdout.
 
@@ -55,7 +56,7 @@ def generate(
     from llmcli.loader import load_engine
 
     loaded = load_engine(
-        model, o.engine_options(ctx_size, gpu_layers, threads, batch_size, flash_attn), offline=offline,
+        model, o.engine_options(ctx_size, gpu_layers, threads, batch_size, flash_attn), offline=offline, force=force,
         debug=render.debug(),
     )  # fmt: skip
     from llmcli.runner import run_generate

@@ -48,6 +48,13 @@ Offline = Annotated[
         "--offline", help="Never touch the network; use only models already downloaded.", rich_help_panel=MODEL_PANEL
     ),
 ]
+Force = Annotated[
+    bool,
+    typer.Option(
+        "--force", help="Load even when the weights and KV cache look too big for the free memory.",
+        rich_help_panel=MODEL_PANEL,
+    ),
+]  # fmt: skip
 CtxSize = Annotated[
     int | None,
     typer.Option(

@@ -174,15 +174,35 @@ class SlashCompleter:
         return _Completer()
 
 
+def _atomic_history(path):
+    """prompt-toolkit's FileHistory format, but every entry is stored by an atomic rewrite."""
+    import datetime
+
+    from prompt_toolkit.history import FileHistory
+
+    from llmcli.atomic import write_atomic
+
+    class AtomicFileHistory(FileHistory):
+        def store_string(self, string: str) -> None:
+            try:
+                old = path.read_bytes()
+            except FileNotFoundError:
+                old = b""
+            entry = f"\n# {datetime.datetime.now()}\n" + "".join(f"+{line}\n" for line in string.split("\n"))
+            write_atomic(path, old + entry.encode("utf-8"))
+
+    return AtomicFileHistory(str(path))
+
+
 def build_prompt_session(input=None, output=None):
     from prompt_toolkit import PromptSession
     from prompt_toolkit.auto_suggest import AutoSuggestFromHistory
-    from prompt_toolkit.history import FileHistory, InMemoryHistory
+    from prompt_toolkit.history import InMemoryHistory
 
     history_file = paths.data_dir() / "chat_history"
     try:
         history_file.parent.mkdir(parents=True, exist_ok=True)
-        history = FileHistory(str(history_file))
+        history = _atomic_history(history_file)
     except OSError:
         history = InMemoryHistory()
     return PromptSession(
