@@ -15,9 +15,9 @@ __llmcli_commands() {  # PATH: REPLY = its subcommands
 __llmcli_options() {  # PATH: REPLY = its options
     case $1 in
         '') REPLY='--color --debug --help --no-color --quiet --version -V -h -q' ;;
-        'generate') REPLY='--batch-size --ctx-size --file --flash-attn --gpu-layers --grammar-file --help --json --json-schema --max-tokens --min-p --model --no-flash-attn --offline --raw --repeat-penalty --seed --stats --stop --system --temp --temperature --threads --top-k --top-p -b -c -f -fa -h -m -n -nfa -ngl -s -t' ;;
+        'generate') REPLY='--batch-size --ctx-size --file --flash-attn --force --gpu-layers --grammar-file --help --json --json-schema --max-tokens --min-p --model --no-flash-attn --offline --raw --repeat-penalty --seed --stats --stop --system --temp --temperature --threads --top-k --top-p -b -c -f -fa -h -m -n -nfa -ngl -s -t' ;;
         'pull') REPLY='--force --help --json --list --offline -f -h -l' ;;
-        'chat') REPLY='--batch-size --ctx-size --flash-attn --gpu-layers --help --max-tokens --min-p --model --no-flash-attn --offline --on-overflow --repeat-penalty --resume --seed --session --stop --system --temp --temperature --threads --top-k --top-p -b -c -fa -h -m -n -nfa -ngl -s -t' ;;
+        'chat') REPLY='--batch-size --ctx-size --flash-attn --force --gpu-layers --help --max-tokens --min-p --model --no-flash-attn --offline --on-overflow --repeat-penalty --resume --seed --session --stop --system --temp --temperature --threads --top-k --top-p -b -c -fa -h -m -n -nfa -ngl -s -t' ;;
         'doctor') REPLY='--help --json --offline -h' ;;
         'models') REPLY='--help -h' ;;
         'models list') REPLY='--help --json -h' ;;

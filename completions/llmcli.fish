@@ -107,13 +107,14 @@ complete -c llmcli -n '__llmcli_at "generate"' -l json-schema -r -F -d 'Constrai
 complete -c llmcli -n '__llmcli_at "generate"' -l stats -d 'Print speed figures on stderr after the text'
 complete -c llmcli -n '__llmcli_at "generate"' -l json -d 'Print one JSON document instead of the text'
 complete -c llmcli -n '__llmcli_at "generate"' -l offline -d 'Never touch the network; use only models already downloaded'
+complete -c llmcli -n '__llmcli_at "generate"' -l force -d 'Load even when the weights and KV cache look too big for the free memory'
 complete -c llmcli -n '__llmcli_at "generate"' -s h -l help -d 'Show the help and exit'
 
 # llmcli pull
 complete -c llmcli -n '__llmcli_at "pull"' -s l -l list -d 'List the repository\'s GGUF models with sizes and memory fit; download nothing'
 complete -c llmcli -n '__llmcli_at "pull"' -s f -l force -d 'Download again even if already present'
 complete -c llmcli -n '__llmcli_at "pull"' -l offline -d 'Never touch the network; use only models already downloaded'
-complete -c llmcli -n '__llmcli_at "pull"' -l json -d 'Print one JSON document instead of a table'
+complete -c llmcli -n '__llmcli_at "pull"' -l json -d 'Print the result (or the --list) as JSON'
 complete -c llmcli -n '__llmcli_at "pull"' -s h -l help -d 'Show the help and exit'
 complete -c llmcli -n '__llmcli_at "pull" 1' -a '(__llmcli_dynamic "pull" ref)' -d 'org/repo[:QUANT][@REV], org/repo/file.gguf, an alias, or a .gguf path'
 
@@ -137,6 +138,7 @@ complete -c llmcli -n '__llmcli_at "chat"' -s s -l seed -x -d 'Random seed; the 
 complete -c llmcli -n '__llmcli_at "chat"' -s n -l max-tokens -x -d 'Generate at most N tokens; 0 means until the end or a full context (default 512)'
 complete -c llmcli -n '__llmcli_at "chat"' -l stop -x -d 'Stop when this text appears (not included in the output); repeatable'
 complete -c llmcli -n '__llmcli_at "chat"' -l offline -d 'Never touch the network; use only models already downloaded'
+complete -c llmcli -n '__llmcli_at "chat"' -l force -d 'Load even when the weights and KV cache look too big for the free memory'
 complete -c llmcli -n '__llmcli_at "chat"' -s h -l help -d 'Show the help and exit'
 
 # llmcli doctor

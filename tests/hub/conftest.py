@@ -69,6 +69,12 @@ def proxy(_proxy_server, olah_hub, monkeypatch) -> RangeProxy:
 
 
 @pytest.fixture(autouse=True)
+def _no_internet(monkeypatch):
+    """Unless a test points HF_ENDPOINT at olah or the proxy, it points at a closed loopback port."""
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")
+
+
+@pytest.fixture(autouse=True)
 def _fast_retries(monkeypatch):
     """Keep the bounded retries, but without the pauses between them."""
     from llmcli.hub import download, remote

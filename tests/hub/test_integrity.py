@@ -198,7 +198,7 @@ def test_read_only_cache(hub):
 
 
 def test_two_pulls_of_the_same_file_at_once(proxy):
-    proxy.state.rate = 6_000_000  # about 1.4 s for the file, so the two overlap
+    proxy.state.rate = 3_000_000  # about 3 s for the file, so the two overlap
     procs = [
         cli_subprocess("pull", BIG_REF, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)
     ]
@@ -250,7 +250,9 @@ def test_loads_trust_the_record_instead_of_rehashing(hub, monkeypatch):
     hf_hub_download("test/lfs-GGUF", "lfs-Q5_K_M.gguf", cache_dir=hub_cache(), endpoint=hub.url)
     hashed: list[Path] = []
     real = hashing.hash_file
-    monkeypatch.setattr(hashing, "hash_file", lambda path, *a, **k: hashed.append(path) or real(path, *a, **k))
+    monkeypatch.setattr(
+        hashing, "hash_file", lambda path, *a, **k: hashed.append(path) or real(path, *a, **k)
+    )
     for _ in range(3):
         resolve_model("test/lfs-GGUF:Q4_K_M", offline=True)  # pulled by llmcli: checked at download
         resolve_model("test/lfs-GGUF:Q5_K_M", offline=True)  # fetched by another tool: checked once

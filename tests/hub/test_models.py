@@ -103,13 +103,12 @@ def test_models_show(hub):
     pulled("test/tiny-GGUF:IQ4_XS")
     result = run("models", "show", "test/tiny-GGUF:IQ4_XS")
     assert result.exit_code == 0, result.stderr
-    fields = dict(line.split(None, 1) if " " in line else (line, "") for line in result.stdout.splitlines())
-    shown = {k: v.strip() for k, v in (line.split("  ", 1) for line in result.stdout.splitlines())}
+    shown = {line[:14].strip(): line[15:] for line in result.stdout.splitlines()}
     assert shown["architecture"] == "llama" and shown["quantization"] == "IQ4_XS"
     assert shown["size label"] == "8K" and shown["license"] == "apache-2.0"
     assert shown["layers"] == "2" and shown["context"] == "2048" and shown["vocabulary"] == "32"
-    assert shown["chat template"] == "yes"
-    assert fields  # every line is "key value"
+    assert shown["chat template"] == "yes" and shown["files"] == "1"
+    assert shown["sha256"] == hub.repos.sha256("test/tiny-GGUF/tiny-IQ4_XS.gguf")
     assert "general.architecture" not in result.stdout
 
     full = run("models", "show", "--all", "test/tiny-GGUF:IQ4_XS")

@@ -22,6 +22,7 @@ def test_pull_default_quantization_into_the_hf_cache_layout(hub):
     assert result.exit_code == 0, result.stderr
     assert result.stdout == ""
     assert "pulled test/tiny-GGUF:Q4_K_M (" in result.stderr
+    assert hub_cache() == Path(os.environ["HF_HOME"]) / "hub"
     commit = hub.repos.commits["test/tiny-GGUF"]
     entry = snapshot("test/tiny-GGUF", commit) / "tiny-Q4_K_M.gguf"
     content = hub.repos.content("test/tiny-GGUF/tiny-Q4_K_M.gguf")

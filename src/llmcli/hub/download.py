@@ -18,7 +18,6 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from llmcli import render
 from llmcli.errors import InvalidModelError, LlmcliError, NetworkError
@@ -317,12 +316,15 @@ def _check_header(part: Path, src: Source) -> None:
 
 
 def source_for(ref, commit: str, rfile: remote.RemoteFile) -> Source:
-    """Ask the hub (HEAD) for the file's ETag and download location, as huggingface_hub does."""
-    meta = remote.file_metadata(ref, commit, rfile.path)
+    """Ask the hub (HEAD) for the file's ETag, the name huggingface_hub gives its blob, and size.
+
+    Each transfer starts at the hub's /resolve/ URL pinned to the commit and follows its
+    redirect, so a resume after a long pause gets a fresh signed CDN link; the HTTP client drops
+    the token on a redirect to another host.
+    """
+    url = remote.resolve_url(ref, commit, rfile.path)
+    meta = remote.file_metadata(ref, url, rfile.path)
     etag = meta.etag or rfile.etag
     size = meta.size if meta.size is not None else rfile.size
     expected = rfile.expected or hashing.expected_from_etag(etag, size)
-    headers = remote.headers()
-    if urlsplit(meta.location).netloc != urlsplit(env.endpoint()).netloc:
-        headers.pop("authorization", None)  # a signed CDN link; never send the token elsewhere
-    return Source(ref.repo_id, rfile.path, etag, size, expected, meta.location, headers)
+    return Source(ref.repo_id, rfile.path, etag, size, expected, url, remote.headers())

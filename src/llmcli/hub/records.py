@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,13 @@ from llmcli.hub import atomic
 from llmcli.hub.hashing import Expected
 
 
+def _key(blob: Path) -> str:
+    """The blob's real path: the same file reached through a symlinked directory is one record."""
+    return os.path.realpath(blob)
+
+
 def _record_path(blob: Path) -> Path:
-    key = hashlib.sha1(str(blob.absolute()).encode()).hexdigest()
+    key = hashlib.sha1(_key(blob).encode()).hexdigest()
     return paths.cache_dir() / "verified" / f"{key}.json"
 
 
@@ -31,7 +37,7 @@ def load(blob: Path) -> dict[str, Any] | None:
         st = blob.stat()
     except (OSError, ValueError):
         return None
-    if data.get("path") != str(blob.absolute()):
+    if data.get("path") != _key(blob):
         return None
     if data.get("size") != st.st_size or data.get("mtime_ns") != st.st_mtime_ns:
         return None
@@ -52,7 +58,7 @@ def save(blob: Path, *, sha256: str, expected: Expected | None, source: str | No
     """Record a successful check (best effort: a read-only cache dir only costs a re-hash later)."""
     st = blob.stat()
     data = {
-        "path": str(blob.absolute()),
+        "path": _key(blob),
         "size": st.st_size,
         "mtime_ns": st.st_mtime_ns,
         "sha256": sha256,
@@ -81,4 +87,4 @@ def load_any(blob: Path) -> dict[str, Any] | None:
         data = json.loads(_record_path(blob).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return data if data.get("path") == str(blob.absolute()) else None
+    return data if data.get("path") == _key(blob) else None

@@ -115,11 +115,16 @@ def revision_not_found(ref: HubRef) -> ModelNotFoundError:
     )
 
 
-def file_metadata(ref: HubRef, commit: str, filename: str):
-    """HEAD of a file: its ETag (the blob name), size and final download location."""
-    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+def resolve_url(ref: HubRef, commit: str, filename: str) -> str:
+    from huggingface_hub import hf_hub_url
 
-    url = hf_hub_url(ref.repo_id, filename, revision=commit, endpoint=env.endpoint())
+    return hf_hub_url(ref.repo_id, filename, revision=commit, endpoint=env.endpoint())
+
+
+def file_metadata(ref: HubRef, url: str, filename: str):
+    """HEAD of a file: its ETag (the blob name), size and download location."""
+    from huggingface_hub import get_hf_file_metadata
+
     return call(
         lambda: get_hf_file_metadata(url, token=env.token(), timeout=TIMEOUT_S), ref, filename=filename
     )

@@ -93,14 +93,13 @@ def all_models() -> list[LocalModel]:
 def lookup(text: str) -> LocalModel:
     """A downloaded model by any reference (alias, hub reference, path); never downloads."""
     ref = refs.parse(text)
-    if isinstance(ref, refs.AliasRef):
-        target = aliases.get(ref.name)
-        if target is None:
-            bundled = _bundled()
-            if ref.name == "gemma3-270m" and bundled is not None:
-                return bundled
-            raise ModelNotFoundError(f"no model or alias named {text!r}", hint="see `llmcli models list`")
+    if isinstance(ref, refs.AliasRef) and (target := aliases.get(ref.name)) is not None:
         ref = refs.parse(target)
+    if isinstance(ref, refs.AliasRef):
+        bundled = _bundled()
+        if ref.name == aliases.DEFAULT_NAME and bundled is not None:
+            return bundled
+        raise ModelNotFoundError(f"no model or alias named {ref.name!r}", hint="see `llmcli models list`")
     if isinstance(ref, refs.PathRef):
         if not ref.path.is_file():
             raise ModelNotFoundError(f"no such model file: {ref.path}")
