@@ -129,7 +129,7 @@ class TestResult:
             "samples_ns": samples_ns,
             "samples_ts": [round(v, 6) for v in m.samples_ts],
             "effective_gbps": None if gbps is None else round(gbps, 3),
-            "roofline_fraction": _round(traffic.roofline_fraction(gbps, measured_gbps)),
+            "roofline_fraction": _roofline(gbps, measured_gbps, self.gpu_layers_offloaded),
         }
 
 
@@ -203,7 +203,7 @@ class ChatTurnResult:
             "cv": round(stats.cv(self.decode_samples_ts), 6),
             "samples_ts": [round(v, 6) for v in self.decode_samples_ts],
             "effective_gbps": None if gbps is None else round(gbps, 3),
-            "roofline_fraction": _round(traffic.roofline_fraction(gbps, measured_gbps)),
+            "roofline_fraction": _roofline(gbps, measured_gbps, self.gpu_layers_offloaded),
         }
 
 
@@ -251,6 +251,11 @@ class BenchRun:
         if self.bandwidth is not None:
             head["memory_read_gbps"] = round(self.bandwidth.read_gbps, 3)
         return [{**head, **record} for record in self.records()]
+
+
+def _roofline(gbps: float | None, measured_gbps: float | None, offloaded: int) -> float | None:
+    """Traffic over host memory bandwidth; meaningless once weights live in GPU memory."""
+    return None if offloaded else _round(traffic.roofline_fraction(gbps, measured_gbps))
 
 
 def _round(value: float | None, digits: int = 4) -> float | None:

@@ -155,7 +155,10 @@ def _choice_row(choice) -> list[str]:
 
 @models_app.command("list")
 def list_models(as_json: Json = False) -> None:
-    """List downloaded models: name, quantization, size, architecture, parameters, context, source."""
+    """List downloaded models: name, quantization, size, architecture, parameters, context, source.
+
+    Example: llmcli models list --json
+    """
     from llmcli.hub import store
 
     infos = [store.describe(m) for m in store.all_models()]
@@ -180,7 +183,10 @@ def show(
     all_keys: Annotated[bool, typer.Option("--all", "-a", help="Also list every metadata key.")] = False,
     as_json: Json = False,
 ) -> None:
-    """Show a downloaded model's metadata, read from its GGUF header (weights are not loaded)."""
+    """Show a downloaded model's metadata, read from its GGUF header (weights are not loaded).
+
+    Example: llmcli models show bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M --all
+    """
     from llmcli.hub import store
 
     info = store.describe(store.lookup(ref), keys=all_keys)
@@ -227,7 +233,10 @@ def rm(
     ],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
-    """Remove downloaded models: their files, except those another model still uses."""
+    """Remove downloaded models: their files, except those another model still uses.
+
+    Example: llmcli models rm bartowski/Llama-3.2-1B-Instruct-GGUF:Q8_0 --yes
+    """
     from llmcli.hub import store
 
     models = [_removable(text) for text in refs_]
@@ -280,7 +289,10 @@ def alias(
     delete: Annotated[bool, typer.Option("--delete", "-d", help="Remove the alias.")] = False,
     as_json: Json = False,
 ) -> None:
-    """Name a model: `alias NAME REF` sets, `alias NAME` shows, `alias` lists, `--delete` removes."""
+    """Name a model: `alias NAME REF` sets, `alias NAME` shows, `alias` lists, `--delete` removes.
+
+    Example: llmcli models alias llama1b bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M
+    """
     from llmcli.hub import aliases
 
     if delete:
@@ -302,7 +314,10 @@ def alias(
 
 @models_app.command("path")
 def path(ref: Ref) -> None:
-    """Print the file to load for a downloaded model (the first shard of a split model)."""
+    """Print the file to load for a downloaded model (the first shard of a split model).
+
+    Example: llama-cli -m "$(llmcli models path llama1b)"
+    """
     from llmcli.hub import store
 
     sys.stdout.write(f"{store.lookup(ref).path}\n")
@@ -320,7 +335,10 @@ def verify(
         ),
     ] = None,
 ) -> None:
-    """Re-hash a model's files against the hub's hash and the SHA-256 recorded at download."""
+    """Re-hash a model's files against the hub's hash and the SHA-256 recorded at download.
+
+    Example: llmcli models verify llama1b
+    """
     from llmcli.hub import progress, store
 
     models = [store.lookup(ref)] if ref else store.hub_models()
