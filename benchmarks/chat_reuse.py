@@ -44,7 +44,9 @@ def conversation_ttfts(engine, turns: int, answer_tokens: int, reuse: bool) -> l
             engine.reset()
         result = session.send(QUESTIONS[i % len(QUESTIONS)], lambda event: None)
         s = result.done.stats
-        rows.append({"turn": i + 1, "prompt": s.prompt_tokens, "cached": s.cached_tokens, "ttft_ms": s.ttft_ms})
+        rows.append(
+            {"turn": i + 1, "prompt": s.prompt_tokens, "cached": s.cached_tokens, "ttft_ms": s.ttft_ms}
+        )
     return rows
 
 

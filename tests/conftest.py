@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from llmcli import loader
+from llmcli.engine.fake import FakeEngine
+
 SESSION_CACHE: Path | None = None
 
 
@@ -37,3 +40,14 @@ def isolated(tmp_path, session_cache, monkeypatch) -> Path:
     settings.reset_cache()
     yield home
     settings.reset_cache()
+
+
+@pytest.fixture
+def fake(monkeypatch, tmp_path):
+    """Route model loading to FakeEngine; returns the factory (`.made` lists engines built)."""
+    factory = FakeEngine.factory()
+    monkeypatch.setattr(loader, "engine_factory", factory)
+    model = tmp_path / "fake.gguf"
+    model.write_bytes(b"GGUF")
+    monkeypatch.setenv("LLMCLI_MODEL", str(model))
+    return factory

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from ggufgen import write_gguf
 from helpers import run
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from helpers import run
+
 from llmcli import loader
 from llmcli.engine.fake import FakeEngine
 
@@ -184,7 +184,9 @@ def test_overflow_error_policy(monkeypatch, tmp_path):
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")
     lines = [f"message number {i} " + "y" * 40 for i in range(5)]
-    result = run("chat", "-m", str(model), "-n", "60", "--on-overflow", "error", input="\n".join(lines) + "\n")
+    result = run(
+        "chat", "-m", str(model), "-n", "60", "--on-overflow", "error", input="\n".join(lines) + "\n"
+    )
     assert "prompt too long" in result.stderr
 
 

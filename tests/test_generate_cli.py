@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from helpers import fake, run  # noqa: F401
+from helpers import run
 
 
 def test_text_goes_to_stdout_alone(fake):
@@ -48,7 +48,14 @@ def test_json_record(fake):
     usage = doc["usage"]
     assert usage["prefill_tokens"] + usage["cached_tokens"] == usage["prompt_tokens"]
     assert usage["decode_tokens"] == usage["completion_tokens"] == len(doc["text"])
-    for key in ("load_ms", "prefill_ms", "prefill_tokens_per_s", "decode_ms", "decode_tokens_per_s", "ttft_ms"):
+    for key in (
+        "load_ms",
+        "prefill_ms",
+        "prefill_tokens_per_s",
+        "decode_ms",
+        "decode_tokens_per_s",
+        "ttft_ms",
+    ):
         assert doc["timings"][key] > 0
     assert set(doc["model"]) >= {"path", "architecture", "quantization", "size_bytes"}
     assert set(doc["versions"]) == {"llmcli", "llama_cpp_python", "backend"}

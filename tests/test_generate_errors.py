@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from helpers import fake, run  # noqa: F401
+from helpers import run
 
 
 def one_line_error(result, code: int, *fragments: str) -> None:

@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-
 from realmodel import generate_json, llmcli
 
 pytestmark = pytest.mark.model
@@ -23,7 +22,14 @@ def test_greedy_is_deterministic_and_record_is_consistent():
     assert usage["prefill_tokens"] + usage["cached_tokens"] == usage["prompt_tokens"]
     assert usage["decode_tokens"] == usage["completion_tokens"]
     assert 0 < usage["completion_tokens"] <= 24
-    for key in ("load_ms", "prefill_ms", "prefill_tokens_per_s", "decode_ms", "decode_tokens_per_s", "ttft_ms"):
+    for key in (
+        "load_ms",
+        "prefill_ms",
+        "prefill_tokens_per_s",
+        "decode_ms",
+        "decode_tokens_per_s",
+        "ttft_ms",
+    ):
         assert timings[key] > 0, key
     assert timings["ttft_ms"] >= timings["prefill_ms"]
     assert a["model"]["architecture"] == "gemma3"
@@ -92,7 +98,8 @@ def test_stdin_then_argument():
 
 
 def test_closed_pipe_is_quiet():
-    cmd = f'{sys.executable} -m llmcli generate "Tell me a long story." --raw -n 200 --temperature 0 | head -c 20'
+    cmd = f'{sys.executable} -m llmcli generate "Tell me a long story." --raw -n 200 --temperature 0'
+    cmd += " | head -c 20"
     result = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=600)
     assert len(result.stdout) <= 20
     assert result.stderr == ""
@@ -106,6 +113,8 @@ def test_prompt_longer_than_context_names_both_counts():
 
 
 def test_utf8_is_never_broken():
-    doc = generate_json("Écris trois mots en japonais et en français: 日本語", "--temperature", "0", "-n", "40")
+    doc = generate_json(
+        "Écris trois mots en japonais et en français: 日本語", "--temperature", "0", "-n", "40"
+    )
     assert "\ufffd" not in doc["text"]
     doc.get("text").encode("utf-8")

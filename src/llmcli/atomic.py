@@ -27,12 +27,14 @@ def locked(path: Path, timeout: float = 30.0) -> Iterator[None]:
         yield
 
 
-def write_atomic(path: Path, data: bytes | str, *, mode: int | None = None) -> None:
+def write_atomic(path: Path, data: bytes | str, *, mode: int | None = None, lock: bool = True) -> None:
+    """Replace `path` with `data` atomically; `lock=False` where a lock file beside it would be
+    mistaken for data (e.g. `refs/` in the Hugging Face cache, where every file is a ref)."""
     path = Path(path)
     if isinstance(data, str):
         data = data.encode("utf-8")
     path.parent.mkdir(parents=True, exist_ok=True)
-    with locked(path):
+    with locked(path) if lock else contextlib.nullcontext():
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as f:

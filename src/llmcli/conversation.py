@@ -35,8 +35,10 @@ class Message:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Message:
-        if not isinstance(d, dict) or d.get("role") not in ("user", "assistant") or not isinstance(
-            d.get("content"), str
+        if (
+            not isinstance(d, dict)
+            or d.get("role") not in ("user", "assistant")
+            or not isinstance(d.get("content"), str)
         ):
             raise ValueError(f"not a message: {d!r:.80}")
         return cls(d["role"], d["content"], bool(d.get("interrupted")), d.get("stats"))
@@ -58,7 +60,9 @@ class Conversation:
 
     def template_messages(self, messages: list[Message] | None = None) -> list[dict[str, str]]:
         out = [{"role": "system", "content": self.system}] if self.system else []
-        out += [{"role": m.role, "content": m.content} for m in (self.messages if messages is None else messages)]
+        out += [
+            {"role": m.role, "content": m.content} for m in (self.messages if messages is None else messages)
+        ]
         return out
 
     def add_user(self, text: str) -> None:

@@ -77,7 +77,12 @@ def _gpu_offload_supported() -> bool:
 
 
 def load_engine(
-    ref: str | None, options: EngineOptions, *, offline: bool = False, debug: bool = False, force: bool = False
+    ref: str | None,
+    options: EngineOptions,
+    *,
+    offline: bool = False,
+    debug: bool = False,
+    force: bool = False,
 ) -> Loaded:
     from llmcli import settings
     from llmcli.hub.resolve import resolve_model

@@ -15,7 +15,9 @@ def prompt_format(engine: Engine) -> templates.PromptFormat:
     return templates.choose(engine.info.chat_template, engine.info.architecture)
 
 
-def chat_tokens(engine: Engine, messages: list[dict[str, str]], fmt: templates.PromptFormat | None = None) -> list[int]:
+def chat_tokens(
+    engine: Engine, messages: list[dict[str, str]], fmt: templates.PromptFormat | None = None
+) -> list[int]:
     """Tokens for a conversation, ending with the assistant's turn opened."""
     fmt = fmt or prompt_format(engine)
     text = templates.render(fmt, messages, bos_token=engine.bos_text(), eos_token=engine.eos_text())

@@ -78,7 +78,9 @@ def render(
     from jinja2 import TemplateError
     from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+    )
 
     def raise_exception(message: str) -> None:
         raise TemplateError(message)

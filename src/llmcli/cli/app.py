@@ -15,6 +15,7 @@ from typer.core import TyperGroup
 from llmcli import __version__, render
 from llmcli.errors import ExitCode, LlmcliError
 
+
 class _Boundary(TyperGroup):
     """The one error boundary: domain errors become one stderr line and their exit code."""
 

@@ -13,18 +13,26 @@ from llmcli.cli import options as o
 def chat(
     model: o.Model = None,
     system: Annotated[
-        str | None, typer.Option("--system", help="System prompt.", envvar="LLMCLI_SYSTEM", show_default=False)
+        str | None,
+        typer.Option("--system", help="System prompt.", envvar="LLMCLI_SYSTEM", show_default=False),
     ] = None,
     session: Annotated[
         str | None,
-        typer.Option("--session", help="Save the conversation under NAME after every turn (and continue it if "
-                     "it exists).", show_default=False),
+        typer.Option(
+            "--session",
+            help="Save the conversation under NAME after every turn (and continue it if it exists).",
+            show_default=False,
+        ),
     ] = None,  # fmt: skip
     resume: Annotated[bool, typer.Option("--resume", help="Continue the most recent session.")] = False,
     on_overflow: Annotated[
         str | None,
-        typer.Option("--on-overflow", help="When the history outgrows the context: drop-oldest (default) or error.",
-                     envvar="LLMCLI_ON_OVERFLOW", show_default=False),
+        typer.Option(
+            "--on-overflow",
+            help="When the history outgrows the context: drop-oldest (default) or error.",
+            envvar="LLMCLI_ON_OVERFLOW",
+            show_default=False,
+        ),
     ] = None,  # fmt: skip
     ctx_size: o.CtxSize = None,
     gpu_layers: o.GpuLayers = None,
@@ -107,7 +115,9 @@ def _conversation(saved: dict, name: str | None):
     try:
         return Conversation.from_dict(saved)
     except ValueError as exc:
-        raise sessions.SessionError(f"session {name!r} is malformed ({exc})", hint="the file was left untouched") from None
+        raise sessions.SessionError(
+            f"session {name!r} is malformed ({exc})", hint="the file was left untouched"
+        ) from None
 
 
 def _banner(repl, saved: dict | None) -> None:

@@ -13,13 +13,16 @@ from llmcli.errors import ExitCode, UsageError
 
 
 def generate(
-    prompt: Annotated[str | None, typer.Argument(help="The prompt. Piped stdin comes first, then this.")] = None,
+    prompt: Annotated[
+        str | None, typer.Argument(help="The prompt. Piped stdin comes first, then this.")
+    ] = None,
     file: Annotated[
         Path | None, typer.Option("--file", "-f", help="Read the prompt from a file.", dir_okay=False)
     ] = None,
     model: o.Model = None,
     system: Annotated[
-        str | None, typer.Option("--system", help="System prompt.", envvar="LLMCLI_SYSTEM", show_default=False)
+        str | None,
+        typer.Option("--system", help="System prompt.", envvar="LLMCLI_SYSTEM", show_default=False),
     ] = None,
     raw: Annotated[bool, typer.Option("--raw", help="Plain text completion: no chat template.")] = False,
     ctx_size: o.CtxSize = None,
@@ -37,8 +40,12 @@ def generate(
     stop: o.Stop = None,
     grammar_file: o.GrammarFile = None,
     json_schema: o.JsonSchema = None,
-    stats: Annotated[bool, typer.Option("--stats", help="Print speed figures on stderr after the text.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document instead of the text.")] = False,
+    stats: Annotated[
+        bool, typer.Option("--stats", help="Print speed figures on stderr after the text.")
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON document instead of the text.")
+    ] = False,
     offline: o.Offline = False,
     force: o.Force = False,
 ) -> None:
@@ -55,10 +62,8 @@ def generate(
     system = settings.resolve("system", system) or None
     from llmcli.loader import load_engine
 
-    loaded = load_engine(
-        model, o.engine_options(ctx_size, gpu_layers, threads, batch_size, flash_attn), offline=offline, force=force,
-        debug=render.debug(),
-    )  # fmt: skip
+    engine_opts = o.engine_options(ctx_size, gpu_layers, threads, batch_size, flash_attn)
+    loaded = load_engine(model, engine_opts, offline=offline, force=force, debug=render.debug())
     from llmcli.runner import run_generate
 
     result = run_generate(loaded, text, params, system=system, raw=raw, stream_stdout=not as_json)
@@ -91,5 +96,7 @@ def read_prompt(prompt: str | None, file: Path | None) -> str:
         parts.append(prompt)
     text = "\n\n".join(p.rstrip("\n") for p in parts if p.strip())
     if not text.strip():
-        raise UsageError("the prompt is empty", hint='pass it as an argument or on stdin: llmcli generate "..."')
+        raise UsageError(
+            "the prompt is empty", hint='pass it as an argument or on stdin: llmcli generate "..."'
+        )
     return text

@@ -45,7 +45,9 @@ Model = Annotated[
 Offline = Annotated[
     bool,
     typer.Option(
-        "--offline", help="Never touch the network; use only models already downloaded.", rich_help_panel=MODEL_PANEL
+        "--offline",
+        help="Never touch the network; use only models already downloaded.",
+        rich_help_panel=MODEL_PANEL,
     ),
 ]
 Force = Annotated[
@@ -60,7 +62,8 @@ CtxSize = Annotated[
     typer.Option(
         "--ctx-size",
         "-c",
-        help="Context size in tokens (default: the model's trained context, capped at 4096; rounded up to 256).",
+        help="Context size in tokens (default: the model's trained context, capped at 4096; "
+        "rounded up to 256).",
         envvar="LLMCLI_CTX_SIZE",
         rich_help_panel=MODEL_PANEL,
         show_default=False,
@@ -250,7 +253,9 @@ def schema_to_grammar(value: str) -> str:
     try:
         schema = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UsageError(f"--json-schema is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+        raise UsageError(
+            f"--json-schema is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+        ) from None
     if not isinstance(schema, (dict, bool)):
         raise UsageError("--json-schema must be a JSON object")
     from llama_cpp.llama_grammar import json_schema_to_gbnf

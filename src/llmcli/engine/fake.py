@@ -11,7 +11,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from llmcli.engine.base import Done, EngineOptions, Event, ModelInfo, PrefillProgress, SamplingParams, Stats, Token
+from llmcli.engine.base import (
+    Done,
+    EngineOptions,
+    Event,
+    ModelInfo,
+    PrefillProgress,
+    SamplingParams,
+    Stats,
+    Token,
+)
 from llmcli.errors import ContextOverflowError, UsageError
 
 BOS = 0x10FFFF  # a code point no test text uses
@@ -106,7 +115,9 @@ class FakeEngine:
         if not tokens:
             raise UsageError("the prompt is empty")
         if len(tokens) + 1 > self.n_ctx:
-            raise ContextOverflowError(f"the prompt is {len(tokens)} tokens but the context holds {self.n_ctx}")
+            raise ContextOverflowError(
+                f"the prompt is {len(tokens)} tokens but the context holds {self.n_ctx}"
+            )
         self._interrupted = False
         common = 0
         while common < min(len(self._cached), len(tokens) - 1) and self._cached[common] == tokens[common]:

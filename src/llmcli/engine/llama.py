@@ -120,7 +120,9 @@ class _AbortFlag:
 class LlamaEngine:
     """A GGUF model loaded through llama.cpp, with one KV cache that persists between requests."""
 
-    def __init__(self, path: str | Path, options: EngineOptions | None = None, *, debug: bool = False) -> None:
+    def __init__(
+        self, path: str | Path, options: EngineOptions | None = None, *, debug: bool = False
+    ) -> None:
         import llama_cpp
 
         self._L = llama_cpp
@@ -565,7 +567,9 @@ def _check_decode(rc: int, used: int, n_ctx: int) -> None:
     if rc == 1:
         raise ContextOverflowError(f"no room left in the KV cache ({used} of {n_ctx} tokens used)")
     if rc != 0:
-        raise LlmcliError(f"llama_decode failed with status {rc}", hint="run with --debug for llama.cpp's log")
+        raise LlmcliError(
+            f"llama_decode failed with status {rc}", hint="run with --debug for llama.cpp's log"
+        )
 
 
 _FTYPES = {

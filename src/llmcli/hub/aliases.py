@@ -11,8 +11,9 @@ import json
 from pathlib import Path
 
 from llmcli import paths
+from llmcli.atomic import write_atomic
 from llmcli.errors import ConfigError, ModelNotFoundError, UsageError
-from llmcli.hub import atomic, refs
+from llmcli.hub import refs
 from llmcli.hub.default_model import DEFAULT_REF
 
 DEFAULT_NAME = DEFAULT_REF  # the bundled default model's name
@@ -88,4 +89,4 @@ def names_for(target: str) -> list[str]:
 
 
 def _save(table: dict[str, str]) -> None:
-    atomic.write_text(_file(), json.dumps(dict(sorted(table.items())), indent=2) + "\n")
+    write_atomic(_file(), json.dumps(dict(sorted(table.items())), indent=2) + "\n")

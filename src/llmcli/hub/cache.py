@@ -20,8 +20,9 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+from llmcli.atomic import write_atomic
 from llmcli.errors import LlmcliError
-from llmcli.hub import atomic, env
+from llmcli.hub import env
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 SHORT_COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
@@ -71,7 +72,7 @@ def read_ref(repo_id: str, revision: str) -> str | None:
 def write_ref(repo_id: str, revision: str, commit: str) -> None:
     if revision == commit or read_ref(repo_id, revision) == commit:
         return  # unchanged: a read-only cache stays usable
-    atomic.write_text(repo_folder(repo_id) / "refs" / revision, commit)
+    write_atomic(repo_folder(repo_id) / "refs" / revision, commit, lock=False)
 
 
 def refs_of(repo_id: str) -> dict[str, str]:

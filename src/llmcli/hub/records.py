@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from llmcli import paths
-from llmcli.hub import atomic
+from llmcli.atomic import write_atomic
 from llmcli.hub.hashing import Expected
 
 
@@ -69,7 +69,7 @@ def save(blob: Path, *, sha256: str, expected: Expected | None, source: str | No
         "source": source,
     }
     try:
-        atomic.write_text(_record_path(blob), json.dumps(data, indent=1))
+        write_atomic(_record_path(blob), json.dumps(data, indent=1))
     except OSError:
         pass
 

@@ -95,9 +95,14 @@ def _set(repl: Repl, arg: str) -> None:
 def _show(repl: Repl, arg: str) -> None:
     s = repl.session
     info = s.engine.info
-    repl.info(f"model      {s.loaded.ref} ({info.architecture}, {info.quantization}, {info.size_bytes / 1e6:.0f} MB)")
+    repl.info(
+        f"model      {s.loaded.ref} ({info.architecture}, {info.quantization}, "
+        f"{info.size_bytes / 1e6:.0f} MB)"
+    )
     repl.info(f"path       {info.path}")
-    repl.info(f"context    {s.engine.n_ctx} tokens (trained {info.n_ctx_train}); GPU layers {info.gpu_layers}")
+    repl.info(
+        f"context    {s.engine.n_ctx} tokens (trained {info.n_ctx_train}); GPU layers {info.gpu_layers}"
+    )
     repl.info(f"template   {s.prompt_format.source}")
     repl.info(f"overflow   {s.on_overflow}")
     repl.info("params     " + ", ".join(f"{k}={v}" for k, v in s.params.as_dict().items() if k != "grammar"))

@@ -108,7 +108,9 @@ class LiveReadout:
         if self.phase == "prefill":
             elapsed = now - self.started
             rate = self.prefill_done / self.prefill_elapsed if self.prefill_elapsed > 0 else 0.0
-            return f"prefill {self.prefill_done}/{self.prefill_total} tok · {rate:.0f} tok/s · {elapsed:.1f} s"
+            return (
+                f"prefill {self.prefill_done}/{self.prefill_total} tok · {rate:.0f} tok/s · {elapsed:.1f} s"
+            )
         start = self.decode_started or now
         elapsed = now - start
         rate = (self.tokens - 1) / elapsed if elapsed > 0 and self.tokens > 1 else 0.0

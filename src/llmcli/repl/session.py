@@ -93,9 +93,14 @@ class ChatSession:
         return self._answer(sink)
 
     def _answer(self, sink: Sink) -> TurnResult:
-        fitted = self.conversation.fit(self.render_tokens, self.engine.n_ctx, self.answer_reserve(), self.on_overflow)
+        fitted = self.conversation.fit(
+            self.render_tokens, self.engine.n_ctx, self.answer_reserve(), self.on_overflow
+        )
         done = None
-        with self.engine.interrupt_on_sigint(), closing(self.engine.stream(fitted.tokens, self.params)) as events:
+        with (
+            self.engine.interrupt_on_sigint(),
+            closing(self.engine.stream(fitted.tokens, self.params)) as events,
+        ):
             for event in events:
                 sink(event)
                 if isinstance(event, Done):

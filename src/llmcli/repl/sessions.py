@@ -55,9 +55,13 @@ def read(path: Path) -> dict[str, Any]:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SessionError(f"{path} is not a readable session file ({exc})", hint="the file was left untouched") from None
+        raise SessionError(
+            f"{path} is not a readable session file ({exc})", hint="the file was left untouched"
+        ) from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("messages"), list):
-        raise SessionError(f"{path} is not a session file of format {FORMAT}", hint="the file was left untouched")
+        raise SessionError(
+            f"{path} is not a session file of format {FORMAT}", hint="the file was left untouched"
+        )
     return doc
 
 
