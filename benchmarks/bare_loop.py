@@ -218,17 +218,19 @@ def against_llmcli(args: argparse.Namespace, model: str) -> int:
 
 def interleaved(args: argparse.Namespace, model: str) -> int:
     """Alternate one timed run of the bare loop with one of llmcli's runner (`llmcli.bench.runner.measure`
-    on `LlamaBackend`, the code `llmcli bench` drives), `rounds * reps` times per test, in one process."""
+    on `LlamaBackend`, the code `llmcli bench` drives), `rounds * reps` times per test, in one process
+    and on one loaded model, each loop on its own context."""
     import llama_cpp as L
 
     from llmcli.bench.llama_backend import LlamaBackend
     from llmcli.bench.runner import Options, measure
+    from llmcli.bench.stats import welch
     from llmcli.bench.sweep import Case, ContextSpec, TestSpec
 
     backend = LlamaBackend()
     summary_ = backend.inspect(model, model)
     loaded = backend.load(summary_, 0)
-    bare_model = L.llama_model_load_from_file(model.encode(), L.llama_model_default_params())
+    bare_model = loaded.model  # one model in memory: only the loops and their contexts differ
     spec = ContextSpec(args.threads, args.batch, min(args.ubatch, args.batch), False)
     for p, n in ((args.n_prompt, 0), (0, args.n_gen)):
         test = TestSpec(p, n)
@@ -255,6 +257,10 @@ def interleaved(args: argparse.Namespace, model: str) -> int:
               f"{b['stddev_ts']:.2f} t/s over {len(bare_ns)} alternating runs each; ratio of means "
               f"{ratio:.4f}, median paired ratio {statistics.median(paired):.4f}, ratio of bests {best:.4f}",
               flush=True)  # fmt: skip
+        w = welch(b["samples_ts"], m["samples_ts"])
+        where = "beyond" if w.p_value < 0.05 else "within"
+        print(f"{test.name}: Welch p = {w.p_value:.3f} (difference {where} the noise); "
+              f"cv llmcli {m['cv'] * 100:.1f}%, bare {b['cv'] * 100:.1f}%", flush=True)  # fmt: skip
         bare_test.close()
         context.close()
     return 0

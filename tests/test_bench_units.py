@@ -154,7 +154,7 @@ def test_ctrl_c_sets_stop_and_interrupts_the_backend():
     backend = FakeBackend()
 
     def work(stop):
-        threading.Timer(0.05, _thread.interrupt_main).start()  # Ctrl-C reaches the main thread
+        threading.Timer(0.2, _thread.interrupt_main).start()  # Ctrl-C reaches the main thread
         return "stopped" if stop.wait(10) else "ran on"
 
     assert run_interruptible(work, backend) == "stopped"

@@ -6,10 +6,7 @@ import json
 import os
 
 import pytest
-from helpers import (
-    fake,  # noqa: F401 (a fixture, used by name)
-    run,
-)
+from helpers import run
 
 from llmcli import loader, settings
 from llmcli.errors import ConfigError

@@ -41,10 +41,7 @@ def validate_file(path: Path, options: EngineOptions | None = None, *, force: bo
     if options is not None and not force:
         check_memory(path, header, options)
     if header.chat_template:
-        templates.render(
-            templates.PromptFormat(header.chat_template, "model"),
-            [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}],
-        )
+        templates.probe(header.chat_template)
 
 
 def check_memory(path: Path, header, options: EngineOptions) -> None:

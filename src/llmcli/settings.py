@@ -305,21 +305,22 @@ def _edit(change, *, check: bool = True) -> bool:
     from tomlkit.exceptions import ParseError
 
     from llmcli import paths
-    from llmcli.atomic import write_atomic
+    from llmcli.atomic import locked, write_atomic
 
     path = paths.config_file()
-    text = read_text(path)
-    try:
-        doc = tomlkit.parse(_NEW_FILE_HEADER if text is None else text)
-    except ParseError:
-        validate(path, text or "")  # reports the syntax error with its line and column
-        raise ConfigError(f"{path}: invalid TOML") from None
-    if not change(doc):
-        return False
-    new_text = tomlkit.dumps(doc)
-    if check:
-        validate(path, new_text)
-    write_atomic(path, new_text)
+    with locked(path):  # read, change and write as one step: a concurrent `config set` is not lost
+        text = read_text(path)
+        try:
+            doc = tomlkit.parse(_NEW_FILE_HEADER if text is None else text)
+        except ParseError:
+            validate(path, text or "")  # reports the syntax error with its line and column
+            raise ConfigError(f"{path}: invalid TOML") from None
+        if not change(doc):
+            return False
+        new_text = tomlkit.dumps(doc)
+        if check:
+            validate(path, new_text)
+        write_atomic(path, new_text, lock=False)
     reset_cache()
     return True
 

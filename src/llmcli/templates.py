@@ -2,7 +2,8 @@
 
 Templates come from GGUF metadata, that is from strangers on the internet, so they render in
 Jinja's ImmutableSandboxedEnvironment: no attribute access to Python internals, no mutation of
-the objects passed in. A template that tries either fails closed with a clear error.
+the objects passed in. `*` and `**` are capped too (`'x' * 10**10` would take all memory, `9 ** 9 ** 9`
+all afternoon). A template that tries any of these fails closed with a clear error.
 
 Fallbacks (used when a model carries no `tokenizer.chat_template`, as the default Gemma model):
 - gemma, gemma2, gemma3: Gemma's turn format; a system prompt is prepended to the first user turn
@@ -66,6 +67,36 @@ def choose(model_template: str | None, architecture: str) -> PromptFormat:
     return PromptFormat(FALLBACKS.get(architecture, CHATML), f"fallback:{name}")
 
 
+MAX_REPEAT = 1 << 20  # items in the result of `sequence * n`
+MAX_EXPONENT = 4096  # `a ** b` with integers
+
+
+def _sandbox():
+    from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+
+    class Sandbox(ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset({"*", "**"})
+
+        def call_binop(self, context, operator, left, right):
+            if operator == "*":
+                for seq, n in ((left, right), (right, left)):
+                    sized = isinstance(seq, str | list | tuple) and isinstance(n, int)
+                    if sized and len(seq) * n > MAX_REPEAT:
+                        raise SecurityError(f"a repetition of {len(seq) * n} items is too big")
+            elif isinstance(left, int) and isinstance(right, int) and abs(right) > MAX_EXPONENT:
+                raise SecurityError(f"the power {left} ** {right} is too big")
+            return super().call_binop(context, operator, left, right)
+
+    return Sandbox(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+
+
+def probe(template: str) -> None:
+    """Render a model's template once with sample messages; raises InvalidModelError if it is
+    hostile or broken (what `loader` does before loading, and `models show` to describe it)."""
+    sample = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    render(PromptFormat(template, "model"), sample)
+
+
 def render(
     fmt: PromptFormat,
     messages: list[dict[str, str]],
@@ -76,11 +107,9 @@ def render(
 ) -> str:
     """Render messages to prompt text in a sandbox; hostile or broken templates raise one clear error."""
     from jinja2 import TemplateError
-    from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+    from jinja2.sandbox import SecurityError
 
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
-    )
+    env = _sandbox()
 
     def raise_exception(message: str) -> None:
         raise TemplateError(message)
@@ -94,12 +123,12 @@ def render(
             eos_token=eos_token,
             add_generation_prompt=add_generation_prompt,
         )
-    except SecurityError as exc:
+    except (SecurityError, OverflowError) as exc:  # OverflowError: the sandbox's range() limit
         raise InvalidModelError(
             f"the model's chat template tried an unsafe operation and was stopped ({exc})",
             hint="this file may be malicious; use --raw to bypass the template",
         ) from None
-    except (TemplateError, TypeError, ValueError, AttributeError, IndexError, KeyError) as exc:
+    except (TemplateError, TypeError, ValueError, AttributeError, LookupError, RecursionError) as exc:
         raise InvalidModelError(
             f"the model's chat template failed to render: {exc}",
             hint="use --raw to send the prompt without a template",

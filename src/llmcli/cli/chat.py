@@ -116,7 +116,8 @@ def _conversation(saved: dict, name: str | None):
         return Conversation.from_dict(saved)
     except ValueError as exc:
         raise sessions.SessionError(
-            f"session {name!r} is malformed ({exc})", hint="the file was left untouched"
+            f"{sessions.session_path(name)} has a malformed conversation ({exc})",
+            hint="the file was left untouched",
         ) from None
 
 

@@ -7,6 +7,7 @@ modules, inside the functions that talk to the network.
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Annotated, Any
 
@@ -195,9 +196,18 @@ def show(
     if as_json:
         return render.out_json(info)
     for key, value in _show_rows(info):
-        sys.stdout.write(f"{key:<14} {'-' if value in (None, '') else value}\n")
+        sys.stdout.write(f"{key:<14} {'-' if value in (None, '') else printable(value)}\n")
     for key, value in info.get("metadata", {}).items():
-        sys.stdout.write(f"  {key} = {value}\n")
+        sys.stdout.write(f"  {printable(key)} = {printable(value)}\n")
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(value: Any) -> str:
+    """Metadata comes from strangers: control characters (terminal escapes, newlines) are shown
+    escaped, so a model file cannot drive the terminal that lists it."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(value))
 
 
 def _show_rows(info: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -213,7 +223,7 @@ def _show_rows(info: dict[str, Any]) -> list[tuple[str, Any]]:
         ("layers", info["n_layers"]),
         ("context", info["n_ctx_train"]),
         ("vocabulary", info["n_vocab"]),
-        ("chat template", "yes" if info["chat_template"] else "no"),
+        ("chat template", _template_row(info)),
         ("license", info["license"]),
         ("size on disk", _size(info["size"])),
         ("files", len(info["files"])),
@@ -221,6 +231,13 @@ def _show_rows(info: dict[str, Any]) -> list[tuple[str, Any]]:
         ("aliases", ", ".join(info["aliases"])),
         ("sha256", sha256),
     ]
+
+
+def _template_row(info: dict[str, Any]) -> str:
+    if not info["chat_template"]:
+        return "no"
+    problem = info.get("chat_template_problem")
+    return f"yes, refused: {problem}" if problem else "yes"
 
 
 @models_app.command("rm")
@@ -362,7 +379,7 @@ def verify(
 
 def _table(headers: list[str], rows: list[list[Any]]) -> None:
     """A plain aligned table on stdout (no truncation, so it greps and pipes well)."""
-    cells = [headers] + [["-" if c in (None, "") else str(c) for c in row] for row in rows]
+    cells = [headers] + [["-" if c in (None, "") else printable(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for row in cells:
         sys.stdout.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")

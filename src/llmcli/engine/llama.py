@@ -71,20 +71,33 @@ def _silence_logs(llama_cpp) -> None:
 
 
 @contextmanager
-def _deferred_sigint():
-    """Hold Ctrl-C while llama.cpp loads (a KeyboardInterrupt raised inside a ctypes callback
-    would be swallowed); the caller checks the list and raises once it is safe."""
+def _deferred_signals():
+    """Hold Ctrl-C and SIGTERM while llama.cpp loads (an exception raised inside a ctypes callback
+    would be swallowed); the caller checks the list and calls `_raise_for` once it is safe."""
     import signal
 
     hits: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield hits
         return
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: hits.append(signum))
+    previous = {sig: signal.signal(sig, lambda signum, frame: hits.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}  # fmt: skip
     try:
         yield hits
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _raise_for(hits: list[int]) -> None:
+    """What a signal held during the load turns into: Ctrl-C (exit 130) or SIGTERM (exit 143)."""
+    import signal
+
+    from llmcli.errors import TerminatedError
+
+    if signal.SIGINT in hits:
+        raise KeyboardInterrupt
+    raise TerminatedError("received SIGTERM")
 
 
 class _AbortFlag:
@@ -132,17 +145,17 @@ class LlamaEngine:
             _silence_logs(llama_cpp)
         llama_cpp.llama_backend_init()
         started = time.perf_counter()
-        with _deferred_sigint() as hits:
+        with _deferred_signals() as hits:
             self._model = self._load_model(hits)
             if hits:
                 self.close()
-                raise KeyboardInterrupt
+                _raise_for(hits)
             self._vocab = llama_cpp.llama_model_get_vocab(self._model)
             self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
             self._ctx = self._new_context()
         if hits:
             self.close()
-            raise KeyboardInterrupt
+            _raise_for(hits)
         self.load_ms = (time.perf_counter() - started) * 1000
         self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
         self.n_batch = llama_cpp.llama_n_batch(self._ctx)
@@ -158,12 +171,12 @@ class LlamaEngine:
         L = self._L
         params = L.llama_model_default_params()
         params.n_gpu_layers = self._gpu_layers_requested()
-        # returning False from the progress callback cancels a load interrupted by Ctrl-C
+        # returning False from the progress callback cancels a load interrupted by a signal
         progress = L.llama_progress_callback(lambda value, data: not hits)
         params.progress_callback = progress
         model = L.llama_model_load_from_file(str(self.path).encode(), params)
         if not model and hits:
-            raise KeyboardInterrupt
+            _raise_for(hits)
         if not model:
             raise InvalidModelError(
                 f"llama.cpp could not load {self.path}",

@@ -2,7 +2,8 @@
 
 An alias maps a name (letters, digits, '.', '_', '-') to a hub reference or to the absolute
 path of a .gguf file. Aliases to aliases are flattened when set. The file is rewritten
-atomically (temp file, fsync, rename), so a crash never leaves it half-written.
+atomically (temp file, fsync, rename), so a crash never leaves it half-written, and each change
+reads and writes it under the lock, so two processes setting aliases at once both get theirs.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import json
 from pathlib import Path
 
 from llmcli import paths
-from llmcli.atomic import write_atomic
+from llmcli.atomic import locked, write_atomic
 from llmcli.errors import ConfigError, ModelNotFoundError, UsageError
 from llmcli.hub import refs
 from llmcli.hub.default_model import DEFAULT_REF
@@ -50,18 +51,20 @@ def set_alias(name: str, target: str) -> str:
     if name in RESERVED:
         raise UsageError(f"{name!r} is the bundled default model's name", hint="choose another alias")
     stored = normalise(target)
-    table = load()
-    table[name] = stored
-    _save(table)
+    with locked(_file()):  # read, change and write as one step: concurrent edits are not lost
+        table = load()
+        table[name] = stored
+        _save(table)
     return stored
 
 
 def delete(name: str) -> str:
-    table = load()
-    if name not in table:
-        raise ModelNotFoundError(f"no alias named {name!r}", hint="see `llmcli models alias`")
-    target = table.pop(name)
-    _save(table)
+    with locked(_file()):
+        table = load()
+        if name not in table:
+            raise ModelNotFoundError(f"no alias named {name!r}", hint="see `llmcli models alias`")
+        target = table.pop(name)
+        _save(table)
     return target
 
 
@@ -89,4 +92,5 @@ def names_for(target: str) -> list[str]:
 
 
 def _save(table: dict[str, str]) -> None:
-    write_atomic(_file(), json.dumps(dict(sorted(table.items())), indent=2) + "\n")
+    """Write the table; the caller holds the lock."""
+    write_atomic(_file(), json.dumps(dict(sorted(table.items())), indent=2) + "\n", lock=False)

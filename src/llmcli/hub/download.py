@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmcli import render
-from llmcli.errors import InvalidModelError, LlmcliError, NetworkError
+from llmcli.errors import InvalidModelError, LlmcliError, NetworkError, TerminatedError
 from llmcli.hub import cache, env, hashing, records, remote
 from llmcli.hub.hashing import Expected, Hasher
 from llmcli.hub.progress import Progress, Task, human_size
@@ -136,7 +136,7 @@ def _download(src: Source, part: Path, progress: Progress) -> Hasher:
             except remote.http().TransportError as exc:
                 _interrupted(src, part, hasher, attempt, remote.describe(exc))
                 continue
-            except KeyboardInterrupt:
+            except (KeyboardInterrupt, TerminatedError):
                 render.info(
                     f"{src.filename}: {human_size(hasher.count)} kept; run the same pull again to resume"
                 )

@@ -3,7 +3,8 @@
 One small JSON file per blob under `paths.cache_dir()/verified/`, named after the blob's path
 and holding the SHA-256, the hash the hub vouched for, and the size and mtime the file had when
 it was checked. A record only counts while size and mtime still match; `models verify` re-hashes
-regardless and rewrites it.
+regardless and rewrites it. A record that cannot be read or makes no sense counts as no record:
+the file is hashed again, never trusted.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def load(blob: Path) -> dict[str, Any] | None:
         st = blob.stat()
     except (OSError, ValueError):
         return None
-    if data.get("path") != _key(blob):
+    if not isinstance(data, dict) or data.get("path") != _key(blob):
         return None
     if data.get("size") != st.st_size or data.get("mtime_ns") != st.st_mtime_ns:
         return None
@@ -87,4 +88,4 @@ def load_any(blob: Path) -> dict[str, Any] | None:
         data = json.loads(_record_path(blob).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return data if data.get("path") == _key(blob) else None
+    return data if isinstance(data, dict) and data.get("path") == _key(blob) else None

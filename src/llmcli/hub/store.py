@@ -199,12 +199,26 @@ def describe(model: LocalModel, *, keys: bool = False) -> dict[str, Any]:
         n_ctx_train=head.n_ctx_train,
         n_vocab=head.n_vocab,
         chat_template=head.chat_template is not None,
+        chat_template_problem=_template_problem(head.chat_template),
         license=head.license,
         sha256=_recorded_sha256(model),
     )
     if keys:
         info["metadata"] = {k: _short(v) for k, v in head.metadata.items()}
     return info
+
+
+def _template_problem(template: str | None) -> str | None:
+    """Why the model's chat template cannot be used (hostile or broken), tried in the sandbox."""
+    from llmcli import templates
+
+    if not template:
+        return None
+    try:
+        templates.probe(template)
+    except InvalidModelError as exc:
+        return exc.message
+    return None
 
 
 def _recorded_sha256(model: LocalModel) -> list[str | None]:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from llmcli.errors import LlmcliError, UsageError
+from llmcli.errors import LlmcliError, TerminatedError, UsageError
 
 if TYPE_CHECKING:
     from llmcli.repl.loop import Repl
@@ -47,6 +47,8 @@ def dispatch(repl: Repl, line: str) -> bool:
         return True
     try:
         return cmd.handler(repl, arg.strip()) is not False
+    except TerminatedError:
+        raise  # SIGTERM ends the chat, even in the middle of a command
     except LlmcliError as exc:
         repl.error(exc.one_line().removeprefix("llmcli: "))
         return True

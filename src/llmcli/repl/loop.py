@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from llmcli import paths
-from llmcli.errors import LlmcliError
+from llmcli.errors import LlmcliError, TerminatedError
 from llmcli.repl import commands, sessions
 from llmcli.repl.readout import LiveReadout, PlainSink, format_after
 from llmcli.repl.session import ChatSession
@@ -79,6 +79,8 @@ class Repl:
             return True
         try:
             self.run_turn(line)
+        except TerminatedError:
+            raise  # SIGTERM ends the chat (exit 143); what was saved stays saved
         except LlmcliError as exc:
             self.error(exc.one_line().removeprefix("llmcli: "))
         return True
@@ -175,21 +177,45 @@ class SlashCompleter:
 
 
 def _atomic_history(path):
-    """prompt-toolkit's FileHistory format, but every entry is stored by an atomic rewrite."""
+    """prompt-toolkit's FileHistory format, but every entry is stored by an atomic rewrite.
+
+    A history file that cannot be read or written (a directory, no permission) costs the history,
+    with one warning, never the chat."""
     import datetime
 
     from prompt_toolkit.history import FileHistory
 
-    from llmcli.atomic import write_atomic
+    from llmcli import render
+    from llmcli.atomic import locked, write_atomic
 
     class AtomicFileHistory(FileHistory):
-        def store_string(self, string: str) -> None:
+        warned = False
+
+        def load_history_strings(self):
             try:
-                old = path.read_bytes()
-            except FileNotFoundError:
-                old = b""
+                return list(super().load_history_strings())
+            except OSError as exc:
+                self._warn(exc)
+                return []
+
+        def store_string(self, string: str) -> None:
             entry = f"\n# {datetime.datetime.now()}\n" + "".join(f"+{line}\n" for line in string.split("\n"))
-            write_atomic(path, old + entry.encode("utf-8"))
+            try:
+                with locked(path):  # two chats at once: each keeps the other's entries
+                    try:
+                        old = path.read_bytes()  # bytes: whatever is there (even invalid UTF-8) is kept
+                    except FileNotFoundError:
+                        old = b""
+                    write_atomic(path, old + entry.encode("utf-8"), lock=False)
+            except OSError as exc:
+                self._warn(exc)
+
+        def _warn(self, exc: OSError) -> None:
+            if not self.warned:
+                self.warned = True
+                render.warn(
+                    f"the chat history {path} cannot be used ({exc.strerror or exc}); it is not saved"
+                )
 
     return AtomicFileHistory(str(path))
 

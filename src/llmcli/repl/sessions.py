@@ -62,6 +62,8 @@ def read(path: Path) -> dict[str, Any]:
         raise SessionError(
             f"{path} is not a session file of format {FORMAT}", hint="the file was left untouched"
         )
+    if not isinstance(doc.get("model"), str | None):
+        raise SessionError(f'{path}: "model" is not a model reference', hint="the file was left untouched")
     return doc
 
 
