@@ -138,6 +138,19 @@ class ModelInfo:
     backend: str = "CPU"
 
 
+def check_prompt(tokens: list[int], n_ctx: int) -> None:
+    """Every engine refuses the same way: an empty prompt, or one with no room for an answer."""
+    from llmcli.errors import ContextOverflowError, UsageError
+
+    if not tokens:
+        raise UsageError("the prompt is empty")
+    if len(tokens) + 1 > n_ctx:
+        raise ContextOverflowError(
+            f"the prompt is {len(tokens)} tokens but the context holds {n_ctx}",
+            hint="shorten the prompt or raise --ctx-size",
+        )
+
+
 class Engine(Protocol):
     """A loaded model with one KV cache. Implementations: LlamaEngine, FakeEngine."""
 

@@ -20,8 +20,8 @@ from llmcli.engine.base import (
     SamplingParams,
     Stats,
     Token,
+    check_prompt,
 )
-from llmcli.errors import ContextOverflowError, UsageError
 
 BOS = 0x10FFFF  # a code point no test text uses
 
@@ -112,12 +112,7 @@ class FakeEngine:
 
     def stream(self, prompt: str | list[int], params: SamplingParams) -> Iterator[Event]:
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
-        if not tokens:
-            raise UsageError("the prompt is empty")
-        if len(tokens) + 1 > self.n_ctx:
-            raise ContextOverflowError(
-                f"the prompt is {len(tokens)} tokens but the context holds {self.n_ctx}"
-            )
+        check_prompt(tokens, self.n_ctx)
         self._interrupted = False
         common = 0
         while common < min(len(self._cached), len(tokens) - 1) and self._cached[common] == tokens[common]:

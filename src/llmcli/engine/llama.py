@@ -34,6 +34,7 @@ from llmcli.engine.base import (
     SamplingParams,
     Stats,
     Token,
+    check_prompt,
 )
 from llmcli.errors import ContextOverflowError, InvalidModelError, LlmcliError, UsageError
 
@@ -292,19 +293,17 @@ class LlamaEngine:
         return bool(self._L.llama_vocab_get_add_bos(self._vocab))
 
     def bos_text(self) -> str:
-        tok = self._L.llama_vocab_bos(self._vocab)
-        if tok < 0:
-            return ""
-        buf = ctypes.create_string_buffer(64)
-        n = self._L.llama_token_to_piece(self._vocab, tok, buf, len(buf), 0, True)
-        return buf.raw[: max(n, 0)].decode("utf-8", "replace")
+        return self._special_text(self._L.llama_vocab_bos(self._vocab))
 
     def eos_text(self) -> str:
-        tok = self._L.llama_vocab_eos(self._vocab)
-        if tok < 0:
+        return self._special_text(self._L.llama_vocab_eos(self._vocab))
+
+    def _special_text(self, token: int) -> str:
+        """The text of a control token (e.g. "<bos>"), for chat templates; "" when there is none."""
+        if token < 0:
             return ""
         buf = ctypes.create_string_buffer(64)
-        n = self._L.llama_token_to_piece(self._vocab, tok, buf, len(buf), 0, True)
+        n = self._L.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, True)
         return buf.raw[: max(n, 0)].decode("utf-8", "replace")
 
     # -- cache -----------------------------------------------------------------------------
@@ -368,13 +367,7 @@ class LlamaEngine:
     def stream(self, prompt: str | list[int], params: SamplingParams) -> Iterator[Event]:
         """Prefill `prompt`, then decode; yields PrefillProgress, Token..., and one Done."""
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
-        if not tokens:
-            raise UsageError("the prompt is empty")
-        if len(tokens) + 1 > self.n_ctx:
-            raise ContextOverflowError(
-                f"the prompt is {len(tokens)} tokens but the context holds {self.n_ctx}",
-                hint="shorten the prompt or raise --ctx-size",
-            )
+        check_prompt(tokens, self.n_ctx)
         seed = params.seed if params.seed is not None else secrets.randbelow(2**32 - 1)
         sampler = self._build_sampler(params, seed)
         events: queue.Queue = queue.Queue()
