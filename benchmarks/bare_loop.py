@@ -241,7 +241,7 @@ def interleaved(args: argparse.Namespace, model: str) -> int:
         options = Options(reps=1, warmup=False)
 
         def llmcli_once(case=case, context=context, n_ctx=n_ctx, options=options) -> int:
-            result = measure(case, summary_, loaded, context, n_ctx, backend.clock, options)
+            result = measure(case, summary_, loaded, context, n_ctx, backend, options)
             return result.timing.samples_ns[0]
 
         bare_test.once(), llmcli_once()  # warm-up
@@ -259,11 +259,37 @@ def interleaved(args: argparse.Namespace, model: str) -> int:
               flush=True)  # fmt: skip
         w = welch(b["samples_ts"], m["samples_ts"])
         where = "beyond" if w.p_value < 0.05 else "within"
+        low, mid, high = paired_ratio_ci(paired)
         print(f"{test.name}: Welch p = {w.p_value:.3f} (difference {where} the noise); "
-              f"cv llmcli {m['cv'] * 100:.1f}%, bare {b['cv'] * 100:.1f}%", flush=True)  # fmt: skip
+              f"cv llmcli {m['cv'] * 100:.1f}%, bare {b['cv'] * 100:.1f}%; geometric mean of paired ratios "
+              f"{mid:.4f}, 95% CI {low:.4f}-{high:.4f}", flush=True)  # fmt: skip
         bare_test.close()
         context.close()
     return 0
+
+
+def paired_ratio_ci(ratios: list[float]) -> tuple[float, float, float]:
+    """Geometric mean of paired ratios with a 95% t-interval on their logarithms (pairs ran back to back,
+    so slow drifts in machine load cancel)."""
+    from llmcli.bench.stats import t_two_sided_p
+
+    logs = [math.log(r) for r in ratios]
+    n = len(logs)
+    mean = statistics.fmean(logs)
+    if n < 2:
+        return math.exp(mean), math.exp(mean), math.exp(mean)
+    se = statistics.stdev(logs) / math.sqrt(n)
+    t = _t_quantile(0.05, n - 1, t_two_sided_p)
+    return math.exp(mean - t * se), math.exp(mean), math.exp(mean + t * se)
+
+
+def _t_quantile(alpha: float, df: int, p_of) -> float:
+    """The t with two-sided tail probability `alpha`, by bisection on the p-value."""
+    low, high = 0.0, 100.0
+    for _ in range(100):
+        mid = (low + high) / 2
+        low, high = (mid, high) if p_of(mid, df) > alpha else (low, mid)
+    return (low + high) / 2
 
 
 def _run_json(cmd: list[str]):

@@ -395,3 +395,20 @@ def test_help_mentions_the_method():
     result = run("bench", "--help")
     assert result.exit_code == 0
     assert re.search(r"--n-prompt", result.stdout) and "--roofline" in result.stdout
+
+
+def test_a_busy_machine_is_flagged(backend):
+    backend.busy = 0.4
+    result = run("bench", "-p", "64", "-n", "16", "-t", "1")
+    assert result.exit_code == 0
+    assert (
+        "busy machine: other processes used 40% of the CPU during pp64; numbers measured under load"
+        in result.stdout
+    )
+    assert (
+        "llmcli bench: [1/2] pp64: 1000.00 ± 0.00 t/s (other processes used 40% of the CPU)" in result.stderr
+    )
+    doc = json.loads(run("bench", "-p", "64", "-n", "0", "-t", "1", "-o", "json").stdout)
+    assert doc["results"][0]["other_cpu_load"] == 0.4
+    backend.busy = 0.05
+    assert "busy machine" not in run("bench", "-p", "64", "-n", "0", "-t", "1").stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import threading
 from types import SimpleNamespace
@@ -225,3 +226,28 @@ def test_bandwidth_probe_runs_on_a_small_buffer():
     assert bw.read_gbps > 0 and bw.copy_gbps > 0
     assert bw.threads == 2 and bw.reps == 2 and bw.buffer_bytes <= 1 << 20
     assert set(bw.as_dict()) == {"read_gbps", "copy_gbps", "threads", "buffer_bytes", "reps", "method"}
+
+
+# -- machine load ----------------------------------------------------------------------------
+
+
+def test_other_share_subtracts_our_own_cpu_time():
+    from llmcli.bench.load import Snapshot, other_share
+
+    ticks = os.sysconf("SC_CLK_TCK")
+    before = Snapshot(busy=1000, total=4000, own=1.0)
+    after = Snapshot(
+        busy=1000 + 300, total=4000 + 1000, own=1.0 + 100 / ticks
+    )  # we used 100 of 300 busy ticks
+    assert other_share(before, after) == pytest.approx(0.2)
+    assert other_share(before, None) is None and other_share(after, before) is None
+    idle = Snapshot(busy=1000 + 100, total=5000, own=1.0 + 150 / ticks)  # clock granularity: never below 0
+    assert other_share(before, idle) == 0.0
+
+
+def test_snapshot_reads_proc_stat():
+    from llmcli.bench.load import snapshot
+
+    snap = snapshot()
+    if os.path.exists("/proc/stat"):
+        assert snap is not None and snap.total >= snap.busy > 0

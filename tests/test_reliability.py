@@ -21,7 +21,7 @@ from ggufgen import write_gguf
 from helpers import run
 
 from llmcli import loader, settings
-from llmcli.engine.base import Token
+from llmcli.engine.base import EngineOptions, SamplingParams, Token
 from llmcli.engine.fake import FakeEngine
 
 # The CVE-2024-34359 class: reach os through Python internals, and leave a mark if it worked.
@@ -149,6 +149,19 @@ def test_a_header_llama_cpp_still_cannot_load_is_one_line_exit_5(tmp_path):
         "(the architecture may be unsupported by this llama.cpp build; run with --debug)"
     ]
     assert result.stdout == ""
+
+
+def test_an_incomplete_split_model_is_refused():
+    from llmcli.errors import ModelNotFoundError
+    from llmcli.hub import pull, refs
+
+    names = ["m-Q4_K_M-00001-of-00003.gguf", "m-Q4_K_M-00002-of-00003.gguf"]  # the third is missing
+    repo = types.SimpleNamespace(files=dict.fromkeys(names))
+    with pytest.raises(ModelNotFoundError, match="has 2 of 3 shards"):
+        pull.choose(refs.parse(f"org/m-GGUF/{names[0]}"), repo)
+    for ref in ("org/m-GGUF", "org/m-GGUF:Q4_K_M"):
+        with pytest.raises(ModelNotFoundError):
+            pull.choose(refs.parse(ref), repo)
 
 
 # -- memory ---------------------------------------------------------------------------------------
@@ -373,6 +386,35 @@ def test_sigterm_during_a_reply_ends_chat_with_143_and_keeps_the_session(monkeyp
     assert result.stdout.startswith("echo: one\ne") and "three" not in result.stdout
     doc = json.loads((isolated / "data" / "sessions" / "s.json").read_text())
     assert [m["content"] for m in doc["messages"]] == ["one", "echo: one"]
+
+
+def test_sigterm_while_the_prompt_is_busy_is_not_swallowed_by_its_event_loop(fake, capsys):
+    """A signal landing inside a prompt-toolkit callback (here: a key handler) must still end chat:
+    an exception raised there would be caught and logged by asyncio, and the prompt would go on."""
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from llmcli.cli import app
+    from llmcli.errors import TerminatedError
+    from llmcli.loader import load_engine
+    from llmcli.repl.loop import Repl, build_prompt_session
+    from llmcli.repl.session import ChatSession
+
+    repl = Repl(ChatSession(load_engine(None, EngineOptions()), SamplingParams()), interactive=True)
+    previous = signal.getsignal(signal.SIGTERM)
+    app._install_sigterm()
+    try:
+        with create_pipe_input() as pipe:
+            prompt = build_prompt_session(input=pipe, output=DummyOutput())
+            prompt.key_bindings.add("c-t")(lambda event: os.kill(os.getpid(), signal.SIGTERM))
+            pipe.send_text("\x14hello\r")
+            with pytest.raises(TerminatedError):
+                repl.run_interactive(prompt)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert repl.session.conversation.messages == []
+    out = capsys.readouterr()
+    assert "Unhandled exception" not in out.out + out.err
 
 
 # -- SIGKILL of real writers ------------------------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -121,13 +120,40 @@ def test_sigterm_during_a_chat_reply_exits_143_and_the_session_is_intact(isolate
 
 
 def test_stdout_closed_by_its_reader_exits_141_quietly():
-    child = llmcli("generate", "Tell me a long story.", "--raw", "-n", "2000", "--temperature", "0")
-    child._threads[0].join(0)  # stdout is read here instead: take 20 bytes, then hang up
-    child.proc.stdout.close()
-    assert child.finish() == 141, child.stderr
-    assert child.stderr == ""
+    """`| head -c 20`, with the exit status of llmcli itself (a shell pipeline reports head's)."""
+    argv = [sys.executable, "-m", "llmcli", "generate", "Tell me a long story.", "--raw", "-n", "2000"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ))
+    try:
+        assert len(proc.stdout.read(20)) == 20
+        proc.stdout.close()
+        err = proc.stderr.read()
+        assert proc.wait(TIMEOUT) == 141, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert err == b""
 
 
+def test_stdout_closed_under_a_piped_chat_exits_141_quietly(isolated):
+    argv = [sys.executable, "-m", "llmcli", "chat", "-n", "2000", "--session", "pipe"]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ))  # fmt: skip
+    try:
+        proc.stdin.write(b"Tell me a very long story.\nAnd another one.\n")
+        proc.stdin.close()
+        assert len(proc.stdout.read(20)) == 20
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        assert proc.wait(TIMEOUT) == 141, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "Traceback" not in err and "Exception ignored" not in err and "llmcli:" not in err, err
+    sessions = isolated / "data" / "sessions"
+    assert not sessions.exists() or [p.name for p in sessions.iterdir() if p.suffix == ".tmp"] == []
+
+
+@pytest.mark.terminal
 def test_sigterm_at_the_interactive_chat_prompt_exits_143(isolated):
     pexpect = pytest.importorskip("pexpect")
     saved = isolated / "data" / "sessions" / "tty.json"

@@ -120,10 +120,12 @@ def run_case(
             converse(engine, options, "reuse", case.test.n_gen, backend.clock, stop)
         for mode in MODES:
             samples = []
+            before = backend.load_snapshot()
             for rep in range(options.reps):
                 phase(f"chat ({mode})", "rep", rep + 1, options.reps)
                 samples.append(converse(engine, options, mode, case.test.n_gen, backend.clock, stop))
-            out += _turn_results(case, model, engine, mode, samples, started, options.warmup)
+            other = backend.other_load(before, backend.load_snapshot())
+            out += _turn_results(case, model, engine, mode, samples, started, options.warmup, other)
             phase(f"chat ({mode})", "done", options.reps, options.reps)
     finally:
         engine.close()
@@ -180,7 +182,7 @@ def _turn(engine, conversation: Conversation, fmt, params: SamplingParams, clock
     return TurnSample(len(tokens), s.cached_tokens, s.completion_tokens, ttft, decode_ts), done.text
 
 
-def _turn_results(case, model, engine, mode, samples, started, warmup) -> list[ChatTurnResult]:
+def _turn_results(case, model, engine, mode, samples, started, warmup, other) -> list[ChatTurnResult]:
     results = []
     for turn in range(len(samples[0])):
         per_rep = [rep[turn] for rep in samples]
@@ -192,5 +194,6 @@ def _turn_results(case, model, engine, mode, samples, started, warmup) -> list[C
             cached_tokens=[s.cached_tokens for s in per_rep],
             completion_tokens=[s.completion_tokens for s in per_rep],
             decode_samples_ts=[s.decode_ts for s in per_rep if s.decode_ts is not None], warmup=warmup,
+            other_load=other,
         ))  # fmt: skip
     return results

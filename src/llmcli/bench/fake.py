@@ -47,6 +47,7 @@ class FakeBackend:
     interrupt_at: int | None = None
     n_ctx_train: int = 8192
     invalid: set[str] = field(default_factory=set)  # file names inspect() refuses
+    busy: float | None = None  # what other_load() reports (share of the CPU used by other processes)
     clock: FakeClock = field(default_factory=FakeClock)
 
     def __post_init__(self) -> None:
@@ -87,6 +88,12 @@ class FakeBackend:
 
     def interrupt(self) -> None:
         self.interrupted = True
+
+    def load_snapshot(self) -> Any:
+        return None
+
+    def other_load(self, before: Any, after: Any) -> float | None:
+        return self.busy
 
 
 @dataclass

@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from llmcli.bench import sweep
+from llmcli.bench.load import NOISY
 from llmcli.bench.results import BenchRun
 
 FORMATS = ("md", "csv", "json", "jsonl")
@@ -150,6 +151,10 @@ def footer(run: BenchRun) -> str:
             f"memory bandwidth: read {bw.read_gbps:.1f} GB/s, copy {bw.copy_gbps:.1f} GB/s "
             f"({bw.threads} threads, best of {bw.reps}; roofline = GB/s / read)"
         )
+    busiest = run.busiest()
+    if busiest is not None and busiest[1] > NOISY:
+        lines.append(f"busy machine: other processes used {busiest[1]:.0%} of the CPU during {busiest[0]}; "
+                     "numbers measured under load are noisy")  # fmt: skip
     if not run.complete:
         lines.append(f"**incomplete**: interrupted after {len(run.results)} of {run.planned} results")
     return "\n".join(lines) + "\n"

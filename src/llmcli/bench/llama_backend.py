@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmcli.bench import load
 from llmcli.bench.results import ModelSummary
 from llmcli.bench.runner import Interrupted
 from llmcli.bench.sweep import ContextSpec, TestSpec
@@ -78,6 +79,12 @@ class LlamaBackend:
     def interrupt(self) -> None:
         for thing in list(self.live):
             thing.interrupt()
+
+    def load_snapshot(self) -> Any:
+        return load.snapshot()
+
+    def other_load(self, before: Any, after: Any) -> float | None:
+        return load.other_share(before, after)
 
 
 class LlamaModel:

@@ -85,6 +85,7 @@ class TestResult:
     test_time: str  # ISO 8601, UTC, when the test started
     timing: Measured
     warmup: bool = True
+    other_load: float | None = None  # share of the CPU other processes used during the timed runs
 
     @property
     def name(self) -> str:
@@ -130,6 +131,7 @@ class TestResult:
             "samples_ts": [round(v, 6) for v in m.samples_ts],
             "effective_gbps": None if gbps is None else round(gbps, 3),
             "roofline_fraction": _roofline(gbps, measured_gbps, self.gpu_layers_offloaded),
+            "other_cpu_load": _round(self.other_load, 3),
         }
 
 
@@ -150,10 +152,9 @@ class ChatTurnResult:
     prompt_tokens: list[int] = field(default_factory=list)
     cached_tokens: list[int] = field(default_factory=list)
     completion_tokens: list[int] = field(default_factory=list)
-    decode_samples_ts: list[float] = field(
-        default_factory=list
-    )  # wall-clock decode tok/s, one per repetition
+    decode_samples_ts: list[float] = field(default_factory=list)  # wall-clock decode t/s per repetition
     warmup: bool = True
+    other_load: float | None = None
 
     @property
     def name(self) -> str:
@@ -204,6 +205,7 @@ class ChatTurnResult:
             "samples_ts": [round(v, 6) for v in self.decode_samples_ts],
             "effective_gbps": None if gbps is None else round(gbps, 3),
             "roofline_fraction": _roofline(gbps, measured_gbps, self.gpu_layers_offloaded),
+            "other_cpu_load": _round(self.other_load, 3),
         }
 
 
@@ -224,6 +226,11 @@ class BenchRun:
     @property
     def measured_gbps(self) -> float | None:
         return self.bandwidth.read_gbps if self.bandwidth is not None else None
+
+    def busiest(self) -> tuple[str, float] | None:
+        """The result measured while other processes used the most CPU, and that share."""
+        loads = [(r.name, r.other_load) for r in self.results if r.other_load is not None]
+        return max(loads, key=lambda item: item[1]) if loads else None
 
     def records(self) -> list[dict[str, Any]]:
         return [r.record(self.measured_gbps) for r in self.results]

@@ -75,6 +75,12 @@ class Backend(Protocol):
     def interrupt(self) -> None:
         """Abort the decode in progress (called from another thread)."""
 
+    def load_snapshot(self) -> Any:
+        """A snapshot of machine-wide CPU use (`llmcli.bench.load.snapshot`)."""
+
+    def other_load(self, before: Any, after: Any) -> float | None:
+        """Share of the CPU used by other processes between two snapshots (`load.other_share`)."""
+
 
 def make_backend(debug: bool = False) -> Backend:
     """The llama.cpp backend; tests replace this function to run on `fake.FakeBackend`."""
@@ -212,9 +218,7 @@ class _Loop:
             self.progress(Event(index, total, name, kind, rep, self.options.reps))
 
         model = self.models[case.model]
-        result = measure(
-            case, model, loaded, context, n_ctx, self.backend.clock, self.options, phase, self.stop
-        )
+        result = measure(case, model, loaded, context, n_ctx, self.backend, self.options, phase, self.stop)
         self.out.results.append(result)
         self.progress(Event(index, total, name, "done", result=result))
         self.index += 1
@@ -227,13 +231,13 @@ def measure(
     loaded: LoadedModel,
     context: BenchContext,
     n_ctx: int,
-    clock: Callable[[], int],
+    backend: Backend,
     options: Options,
     phase: Callable[[str, int], None] = lambda phase, rep: None,
     stop: threading.Event | None = None,
 ) -> TestResult:
     """One case: an optional warm-up run, then `reps` timed runs at the requested depth."""
-    test = case.test
+    test, clock = case.test, backend.clock
     rng = random.Random(f"{options.seed}:{test.name}")
     started = now_iso()
     if options.warmup:
@@ -241,6 +245,7 @@ def measure(
         context.set_depth(test.n_depth, rng)
         context.run(context.prepare(test, rng))
     timing = Measured(test.n_tokens)
+    before = backend.load_snapshot()
     for rep in range(options.reps):
         _check_stop(stop)
         phase("rep", rep + 1)
@@ -249,7 +254,8 @@ def measure(
         start = clock()
         context.run(prepared)
         timing.samples_ns.append(clock() - start)
-    return TestResult(case, model, n_ctx, loaded.gpu_layers_offloaded, started, timing, options.warmup)
+    other = backend.other_load(before, backend.load_snapshot())
+    return TestResult(case, model, n_ctx, loaded.gpu_layers_offloaded, started, timing, options.warmup, other)
 
 
 def _check_stop(stop: threading.Event | None) -> None:

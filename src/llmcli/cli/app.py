@@ -28,6 +28,18 @@ class _Boundary(TyperGroup):
         except KeyboardInterrupt:
             sys.stderr.write("llmcli: interrupted\n")
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+        except BrokenPipeError:  # before Click's own handler, which would exit 1
+            _silence_stdout()
+            raise typer.Exit(int(ExitCode.BROKEN_PIPE)) from None
+
+
+def _silence_stdout() -> None:
+    """The reader of stdout went away (`| head`): send what is still buffered to /dev/null, so the
+    exit is quiet (no "Exception ignored" from the final flush)."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def report(exc: LlmcliError) -> None:
@@ -122,11 +134,7 @@ def main() -> None:
         sys.stderr.write("llmcli: interrupted\n")
         sys.exit(int(ExitCode.INTERRUPTED))
     except BrokenPipeError:
-        # The reader went away (`| head`): stop quietly, with no "Exception ignored" at exit.
-        import os
-
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _silence_stdout()
         sys.exit(int(ExitCode.BROKEN_PIPE))
 
 

@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from llmcli.bench.load import NOISY
 from llmcli.cli import options as o
 from llmcli.errors import ExitCode, UsageError
 
@@ -272,8 +273,9 @@ class Progress:
             return
         where = f"[{event.index + 1}/{event.total}] {event.name}"
         if event.phase == "done" and event.result is not None:
-            t = event.result.timing
-            self._line(f"llmcli bench: {where}: {t.avg_ts:.2f} ± {t.stddev_ts:.2f} t/s")
+            t, busy = event.result.timing, event.result.other_load
+            note = f" (other processes used {busy:.0%} of the CPU)" if busy is not None and busy > NOISY else ""
+            self._line(f"llmcli bench: {where}: {t.avg_ts:.2f} ± {t.stddev_ts:.2f} t/s{note}")
         elif event.phase == "done":
             self._line(f"llmcli bench: {where}: done")
         elif self.tty:

@@ -11,6 +11,7 @@ Piped (stdin not a terminal): one message per line, replies on stdout, the reado
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -114,19 +115,57 @@ class Repl:
 
     def run_interactive(self, prompt=None) -> None:
         prompt = prompt or build_prompt_session()
-        while True:
-            try:
-                line = prompt.prompt("> ")
-            except KeyboardInterrupt:
-                continue  # Ctrl-C at the prompt clears the line
-            except EOFError:
-                break
-            if line.strip() == MULTILINE_FENCE:
-                line = read_block(prompt)
-                if line is None:
-                    continue
-            if not self.handle(line):
-                break
+        with sigterm_ends_prompt(prompt) as check_sigterm:
+            while True:
+                try:
+                    line = prompt.prompt("> ")
+                except KeyboardInterrupt:
+                    continue  # Ctrl-C at the prompt clears the line
+                except EOFError:
+                    break
+                if line.strip() == MULTILINE_FENCE:
+                    line = read_block(prompt)
+                check_sigterm()  # one that came with the keys that ended the prompt
+                if line is not None and not self.handle(line):
+                    break
+
+
+@contextmanager
+def sigterm_ends_prompt(prompt):
+    """SIGTERM raises TerminatedError where the main thread is; inside one of prompt-toolkit's
+    event-loop callbacks asyncio would catch it, log it and let the prompt go on. While a prompt
+    runs, SIGTERM asks it to exit with the error instead (and `check()` raises it if the prompt
+    ended with a line first); between prompts it raises as usual."""
+    import signal
+    import threading
+
+    hits: list[int] = []
+
+    def check() -> None:
+        if hits:
+            raise TerminatedError("received SIGTERM")
+
+    if threading.current_thread() is not threading.main_thread():
+        yield check
+        return
+
+    def stop(app) -> None:
+        if app.is_running and not app.is_done:
+            app.exit(exception=TerminatedError("received SIGTERM"))
+
+    def handler(signum, frame):
+        hits.append(signum)
+        app = prompt.app
+        if app.is_running and app.loop is not None:
+            app.loop.call_soon_threadsafe(stop, app)
+        else:
+            raise TerminatedError("received SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield check
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def read_block(prompt) -> str | None:
