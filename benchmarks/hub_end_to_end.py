@@ -40,7 +40,8 @@ def build_mirror(root: Path, model: Path) -> None:
     obj = repo / ".git" / "lfs" / "objects" / oid[:2] / oid[2:4] / oid
     obj.parent.mkdir(parents=True)
     shutil.copyfile(model, obj)
-    (repo / FILE).write_text(f"version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize {len(data)}\n")
+    pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize {len(data)}\n"
+    (repo / FILE).write_text(pointer)
     (repo / ".gitattributes").write_text("*.gguf filter=lfs diff=lfs merge=lfs -text\n")
     (repo / "README.md").write_text("Gemma 3 270M for the llmcli end-to-end check.\n")
     git(repo, "add", "-A")
@@ -94,11 +95,12 @@ def main() -> None:
             run(env, "pull", REPO, "--list")
             run(env, "pull", REPO)
             run(env, "models", "list")
-            run(env, "generate", "-m", REPO, "Name three colours.", "-n", "16", "--temperature", "0", "--stats")
+            prompt = ["Name three colours.", "-n", "16", "--temperature", "0"]
+            run(env, "generate", "-m", REPO, *prompt, "--stats")
         finally:
             olah.terminate()
             olah.wait()
-        run(env, "generate", "-m", REPO, "--offline", "Name three colours.", "-n", "16", "--temperature", "0")
+        run(env, "generate", "-m", REPO, "--offline", *prompt)
         run(env, "models", "verify", REPO)
         run(env, "models", "rm", REPO, "--yes")
     sys.exit(0)

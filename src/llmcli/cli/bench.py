@@ -273,8 +273,8 @@ class Progress:
             return
         where = f"[{event.index + 1}/{event.total}] {event.name}"
         if event.phase == "done" and event.result is not None:
-            t, busy = event.result.timing, event.result.other_load
-            note = f" (other processes used {busy:.0%} of the CPU)" if busy is not None and busy > NOISY else ""
+            t, busy = event.result.timing, event.result.other_load or 0.0
+            note = f" (other processes used {busy:.0%} of the CPU)" if busy > NOISY else ""
             self._line(f"llmcli bench: {where}: {t.avg_ts:.2f} ± {t.stddev_ts:.2f} t/s{note}")
         elif event.phase == "done":
             self._line(f"llmcli bench: {where}: done")
