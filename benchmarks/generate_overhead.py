@@ -18,7 +18,6 @@ import argparse
 import ctypes
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -89,14 +88,17 @@ def help_time(runs: int = 10) -> float:
 
 
 def peak_rss_of_generate(model_path: str) -> int:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    subprocess.run(
-        [sys.executable, "-m", "llmcli", "generate", "Tell me about the sea.", "-m", model_path, "-n", "64",
-         "--temperature", "0"],
-        capture_output=True, check=True,
-    )  # fmt: skip
-    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return max(before, after) * 1024
+    """Peak RSS of a `generate` run, read by a small launcher process: a child forked from this
+    (large) process would count our pages in its ru_maxrss before it execs."""
+    launcher = (
+        "import resource, subprocess, sys\n"
+        "subprocess.run(sys.argv[1:], capture_output=True, check=True)\n"
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+    )
+    cmd = [sys.executable, "-m", "llmcli", "generate", "Tell me about the sea.", "-m", model_path, "-n", "64",
+           "--temperature", "0"]  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", launcher, *cmd], capture_output=True, text=True, check=True)
+    return int(out.stdout.strip()) * 1024
 
 
 def main() -> None:
