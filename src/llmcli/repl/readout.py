@@ -134,7 +134,10 @@ class LiveReadout:
                 self.col = _display_width(tail[1]) % cols
             else:
                 self.col = (self.col + _display_width(text)) % cols
-            self._draw_locked()
+            if not self.status_drawn:  # erased for a newline: put it back; otherwise the timer redraws
+                self._draw_locked()
+            else:
+                self.out.flush()
 
     def _draw(self) -> None:
         with self.lock:
