@@ -12,7 +12,7 @@ from contextlib import closing
 from dataclasses import dataclass, field
 
 from llmcli import __version__, prompting
-from llmcli.engine.base import Done, PrefillProgress, SamplingParams, Stats, Token
+from llmcli.engine.base import Done, SamplingParams, Stats
 from llmcli.loader import Loaded
 
 
@@ -111,21 +111,17 @@ def run_generate(
 
 def consume(engine, tokens: list[int], params: SamplingParams, *, stream_stdout: bool) -> Done:
     """Drive the stream; print text pieces to stdout (ending with a newline) if asked."""
+    from llmcli.repl.readout import PlainSink
+
+    sink = PlainSink(sys.stdout) if stream_stdout else None
     done: Done | None = None
-    wrote = ""
     with engine.interrupt_on_sigint(), closing(engine.stream(tokens, params)) as events:
         for event in events:
-            if isinstance(event, Token):
-                if stream_stdout and event.text:
-                    sys.stdout.write(event.text)
-                    sys.stdout.flush()
-                    wrote = event.text
-            elif isinstance(event, Done):
+            if sink is not None:
+                sink(event)
+            if isinstance(event, Done):
                 done = event
-            elif isinstance(event, PrefillProgress):
-                pass
     assert done is not None
-    if stream_stdout and not wrote.endswith("\n"):
-        sys.stdout.write("\n")
-        sys.stdout.flush()
+    if sink is not None:
+        sink.stop()
     return done
