@@ -16,14 +16,17 @@ def generation(stop: list[str] | None = None) -> tuple[_Generation, list[Token]]
     g.params = SamplingParams(stop=stop or [])
     g.pieces, g.pending, g.generated = [], "", []
     g.utf8 = codecs.getincrementaldecoder("utf-8")("replace")
-    g.emit = events.append
+    g.events = events
     return g, events
 
 
 def feed(g: _Generation, chunks: list[bytes]) -> bool:
+    """Feed one chunk per token, as the decode loop does: one Token event per chunk."""
     for chunk in chunks:
         g.generated.append(0)
-        if g.add_text(chunk):
+        text, stopped = g.add_text(chunk)
+        g.events.append(Token(text, len(g.generated)))
+        if stopped:
             return True
     return False
 

@@ -45,9 +45,12 @@ def test_ctrl_c_during_generation_keeps_text_and_exits_130():
     assert "Traceback" not in child.before
 
 
-def test_ctrl_c_during_long_prefill():
+@pytest.mark.parametrize("batch", ["512", "4096"])
+def test_ctrl_c_during_long_prefill(batch):
+    """With -b 4096 the whole prompt is one llama_decode call of many seconds: Ctrl-C must stop it
+    inside that call (nothing of the batch is kept), not after it (all of it would be)."""
     prompt = "The quick brown fox jumps over the lazy dog. " * 380  # ~3,800 tokens: seconds of prefill
-    child = spawn("generate", prompt, "--raw", "-n", "10", "-c", "4096", "--json")
+    child = spawn("generate", prompt, "--raw", "-n", "10", "-c", "4096", "-b", batch, "--json")
     child.expect(pexpect.TIMEOUT, timeout=2.5)  # loading takes about a second; then the prefill runs
     child.sendintr()
     status = finish(child)

@@ -27,12 +27,12 @@ class LlamaBackend:
     def __init__(self, debug: bool = False) -> None:
         import llama_cpp
 
-        from llmcli.engine.llama import _silence_logs
+        from llmcli.engine.llama import silence_logs
 
         self.L = llama_cpp
         self.debug = debug
         if not debug:
-            _silence_logs(llama_cpp)
+            silence_logs(llama_cpp)
         llama_cpp.llama_backend_init()
         self.clock = time.perf_counter_ns
         self.live: list[Any] = []  # contexts and chat engines that interrupt() must reach
@@ -130,7 +130,7 @@ class LlamaContext:
     """A llama.cpp context and its KV cache, positioned token by token as the runner asks."""
 
     def __init__(self, model: LlamaModel, spec: ContextSpec, n_ctx: int) -> None:
-        from llmcli.engine.llama import _AbortFlag
+        from llmcli.engine.llama import AbortFlag
 
         L = self.L = model.L
         self.model = model
@@ -141,7 +141,7 @@ class LlamaContext:
                 f"{spec.n_batch}, flash attention {spec.flash_attn_label}, KV {spec.type_k}/{spec.type_v})",
                 hint="run with --debug for llama.cpp's reason",
             )
-        self.abort = _AbortFlag(L)
+        self.abort = AbortFlag(L)
         L.llama_set_abort_callback(self.ctx, self.abort.callback, self.abort.data)
         self.mem = L.llama_get_memory(self.ctx)
         self.n_batch = min(spec.n_batch, L.llama_n_batch(self.ctx))
@@ -150,7 +150,7 @@ class LlamaContext:
         model.backend.live.append(self)
 
     def _params(self, spec: ContextSpec, n_ctx: int):
-        from llmcli.engine.llama import _ggml_type
+        from llmcli.engine.llama import ggml_type
 
         L = self.L
         params = L.llama_context_default_params()
@@ -164,8 +164,8 @@ class LlamaContext:
             True: L.LLAMA_FLASH_ATTN_TYPE_ENABLED,
             False: L.LLAMA_FLASH_ATTN_TYPE_DISABLED,
         }[spec.flash_attn]
-        params.type_k = _ggml_type(L, spec.type_k)
-        params.type_v = _ggml_type(L, spec.type_v)
+        params.type_k = ggml_type(L, spec.type_k)
+        params.type_v = ggml_type(L, spec.type_v)
         return params
 
     def interrupt(self) -> None:

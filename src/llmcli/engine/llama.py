@@ -6,9 +6,12 @@ than `llama_cpp.Llama`, for three reasons measured on the default model:
 - `Llama.create_completion` re-detokenizes the whole answer on every token (quadratic cost);
 - we need the abort callback, exact perf counters and explicit KV-cache prefix reuse.
 
-The generation loop runs on a worker thread and hands events to the caller through a queue, so
-the main thread stays free to receive Ctrl-C and raise the abort flag while a long prefill is
-inside `llama_decode`.
+All llama.cpp calls of a request run on the calling thread, inside the generator it iterates: a
+per-token hand-off to a worker thread cost about 9% of decode speed on a two-core machine (a third
+runnable thread competes with llama.cpp's compute threads). Ctrl-C still stops a long prompt batch
+in the middle of `llama_decode`: `interrupt_on_sigint` has CPython's C-level signal handler write
+to a pipe (`signal.set_wakeup_fd`), and a helper thread that sleeps on that pipe raises the abort
+flag, which llama.cpp polls between graph nodes.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from __future__ import annotations
 import codecs
 import ctypes
 import os
-import queue
 import secrets
 import threading
 import time
@@ -63,11 +65,20 @@ def physical_cores() -> int:
     return max(1, (os.cpu_count() or 2) // 2)
 
 
-def _silence_logs(llama_cpp) -> None:
-    """Hide llama.cpp's log output (it is shown with --debug)."""
+def silence_logs(llama_cpp) -> None:
+    """Hide llama.cpp's log output (it is shown with --debug).
+
+    The sink is libc's `abs`, a C function that touches no memory and ignores the extra arguments,
+    not a Python callback: Python code running inside llama.cpp's logging is where a signal handler
+    would run, and an exception it raised there (Ctrl-C, SIGTERM) would be swallowed by ctypes.
+    """
     global _log_callback
     if _log_callback is None:
-        _log_callback = llama_cpp.llama_log_callback(lambda level, text, data: None)
+        try:
+            address = ctypes.cast(ctypes.CDLL(None).abs, ctypes.c_void_p).value
+            _log_callback = llama_cpp.llama_log_callback(address)
+        except (OSError, AttributeError, TypeError):
+            _log_callback = llama_cpp.llama_log_callback(lambda level, text, data: None)
         llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
 
 
@@ -101,7 +112,7 @@ def _raise_for(hits: list[int]) -> None:
     raise TerminatedError("received SIGTERM")
 
 
-class _AbortFlag:
+class AbortFlag:
     """A one-byte flag that llama.cpp polls between graph nodes without touching Python.
 
     The abort callback has the shape `bool f(void *data)`. libc's `strlen` on a two-byte buffer
@@ -143,7 +154,7 @@ class LlamaEngine:
         self.options = options or EngineOptions()
         self.path = Path(path)
         if not debug:
-            _silence_logs(llama_cpp)
+            silence_logs(llama_cpp)
         llama_cpp.llama_backend_init()
         started = time.perf_counter()
         with _deferred_signals() as hits:
@@ -160,7 +171,7 @@ class LlamaEngine:
         self.load_ms = (time.perf_counter() - started) * 1000
         self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
         self.n_batch = llama_cpp.llama_n_batch(self._ctx)
-        self._abort = _AbortFlag(llama_cpp)
+        self._abort = AbortFlag(llama_cpp)
         llama_cpp.llama_set_abort_callback(self._ctx, self._abort.callback, self._abort.data)
         self._cached: list[int] = []  # tokens whose keys/values sit in the cache at positions 0..n-1
         self.info = self._model_info()
@@ -216,7 +227,7 @@ class LlamaEngine:
         }[opts.flash_attn]
         for field, name in (("type_k", opts.type_k), ("type_v", opts.type_v)):
             if name:
-                setattr(params, field, _ggml_type(L, name))
+                setattr(params, field, ggml_type(L, name))
         ctx = L.llama_init_from_model(self._model, params)
         if not ctx:
             L.llama_model_free(self._model)
@@ -318,6 +329,7 @@ class LlamaEngine:
 
     def _reuse_prefix(self, prompt: list[int]) -> int:
         """Keep the longest cached prefix of `prompt` (leaving one token to evaluate); drop the rest."""
+        self._sync_cache()
         common = 0
         limit = min(len(self._cached), len(prompt) - 1)
         cached = self._cached
@@ -336,6 +348,16 @@ class LlamaEngine:
         pos_max = self._L.llama_memory_seq_pos_max(mem, 0)
         del self._cached[pos_max + 1 :]
 
+    def _sync_cache(self) -> None:
+        """Make the cache hold exactly `_cached`: a KeyboardInterrupt raised between a
+        `llama_decode` and our bookkeeping can leave one batch in the cache that we did not record."""
+        mem = self._L.llama_get_memory(self._ctx)
+        in_cache = self._L.llama_memory_seq_pos_max(mem, 0) + 1
+        if in_cache < len(self._cached):
+            del self._cached[in_cache:]
+        elif in_cache > len(self._cached) and not self._L.llama_memory_seq_rm(mem, 0, len(self._cached), -1):
+            self.reset()
+
     # -- generation ------------------------------------------------------------------------
 
     def interrupt(self) -> None:
@@ -344,7 +366,10 @@ class LlamaEngine:
 
     @contextmanager
     def interrupt_on_sigint(self):
-        """While streaming: the first Ctrl-C stops generation, a second one raises at once."""
+        """While streaming: the first Ctrl-C stops generation, a second one raises at once.
+
+        SIGINT and SIGTERM raise the abort flag the moment they arrive, even while this thread is
+        inside `llama_decode`, where Python-level handlers cannot run: see `_SignalWatcher`."""
         import signal
 
         if threading.current_thread() is not threading.main_thread():
@@ -360,42 +385,26 @@ class LlamaEngine:
 
         previous = signal.signal(signal.SIGINT, handler)
         try:
-            yield
+            with _SignalWatcher(self.interrupt):
+                yield
         finally:
             signal.signal(signal.SIGINT, previous)
 
     def stream(self, prompt: str | list[int], params: SamplingParams) -> Iterator[Event]:
-        """Prefill `prompt`, then decode; yields PrefillProgress, Token..., and one Done."""
+        """Prefill `prompt`, then decode; yields PrefillProgress, Token..., and one Done.
+
+        Closing the generator early (a closed pipe, an exception in the consumer) stops the request
+        and leaves the cache consistent with what was evaluated."""
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         check_prompt(tokens, self.n_ctx)
         seed = params.seed if params.seed is not None else secrets.randbelow(2**32 - 1)
-        sampler = self._build_sampler(params, seed)
-        events: queue.Queue = queue.Queue()
-        self._abort.clear()
-        worker = threading.Thread(
-            target=self._run, args=(tokens, params, seed, sampler, events), name="llmcli-decode", daemon=True
-        )
         with self._lock:
-            worker.start()
+            sampler = self._build_sampler(params, seed)
+            self._abort.clear()
             try:
-                while True:
-                    event = events.get()
-                    if isinstance(event, BaseException):
-                        raise event
-                    yield event
-                    if isinstance(event, Done):
-                        break
+                yield from _Generation(self, tokens, params, seed, sampler).run()
             finally:
-                if worker.is_alive():  # the consumer stopped early (closed pipe, exception)
-                    self._abort.set()
-                    worker.join()
                 self._L.llama_sampler_free(sampler)
-
-    def _run(self, tokens, params, seed, sampler, events) -> None:
-        try:
-            _Generation(self, tokens, params, seed, sampler, events.put).run()
-        except BaseException as exc:  # handed to the consumer thread, which re-raises it
-            events.put(exc)
 
     def _build_sampler(self, params: SamplingParams, seed: int):
         L = self._L
@@ -452,16 +461,15 @@ class LlamaEngine:
 
 
 class _Generation:
-    """One request's prefill-then-decode loop, run on the worker thread."""
+    """One request's prefill-then-decode loop, as a generator of events."""
 
-    def __init__(self, engine: LlamaEngine, tokens, params: SamplingParams, seed: int, sampler, emit) -> None:
+    def __init__(self, engine: LlamaEngine, tokens, params: SamplingParams, seed: int, sampler) -> None:
         self.e = engine
         self.L = engine._L
         self.tokens = tokens
         self.params = params
         self.seed = seed
         self.sampler = sampler
-        self.emit = emit
         self.stats = Stats(prompt_tokens=len(tokens), context_size=engine.n_ctx, load_ms=engine.load_ms)
         self.pieces: list[str] = []
         self.pending = ""  # text held back because it could be the start of a stop string
@@ -469,25 +477,26 @@ class _Generation:
         self.utf8 = codecs.getincrementaldecoder("utf-8")("replace")
         self.piece_buf = ctypes.create_string_buffer(64)
 
-    def run(self) -> None:
+    def run(self) -> Iterator[Event]:
         L, e = self.L, self.e
         self.started = time.perf_counter()
         L.llama_perf_context_reset(e._ctx)
-        reason = self.prefill()
+        reason = yield from self.prefill()
         L.llama_synchronize(e._ctx)
         self.stats.prefill_ms = e.perf_ms()
         if reason is None:
-            reason = self.decode_loop()
-        self.finish(reason)
+            reason = yield from self.decode_loop()
+        yield from self.finish(reason)
 
-    def prefill(self) -> FinishReason | None:
+    def prefill(self) -> Iterator[Event]:
+        """Evaluate the prompt past the reused prefix in n_batch batches; returns None when done."""
         e, stats = self.e, self.stats
         start = e._reuse_prefix(self.tokens)
         stats.cached_tokens = start
         todo = self.tokens[start:]
         stats.prefill_tokens = len(todo)
         done = 0
-        self.emit(PrefillProgress(0, len(todo), 0.0))
+        yield PrefillProgress(0, len(todo), 0.0)
         for i in range(0, len(todo), e.n_batch):
             chunk = todo[i : i + e.n_batch]
             rc = e.decode(chunk)
@@ -497,19 +506,22 @@ class _Generation:
                 return "interrupted"
             _check_decode(rc, len(e._cached), e.n_ctx)
             done += len(chunk)
-            self.emit(PrefillProgress(done, len(todo), (time.perf_counter() - self.started) * 1000))
+            yield PrefillProgress(done, len(todo), (time.perf_counter() - self.started) * 1000)
         return None
 
-    def decode_loop(self) -> FinishReason:
+    def decode_loop(self) -> Iterator[Event]:
         L, e, params = self.L, self.e, self.params
+        ctx, vocab, sampler = e._ctx, e._vocab, self.sampler
         max_tokens = params.max_tokens or 1 << 62
         while True:
-            token = L.llama_sampler_sample(self.sampler, e._ctx, -1)
+            token = L.llama_sampler_sample(sampler, ctx, -1)
             self.generated.append(token)
             if len(self.generated) == 1:
                 self.stats.ttft_ms = (time.perf_counter() - self.started) * 1000
-            eog = L.llama_vocab_is_eog(e._vocab, token)
-            stopped = eog or self.add_text(e.token_bytes(token, self.piece_buf))
+            stopped = bool(L.llama_vocab_is_eog(vocab, token))
+            if not stopped:
+                text, stopped = self.add_text(e.token_bytes(token, self.piece_buf))
+                yield Token(text, len(self.generated))
             if len(e._cached) >= e.n_ctx:
                 return "stop" if stopped else "length"
             rc = e.decode([token])
@@ -522,35 +534,28 @@ class _Generation:
             if len(self.generated) >= max_tokens:
                 return "length"
 
-    def add_text(self, data: bytes) -> bool:
-        """Feed one token's bytes; emit complete text; True when a stop string was reached."""
+    def add_text(self, data: bytes) -> tuple[str, bool]:
+        """Feed one token's bytes; returns the text now complete and whether a stop string was reached."""
         text = self.utf8.decode(data)
-        if not text:
-            self.emit(Token("", len(self.generated)))
-            return False
         stops = self.params.stop
-        if not stops:
+        if not text or not stops:
             self.pieces.append(text)
-            self.emit(Token(text, len(self.generated)))
-            return False
+            return text, False
         buf = self.pending + text
         cut = min((i for i in (buf.find(s) for s in stops) if i >= 0), default=-1)
         if cut >= 0:
-            self._emit_text(buf[:cut])
             self.pending = ""
-            return True
+            self.pieces.append(buf[:cut])
+            return buf[:cut], True
         hold = max((_overlap(buf, s) for s in stops), default=0)
-        self._emit_text(buf[: len(buf) - hold])
         self.pending = buf[len(buf) - hold :]
-        return False
+        self.pieces.append(buf[: len(buf) - hold])
+        return buf[: len(buf) - hold], False
 
-    def _emit_text(self, text: str) -> None:
-        self.pieces.append(text)
-        self.emit(Token(text, len(self.generated)))
-
-    def finish(self, reason: FinishReason) -> None:
-        if self.pending and reason != "stop":
-            self._emit_text(self.pending)  # a held-back prefix that never became a stop string
+    def finish(self, reason: FinishReason) -> Iterator[Event]:
+        if self.pending and reason != "stop":  # a held-back prefix that never became a stop string
+            self.pieces.append(self.pending)
+            yield Token(self.pending, len(self.generated))
         L, e, stats = self.L, self.e, self.stats
         L.llama_synchronize(e._ctx)
         stats.completion_tokens = len(self.generated)
@@ -558,7 +563,52 @@ class _Generation:
         stats.decode_ms = max(0.0, e.perf_ms() - stats.prefill_ms)
         stats.total_ms = (time.perf_counter() - self.started) * 1000
         stats.context_used = len(e._cached)
-        self.emit(Done("".join(self.pieces), reason, stats, self.seed, list(self.generated)))
+        yield Done("".join(self.pieces), reason, stats, self.seed, list(self.generated))
+
+
+class _SignalWatcher:
+    """Raises the abort flag the moment SIGINT or SIGTERM arrives.
+
+    Python runs a signal handler only when the main thread is back in the interpreter, which can be
+    seconds away while it is inside one `llama_decode` of a long prompt batch. CPython's C-level
+    handler, though, writes the signal's number at once to the wakeup fd. This points that fd at a
+    pipe, and a helper thread that sleeps on the pipe (using no CPU) raises the flag, then passes
+    the bytes on to any wakeup fd that was set before (an event loop's). Main thread only.
+    """
+
+    def __init__(self, on_signal) -> None:
+        self.on_signal = on_signal
+
+    def __enter__(self) -> _SignalWatcher:
+        import signal
+
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.write_fd, False)
+        self.previous = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
+        self.thread = threading.Thread(target=self._watch, name="llmcli-signals", daemon=True)
+        self.thread.start()
+        return self
+
+    def _watch(self) -> None:
+        import signal
+
+        wanted = {int(signal.SIGINT), int(signal.SIGTERM)}
+        while data := os.read(self.read_fd, 64):  # b"" once __exit__ closes the write end
+            if wanted.intersection(data):
+                self.on_signal()
+            if self.previous >= 0:
+                try:
+                    os.write(self.previous, data)
+                except OSError:
+                    pass
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        signal.set_wakeup_fd(self.previous)
+        os.close(self.write_fd)
+        self.thread.join()
+        os.close(self.read_fd)
 
 
 def _overlap(text: str, stop: str) -> int:
@@ -594,7 +644,7 @@ def _quant_name(file_type: str | None) -> str:
         return "unknown"
 
 
-def _ggml_type(L, name: str) -> int:
+def ggml_type(L, name: str) -> int:
     value = getattr(L, f"GGML_TYPE_{name.upper()}", None)
     if value is None:
         raise UsageError(f"unknown KV cache type {name!r} (try f16, q8_0, q4_0)")
