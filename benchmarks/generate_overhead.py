@@ -1,19 +1,22 @@
 """How much does llmcli's generation path cost on top of llama.cpp? Also: --help time, peak RSS.
 
-Side by side in one process, alternating runs (which one goes first alternates too), the same model,
-threads, context parameters and prompt:
+Side by side in one process, the same model, threads, context parameters and prompt, runs in
+rotating order (each runner goes first as often as the others):
 - bare: a minimal llama-cpp-python low-level loop (llama_decode in batches for the prompt, then
   greedy sampling and one llama_decode per token) on its own context, created once with the same
   parameters as llmcli's and cleared before each run, timed by wall clock;
-- llmcli: what `generate` runs: `LlamaEngine.stream` under `interrupt_on_sigint` (prefill worker
-  thread, incremental UTF-8, stop-string handling, abort flag), each event passed to the plain
-  stdout sink (writing to /dev/null), timed by wall clock in the consumer.
+- llmcli: what `generate` runs: `LlamaEngine.stream` under `interrupt_on_sigint` (signal watcher,
+  incremental UTF-8, stop-string handling, abort flag), each event passed to the plain stdout sink
+  (writing to /dev/null), timed by wall clock in the consumer;
+- control: a second, identical bare loop. control/bare shows how far two identical loops drift
+  apart on this machine in this run: the noise floor against which llmcli/bare is read.
 
 Prefill speed = prompt tokens / time to the first token; decode speed = tokens after the first /
-time between the first and the last token. Reported as medians, the llmcli/bare ratio of medians,
-and the median and range of the per-pair ratios.
+time between the first and the last token. Reported per runner as medians, and against bare as the
+ratio of medians and the median of the per-round ratios with its 95% confidence interval.
 
-Usage: python benchmarks/generate_overhead.py [--runs 11] [--tokens 128] [--prompt-tokens 512]
+Usage: python benchmarks/generate_overhead.py [--runs 21] [--tokens 128] [--prompt-tokens 512] [--threads N]
+                                              [--long-tokens 2000]
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -51,6 +55,10 @@ class BareLoop:
         self.vocab = L.llama_model_get_vocab(self.model)
 
     def run(self, tokens: list[int], n_gen: int) -> tuple[float, float]:
+        return speeds(len(tokens), *self.timeline(tokens, n_gen))
+
+    def timeline(self, tokens: list[int], n_gen: int) -> tuple[float, list[float]]:
+        """The start time and the time each generated token was sampled."""
         L, ctx = self.L, self.ctx
         L.llama_memory_clear(L.llama_get_memory(ctx), True)
         sampler = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
@@ -62,18 +70,19 @@ class BareLoop:
             arr = (L.llama_token * len(chunk))(*chunk)
             assert L.llama_decode(ctx, L.llama_batch_get_one(arr, len(chunk))) == 0
         tok = L.llama_sampler_sample(sampler, ctx, -1)
-        t_first = time.perf_counter()
+        stamps = [time.perf_counter()]
         for _ in range(n_gen - 1):
             L.llama_token_to_piece(self.vocab, tok, buf, 64, 0, False)
             one = (L.llama_token * 1)(tok)
             assert L.llama_decode(ctx, L.llama_batch_get_one(one, 1)) == 0
             tok = L.llama_sampler_sample(sampler, ctx, -1)
-        t_last = time.perf_counter()
+            stamps.append(time.perf_counter())
         L.llama_sampler_free(sampler)
-        return len(tokens) / (t_first - t0), (n_gen - 1) / (t_last - t_first)
+        return t0, stamps
 
 
-def llmcli_run(engine, tokens: list[int], n_gen: int, sink_file) -> tuple[float, float]:
+def llmcli_timeline(engine, tokens: list[int], n_gen: int, sink_file) -> tuple[float, list[float]]:
+    """The start time and the time each Token event reached the consumer."""
     from llmcli.engine.base import SamplingParams, Token
     from llmcli.repl.readout import PlainSink
 
@@ -89,7 +98,53 @@ def llmcli_run(engine, tokens: list[int], n_gen: int, sink_file) -> tuple[float,
                 stamps.append(time.perf_counter())
     sink.stop()
     assert len(stamps) == n_gen, len(stamps)
-    return len(tokens) / (stamps[0] - t0), (n_gen - 1) / (stamps[-1] - stamps[0])
+    return t0, stamps
+
+
+def speeds(n_prompt: int, t0: float, stamps: list[float]) -> tuple[float, float]:
+    """Prefill tok/s (prompt / time to the first token) and decode tok/s (after the first token)."""
+    return n_prompt / (stamps[0] - t0), (len(stamps) - 1) / (stamps[-1] - stamps[0])
+
+
+def flat_cost(engine, bare: BareLoop, n_long: int, window: int, runs: int, sink_file) -> dict:
+    """Decode speed over the first and the last `window` tokens of an `n_long`-token answer.
+
+    Attention over a longer cache slows every token a little in llama.cpp itself; what matters is
+    whether llmcli's own per-token cost grows with the answer, so llmcli is read against the bare
+    loop in the same window: both ratios should be the same."""
+    # a repetitive prompt: greedy decoding goes on repeating it and never ends the answer early
+    prompt = engine.tokenize(
+        "The history of the sea is long and full of storms. " * 8, special=False, add_bos=True
+    )
+    out: dict[str, dict[str, list[float]]] = {
+        "bare": {"first": [], "last": []},
+        "llmcli": {"first": [], "last": []},
+    }
+    for _ in range(runs):
+        for name, (_, stamps) in (
+            ("bare", bare.timeline(prompt, n_long)),
+            ("llmcli", llmcli_timeline(engine, prompt, n_long, sink_file)),
+        ):
+            out[name]["first"].append(window / (stamps[window] - stamps[0]))
+            out[name]["last"].append(window / (stamps[-1] - stamps[-1 - window]))
+    med = statistics.median
+    result: dict = {"answer_tokens": n_long, "window": window, "runs": runs}
+    for part in ("first", "last"):
+        result[f"{part}_window_tok_s"] = {name: med(out[name][part]) for name in out}
+        result[f"{part}_window_llmcli_vs_bare"] = med(out["llmcli"][part]) / med(out["bare"][part])
+    return result
+
+
+def median_ci(sorted_values: list[float]) -> tuple[float, float]:
+    """A distribution-free 95% confidence interval of the median (binomial order statistics)."""
+    n = len(sorted_values)
+    k, cumulative = 0, 0.0
+    while k < n and cumulative + math.comb(n, k) / 2**n <= 0.025:
+        cumulative += math.comb(n, k) / 2**n
+        k += 1
+    if k == 0:  # too few runs for a 95% interval
+        return sorted_values[0], sorted_values[-1]
+    return sorted_values[k - 1], sorted_values[n - k]
 
 
 def help_time(runs: int = 10) -> float:
@@ -117,10 +172,17 @@ def peak_rss_of_generate(model_path: str) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=11)
+    ap.add_argument("--runs", type=int, default=21)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--prompt-tokens", type=int, default=512)
     ap.add_argument("--ctx", type=int, default=4096)
+    ap.add_argument("--threads", type=int, default=None, help="default: physical cores, as generate")
+    ap.add_argument(
+        "--long-tokens",
+        type=int,
+        default=0,
+        help="also compare the first and last 100 tokens of an answer this long",
+    )
     args = ap.parse_args()
 
     from llmcli import gguf_file
@@ -129,27 +191,38 @@ def main() -> None:
     from llmcli.hub import default_model
 
     path = str(default_model.model_path())
-    threads = physical_cores()
+    threads = args.threads or physical_cores()
     engine = LlamaEngine(path, EngineOptions(ctx_size=args.ctx, threads=threads))
     bare = BareLoop(path, threads, args.ctx)
+    control = BareLoop(path, threads, args.ctx)  # a second bare loop: the noise floor of the ratios
     text = "The history of the sea is long and full of storms. " * 200
     tokens = engine.tokenize(text, special=False, add_bos=True)[: args.prompt_tokens]
     sink_file = open(os.devnull, "w", encoding="utf-8")
-    run_bare = lambda: bare.run(tokens, args.tokens)  # noqa: E731
-    run_llmcli = lambda: llmcli_run(engine, tokens, args.tokens, sink_file)  # noqa: E731
-    run_bare(), run_llmcli()  # warm-up
-    bare_pp, bare_tg, ll_pp, ll_tg = [], [], [], []
+    runners = {
+        "bare": lambda: bare.run(tokens, args.tokens),
+        "llmcli": lambda: speeds(len(tokens), *llmcli_timeline(engine, tokens, args.tokens, sink_file)),
+        "control": lambda: control.run(tokens, args.tokens),
+    }
+    for run in runners.values():  # warm-up
+        run()
+    pp: dict[str, list[float]] = {name: [] for name in runners}
+    tg: dict[str, list[float]] = {name: [] for name in runners}
+    order = list(runners)
     for i in range(args.runs):
-        if i % 2:
-            (lp, lt), (bp, bt) = run_llmcli(), run_bare()
-        else:
-            (bp, bt), (lp, lt) = run_bare(), run_llmcli()
-        bare_pp.append(bp), bare_tg.append(bt), ll_pp.append(lp), ll_tg.append(lt)
+        for name in order[i % len(order) :] + order[: i % len(order)]:  # rotate who goes first
+            p, t = runners[name]()
+            pp[name].append(p)
+            tg[name].append(t)
     med = statistics.median
 
-    def paired(ll: list[float], ba: list[float]) -> dict:
-        ratios = [a / b for a, b in zip(ll, ba, strict=True)]
-        return {"median": med(ratios), "min": min(ratios), "max": max(ratios)}
+    def compare(samples: dict[str, list[float]], name: str) -> dict:
+        ratios = sorted(a / b for a, b in zip(samples[name], samples["bare"], strict=True))
+        low, high = median_ci(ratios)
+        return {
+            "ratio_of_medians": med(samples[name]) / med(samples["bare"]),
+            "paired_median": med(ratios),
+            "paired_median_95ci": [low, high],
+        }
 
     header = gguf_file.read_header(path)
     kv = header.kv_cache_bytes(args.ctx)
@@ -161,13 +234,13 @@ def main() -> None:
         "generated_tokens": args.tokens,
         "runs": args.runs,
         "load_avg_1m": os.getloadavg()[0],
-        "bare": {"prefill_tok_s": med(bare_pp), "decode_tok_s": med(bare_tg)},
-        "llmcli": {"prefill_tok_s": med(ll_pp), "decode_tok_s": med(ll_tg)},
-        "ratio_prefill": med(ll_pp) / med(bare_pp),
-        "ratio_decode": med(ll_tg) / med(bare_tg),
-        "paired_ratio_prefill": paired(ll_pp, bare_pp),
-        "paired_ratio_decode": paired(ll_tg, bare_tg),
-        "samples": {"bare_pp": bare_pp, "bare_tg": bare_tg, "llmcli_pp": ll_pp, "llmcli_tg": ll_tg},
+        "tok_s_medians": {name: {"prefill": med(pp[name]), "decode": med(tg[name])} for name in runners},
+        "llmcli_vs_bare": {"prefill": compare(pp, "llmcli"), "decode": compare(tg, "llmcli")},
+        "control_vs_bare": {"prefill": compare(pp, "control"), "decode": compare(tg, "control")},
+        "samples": {"prefill": pp, "decode": tg},
+        "flat_cost": flat_cost(engine, bare, args.long_tokens, 100, 3, sink_file)
+        if args.long_tokens
+        else None,
         "help_s_median": help_time(),
         "generate_peak_rss_mb": rss / 1e6,
         "budget_mb": (size + kv + 300e6) / 1e6,

@@ -144,6 +144,17 @@ def test_rm_removes_files_and_reports_space_freed(hub):
     assert not (hub_cache() / "models--test--tiny-GGUF").exists()  # nothing left: the repository goes
 
 
+def test_rm_says_which_aliases_still_name_the_model(hub):
+    pulled("test/tiny-GGUF:Q8_0")
+    assert run("models", "alias", "small", "test/tiny-GGUF:Q8_0").exit_code == 0
+    result = run("models", "rm", "-y", "small")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("removed test/tiny-GGUF:Q8_0, freed ")
+    assert lines[1].startswith("  kept alias small: it downloads the model again when used")
+    assert run("models", "alias", "small").stdout == "test/tiny-GGUF:Q8_0\n"  # the alias is kept
+
+
 def test_rm_keeps_a_file_another_model_uses(hub):
     pulled("test/twins-GGUF:Q4_K_M", "test/twins-GGUF:Q4_K_S")
     assert len(blobs("test/twins-GGUF")) == 1

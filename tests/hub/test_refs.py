@@ -114,3 +114,13 @@ def test_choice_errors():
     assert err.value.hint == "it has: Q8_0, Q2_K"
     with pytest.raises(ModelNotFoundError, match="no GGUF model files"):
         quants.choose([], repo="r")
+
+
+def test_an_incomplete_split_model_is_named_as_such():
+    groups = quants.group_files(["m-Q4_K_M-00001-of-00003.gguf", "m-Q4_K_M-00003-of-00003.gguf"])
+    with pytest.raises(ModelNotFoundError, match="Q4_K_M is a split model with 2 of its 3 files") as err:
+        quants.choose(groups, repo="r", quant="Q4_K_M")
+    assert "incomplete" in err.value.hint
+    with pytest.raises(ModelNotFoundError, match="has no Q8_0") as err:
+        quants.choose(groups, repo="r", quant="Q8_0")
+    assert err.value.hint == "it has only incomplete split models"

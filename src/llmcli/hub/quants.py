@@ -121,9 +121,18 @@ def choose(groups: list[Group], *, repo: str, quant: str | None = None, filename
     if quant:
         matches = [g for g in usable if g.label == quant.upper()]
         if not matches:
+            broken = [g for g in groups if g.label == quant.upper()]
+            if broken:
+                g = broken[0]
+                raise ModelNotFoundError(
+                    f"{repo}'s {quant.upper()} is a split model with {len(g.files)} of its "
+                    f"{g.expected_shards} files in the repository",
+                    hint="the upload is incomplete; choose another quantization, or try again later",
+                )
+            labels = available_labels(groups)
             raise ModelNotFoundError(
                 f"{repo} has no {quant.upper()} quantization",
-                hint=f"it has: {', '.join(available_labels(groups))}",
+                hint=f"it has: {', '.join(labels)}" if labels else "it has only incomplete split models",
             )
         return matches[0]
     if not usable:
