@@ -100,6 +100,46 @@ def test_templates_that_exhaust_or_break_are_refused(tmp_path, template, fragmen
     one_line(run("generate", "hi", "-m", str(path)), 5, fragment)
 
 
+@pytest.mark.parametrize(
+    ("template", "fragment"),
+    [
+        # 10^10 steps, each loop within the sandbox's range() limit: stopped by the time budget
+        ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "took more"),
+        # a string doubled 60 times by `~`: stopped where `~` happens, long before the memory is gone
+        (
+            "{% set ns = namespace(x='ab') %}{% for i in range(60) %}"
+            "{% set ns.x = ns.x ~ ns.x %}{% endfor %}",
+            "concatenation of",
+        ),
+        # memory grown without `~` or `*` (a string filter in a loop): stopped by the memory budget
+        (
+            "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}"
+            "{% set ns.l = ns.l + [(i|string)|center(1000000)] %}{% endfor %}",
+            "used more than 64 MiB",
+        ),
+    ],
+)
+def test_templates_that_loop_or_grow_past_the_render_budget_are_stopped(
+    tmp_path, monkeypatch, template, fragment
+):
+    from llmcli import templates
+
+    monkeypatch.setattr(templates, "RENDER_SECONDS", 2.0)
+    monkeypatch.setattr(templates, "RENDER_MEMORY", 64 << 20)
+    path = write_gguf(tmp_path / "t.gguf", chat_template=template)
+    one_line(run("generate", "hi", "-m", str(path)), 5, fragment)
+
+
+def test_the_render_budget_leaves_a_long_real_conversation_alone():
+    from llmcli import templates
+
+    tracer = sys.gettrace()
+    messages = [{"role": ("user", "assistant")[i % 2], "content": f"turn {i} " * 200} for i in range(400)]
+    text = templates.render(templates.PromptFormat(templates.GEMMA, "fallback:gemma"), messages)
+    assert text.count("<start_of_turn>") == 401
+    assert sys.gettrace() is tracer  # the budget's trace function is gone after the render
+
+
 def test_models_show_names_a_hostile_template_without_running_it(tmp_path):
     marker = tmp_path / "pwned"
     evil = write_gguf(tmp_path / "evil.gguf", chat_template=ATTACK % marker)

@@ -24,9 +24,11 @@ pytestmark = pytest.mark.model
 TIMEOUT = 300
 
 
-def default_sigint() -> None:
-    """A child started from a background job may inherit SIGINT ignored; Python then never raises."""
+def default_signals() -> None:
+    """A child started from a background job may inherit SIGINT ignored (Python then never raises),
+    and one started under nohup SIGHUP ignored."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 class Child:
@@ -39,7 +41,7 @@ class Child:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=dict(os.environ),
-            preexec_fn=default_sigint,
+            preexec_fn=default_signals,
         )
         self.out = bytearray()
         self.err = bytearray()
@@ -116,6 +118,24 @@ def test_sigterm_during_a_chat_reply_exits_143_and_the_session_is_intact(isolate
     doc = json.loads(saved.read_text())
     assert doc["messages"] == first["messages"]
     assert [m["content"] for m in doc["messages"]][:1] == ["My name is Ada."]
+    assert sorted(p.name for p in sessions.iterdir() if not p.name.endswith(".lock")) == ["work.json"]
+
+
+def test_sighup_during_a_chat_reply_ends_the_process_and_the_session_is_intact(isolated):
+    """The terminal closing: the default action ends llmcli at once, with no clean-up code run;
+    what was saved after the last complete turn is all there, and nothing is half-written."""
+    sessions = isolated / "data" / "sessions"
+    saved = sessions / "work.json"
+    child = llmcli("chat", "--session", "work", "--temperature", "0", "-c", "2048", stdin=True)
+    child.send("/set max_tokens 8\nMy name is Ada.\n")
+    child.wait_for(saved.exists, "the session saved after the first turn")
+    first = json.loads(saved.read_text())
+    shown = len(child.out)
+    child.send("/set max_tokens 1500\nWrite a very long story about the sea.\n")
+    child.wait_for(lambda: len(child.out[shown:].split()) >= 3, "the second reply streaming")
+    child.proc.send_signal(signal.SIGHUP)
+    assert child.finish() == -signal.SIGHUP, child.stderr
+    assert json.loads(saved.read_text())["messages"] == first["messages"]
     assert sorted(p.name for p in sessions.iterdir() if not p.name.endswith(".lock")) == ["work.json"]
 
 

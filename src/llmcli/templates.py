@@ -3,7 +3,11 @@
 Templates come from GGUF metadata, that is from strangers on the internet, so they render in
 Jinja's ImmutableSandboxedEnvironment: no attribute access to Python internals, no mutation of
 the objects passed in. `*` and `**` are capped too (`'x' * 10**10` would take all memory, `9 ** 9 ** 9`
-all afternoon). A template that tries any of these fails closed with a clear error.
+all afternoon). What no operator cap can catch, nested loops of harmless size (10^5 x 10^5 steps) and
+strings doubled by `~` in a loop, is stopped by a render budget: a trace function on the template's
+own frames checks, every few template lines, the time spent and how far the process's memory has
+grown (`RENDER_SECONDS`, `RENDER_MEMORY`). A template that tries any of these fails closed with a
+clear error.
 
 Fallbacks (used when a model carries no `tokenizer.chat_template`, as the default Gemma model):
 - gemma, gemma2, gemma3: Gemma's turn format; a system prompt is prepended to the first user turn
@@ -14,6 +18,8 @@ Fallbacks (used when a model carries no `tokenizer.chat_template`, as the defaul
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 
 from llmcli.errors import InvalidModelError
@@ -69,6 +75,92 @@ def choose(model_template: str | None, architecture: str) -> PromptFormat:
 
 MAX_REPEAT = 1 << 20  # items in the result of `sequence * n`
 MAX_EXPONENT = 4096  # `a ** b` with integers
+RENDER_SECONDS = 10.0  # a real template renders a long conversation in milliseconds
+RENDER_MEMORY = 256 << 20  # growth of the process's RSS while rendering, in bytes
+CHECK_EVERY = 8  # lines of compiled template code between two budget checks
+MAX_CONCAT = 1 << 24  # characters in the result of `a ~ b`
+
+
+class _RenderBudget:
+    """Stops a render that runs too long or grows memory too much (see the module docstring).
+
+    Installed with `sys.settrace` for the render only; it traces nothing but frames of compiled
+    template code and checks every `CHECK_EVERY` lines, so a 200-message conversation renders in
+    about 12 ms instead of 10. `~`, the one way to double a string at each step of a loop, is also
+    capped where it happens (`_capped_join`), so that growth cannot outrun the checks."""
+
+    def __init__(self) -> None:
+        import time
+
+        from jinja2.sandbox import SecurityError
+
+        self._error = SecurityError
+        self._clock = time.monotonic
+        self._countdown = CHECK_EVERY
+        self.deadline = self._clock() + RENDER_SECONDS
+        self.memory = _Memory()
+        self.memory_limit = self.memory.rss() + RENDER_MEMORY
+
+    def __enter__(self) -> _RenderBudget:
+        self.previous = sys.gettrace()
+        sys.settrace(self._on_call)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        sys.settrace(self.previous)
+        self.memory.close()
+
+    def _on_call(self, frame, event, arg):
+        return self._on_line if frame.f_code.co_filename == "<template>" else None
+
+    def _on_line(self, frame, event, arg):
+        self._countdown -= 1
+        if self._countdown:
+            return self._on_line
+        self._countdown = CHECK_EVERY
+        if self._clock() > self.deadline:
+            raise self._error(f"rendering took more than {RENDER_SECONDS:g} s")
+        if self.memory.rss() > self.memory_limit:
+            raise self._error(f"rendering used more than {RENDER_MEMORY >> 20} MiB of memory")
+        return self._on_line
+
+
+class _Memory:
+    """The process's resident memory in bytes: /proc/self/statm, kept open for the render, or the
+    peak RSS where there is no /proc."""
+
+    def __init__(self) -> None:
+        try:
+            self.fd = os.open("/proc/self/statm", os.O_RDONLY)
+            self.page = os.sysconf("SC_PAGE_SIZE")
+        except (OSError, AttributeError, ValueError):
+            self.fd = -1
+
+    def rss(self) -> int:
+        if self.fd >= 0:
+            return int(os.pread(self.fd, 128, 0).split()[1]) * self.page
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, else KiB
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _capped_join(join):
+    """Jinja's implementation of `~`, refusing results longer than MAX_CONCAT characters."""
+    from jinja2.sandbox import SecurityError
+
+    def capped(seq):
+        result = join(seq)
+        if len(result) > MAX_CONCAT:
+            raise SecurityError(f"a concatenation of {len(result)} characters is too big")
+        return result
+
+    return capped
 
 
 def _sandbox():
@@ -117,12 +209,21 @@ def render(
     env.globals["raise_exception"] = raise_exception
     try:
         template = env.from_string(fmt.template)
-        return template.render(
-            messages=[dict(m) for m in messages],
-            bos_token=bos_token,
-            eos_token=eos_token,
-            add_generation_prompt=add_generation_prompt,
-        )
+        namespace = template.root_render_func.__globals__  # the compiled template's module
+        for name in ("str_join", "markup_join"):
+            namespace[name] = _capped_join(namespace[name])
+        with _RenderBudget():
+            return template.render(
+                messages=[dict(m) for m in messages],
+                bos_token=bos_token,
+                eos_token=eos_token,
+                add_generation_prompt=add_generation_prompt,
+            )
+    except MemoryError:
+        raise InvalidModelError(
+            "the model's chat template ran out of memory and was stopped",
+            hint="this file may be malicious; use --raw to bypass the template",
+        ) from None
     except (SecurityError, OverflowError) as exc:  # OverflowError: the sandbox's range() limit
         raise InvalidModelError(
             f"the model's chat template tried an unsafe operation and was stopped ({exc})",
