@@ -103,9 +103,10 @@ def test_sigterm_during_decode_exits_143_keeping_the_text():
     assert child.out.strip()  # what was produced stays on stdout
 
 
-def test_sigterm_during_a_chat_reply_exits_143_and_the_session_is_intact(isolated):
-    sessions = isolated / "data" / "sessions"
-    saved = sessions / "work.json"
+def chat_in_its_second_reply(isolated):
+    """A chat whose first turn is saved, streaming a long second reply; returns it, the session
+    file and the session as saved after the first turn."""
+    saved = isolated / "data" / "sessions" / "work.json"
     child = llmcli("chat", "--session", "work", "--temperature", "0", "-c", "2048", stdin=True)
     child.send("/set max_tokens 8\nMy name is Ada.\n")
     child.wait_for(saved.exists, "the session saved after the first turn")
@@ -113,30 +114,30 @@ def test_sigterm_during_a_chat_reply_exits_143_and_the_session_is_intact(isolate
     shown = len(child.out)
     child.send("/set max_tokens 1500\nWrite a very long story about the sea.\n")
     child.wait_for(lambda: len(child.out[shown:].split()) >= 3, "the second reply streaming")
-    child.proc.send_signal(signal.SIGTERM)
-    assert_clean_end(child, 143, "llmcli: terminated: received SIGTERM")
+    return child, saved, first
+
+
+def assert_session_as_after_the_first_turn(saved, first) -> None:
     doc = json.loads(saved.read_text())
     assert doc["messages"] == first["messages"]
     assert [m["content"] for m in doc["messages"]][:1] == ["My name is Ada."]
-    assert sorted(p.name for p in sessions.iterdir() if not p.name.endswith(".lock")) == ["work.json"]
+    assert sorted(p.name for p in saved.parent.iterdir() if not p.name.endswith(".lock")) == ["work.json"]
+
+
+def test_sigterm_during_a_chat_reply_exits_143_and_the_session_is_intact(isolated):
+    child, saved, first = chat_in_its_second_reply(isolated)
+    child.proc.send_signal(signal.SIGTERM)
+    assert_clean_end(child, 143, "llmcli: terminated: received SIGTERM")
+    assert_session_as_after_the_first_turn(saved, first)
 
 
 def test_sighup_during_a_chat_reply_ends_the_process_and_the_session_is_intact(isolated):
     """The terminal closing: the default action ends llmcli at once, with no clean-up code run;
     what was saved after the last complete turn is all there, and nothing is half-written."""
-    sessions = isolated / "data" / "sessions"
-    saved = sessions / "work.json"
-    child = llmcli("chat", "--session", "work", "--temperature", "0", "-c", "2048", stdin=True)
-    child.send("/set max_tokens 8\nMy name is Ada.\n")
-    child.wait_for(saved.exists, "the session saved after the first turn")
-    first = json.loads(saved.read_text())
-    shown = len(child.out)
-    child.send("/set max_tokens 1500\nWrite a very long story about the sea.\n")
-    child.wait_for(lambda: len(child.out[shown:].split()) >= 3, "the second reply streaming")
+    child, saved, first = chat_in_its_second_reply(isolated)
     child.proc.send_signal(signal.SIGHUP)
     assert child.finish() == -signal.SIGHUP, child.stderr
-    assert json.loads(saved.read_text())["messages"] == first["messages"]
-    assert sorted(p.name for p in sessions.iterdir() if not p.name.endswith(".lock")) == ["work.json"]
+    assert_session_as_after_the_first_turn(saved, first)
 
 
 def test_stdout_closed_by_its_reader_exits_141_quietly():
