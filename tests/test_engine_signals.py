@@ -68,3 +68,13 @@ def test_the_watcher_leaves_no_thread_and_no_fd_behind():
     assert not watcher.thread.is_alive()
     assert set(os.listdir("/proc/self/fd")) == fds
     assert signal.set_wakeup_fd(-1) == -1
+
+
+def test_without_file_descriptors_to_spare_the_watcher_steps_aside(monkeypatch):
+    def no_pipe():
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(os, "pipe", no_pipe)
+    with _SignalWatcher(lambda: None) as watcher:
+        assert watcher.thread is None
+    assert signal.set_wakeup_fd(-1) == -1  # nothing was left pointing at a closed pipe

@@ -580,13 +580,28 @@ class _SignalWatcher:
         self.on_signal = on_signal
 
     def __enter__(self) -> _SignalWatcher:
+        """Without a pipe or a thread to spare (out of file descriptors), Ctrl-C is still seen, but
+        only between two `llama_decode` calls."""
         import signal
 
-        self.read_fd, self.write_fd = os.pipe()
-        os.set_blocking(self.write_fd, False)
-        self.previous = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
+        self.thread = None
+        try:
+            self.read_fd, self.write_fd = os.pipe()
+        except OSError:
+            return self
+        try:
+            os.set_blocking(self.write_fd, False)
+            self.previous = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
+        except (OSError, ValueError):
+            os.close(self.read_fd)
+            os.close(self.write_fd)
+            return self
         self.thread = threading.Thread(target=self._watch, name="llmcli-signals", daemon=True)
-        self.thread.start()
+        try:
+            self.thread.start()
+        except RuntimeError:  # no thread can be started
+            self.thread = None
+            self.__close()
         return self
 
     def _watch(self) -> None:
@@ -603,11 +618,16 @@ class _SignalWatcher:
                     pass
 
     def __exit__(self, *exc) -> None:
+        if self.thread is not None:
+            self.__close()
+
+    def __close(self) -> None:
         import signal
 
         signal.set_wakeup_fd(self.previous)
-        os.close(self.write_fd)
-        self.thread.join()
+        os.close(self.write_fd)  # the helper reads b"" and ends
+        if self.thread is not None:
+            self.thread.join()
         os.close(self.read_fd)
 
 
