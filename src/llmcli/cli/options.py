@@ -8,11 +8,12 @@ flag > LLMCLI_* variable > config file > built-in default is resolved in one pla
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from llmcli.engine.base import EngineOptions, SamplingParams
+if TYPE_CHECKING:  # imported where used: `--help` need not build the engine's dataclasses
+    from llmcli.engine.base import EngineOptions, SamplingParams
 
 MODEL_PANEL = "Model"
 SAMPLING_PANEL = "Sampling"
@@ -178,6 +179,7 @@ def engine_options(
     flash_attn: bool | None = None,
 ) -> EngineOptions:
     from llmcli import settings
+    from llmcli.engine.base import EngineOptions
 
     gpu = settings.resolve("gpu_layers", gpu_layers)
     return EngineOptions(
@@ -203,6 +205,7 @@ def sampling_params(
 ) -> SamplingParams:
     """Sampling settings resolved and validated, with the grammar text loaded."""
     from llmcli import settings
+    from llmcli.engine.base import SamplingParams
 
     params = SamplingParams(
         temperature=settings.resolve("temperature", temperature),
