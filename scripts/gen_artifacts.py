@@ -564,12 +564,17 @@ def fish_command(c: Command) -> list[str]:
     for s in c.subcommands:
         where = fish_quote(f'__llmcli_at "{c.path}" 1')
         out.append(f"complete -c llmcli -n {where} -a {s.name} -d {fish_quote(s.short)}")
+    # fish reads `-ng` as `-n g` when `-n` is a short option that takes a value, and then never
+    # offers `-ngl`; and it offers `-f` bundled with every other short option (`-fb`, `-fc` ...).
+    # In a command with old-style options (-ngl, -fa), single-letter ones are declared old-style
+    # too: `-n <Tab>` still completes its value, `-ng<Tab>` gives `-ngl`, `-f<Tab>` gives -f, -fa.
+    old_style = any(not n.startswith("--") and len(n) > 2 for o in c.options for n in o.names)
     for o in c.options:
         names = []
         for name in o.names:
             if name.startswith("--"):
                 names.append(f"-l {name[2:]}")
-            elif len(name) == 2:
+            elif len(name) == 2 and not old_style:
                 names.append(f"-s {name[1:]}")
             else:
                 names.append(f"-o {name[1:]}")

@@ -320,3 +320,23 @@ def fish_complete(env, cwd, line: str) -> list[str]:
 def test_fish(shell_env, line, expected):
     env, cwd = shell_env
     assert sorted(fish_complete(env, cwd, line)) == sorted(expected)
+
+
+@pytest.mark.skipif(
+    shutil.which("fish") is None, reason="fish is not installed (Debian: apt-get install fish)"
+)
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("llmcli generate -ng", ["-ngl"]),  # -n takes a value, and still does not hide -ngl
+        ("llmcli generate -nf", ["-nfa"]),
+        ("llmcli generate -f", ["-f", "-fa"]),
+        ("llmcli bench -ct", ["-ctk", "-ctv"]),
+        ("llmcli bench -p", ["-p", "-pg"]),
+        ("llmcli generate -f js", ["json.gbnf"]),  # short options keep completing their values
+        ("llmcli generate -m q", ["qwen-small"]),
+    ],
+)
+def test_fish_short_options_that_begin_old_style_ones(shell_env, line, expected):
+    env, cwd = shell_env
+    assert sorted(fish_complete(env, cwd, line)) == sorted(expected)
