@@ -12,13 +12,9 @@ from llmcli.engine.fake import FakeEngine
 
 
 @pytest.fixture
-def engine(monkeypatch, tmp_path):
-    factory = FakeEngine.factory()
-    monkeypatch.setattr(loader, "engine_factory", factory)
-    model = tmp_path / "fake.gguf"
-    model.write_bytes(b"GGUF")
-    monkeypatch.setenv("LLMCLI_MODEL", str(model))
-    return factory
+def engine(fake):
+    """The fake engine's factory (conftest's `fake`), under the name these tests use."""
+    return fake
 
 
 def chat(*lines: str, args: tuple[str, ...] = ()):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
+from pathlib import Path
 
 import huggingface_hub  # noqa: F401  imported before any test sets HF_HUB_OFFLINE (read at import)
 import pytest
@@ -81,3 +82,20 @@ def _fast_retries(monkeypatch):
 
     monkeypatch.setattr(remote, "BACKOFF_S", 0.01)
     monkeypatch.setattr(download, "BACKOFF_S", 0.01)
+
+
+@pytest.fixture
+def engine(monkeypatch):
+    """Model loading goes to the fake engine; returns the paths it was asked to load."""
+    from llmcli import loader
+    from llmcli.engine.fake import FakeEngine
+
+    loaded: list[Path] = []
+    build = FakeEngine.factory()
+
+    def factory(path, options, debug):
+        loaded.append(Path(path))
+        return build(path, options, debug)
+
+    monkeypatch.setattr(loader, "engine_factory", factory)
+    return loaded

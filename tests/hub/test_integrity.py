@@ -107,23 +107,6 @@ def test_content_that_does_not_match_the_hubs_hash_is_refused(proxy, ref, name, 
     assert run("pull", ref).exit_code == 0
 
 
-@pytest.fixture
-def engine(monkeypatch):
-    """Model loading goes to the fake engine; returns the list of paths it was asked to load."""
-    from llmcli import loader
-    from llmcli.engine.fake import FakeEngine
-
-    loaded: list[Path] = []
-    build = FakeEngine.factory()
-
-    def factory(path, options, debug):
-        loaded.append(Path(path))
-        return build(path, options, debug)
-
-    monkeypatch.setattr(loader, "engine_factory", factory)
-    return loaded
-
-
 def test_a_cached_file_that_no_longer_matches_is_refused_then_repaired(hub, engine):
     assert run("pull", "test/tiny-GGUF:Q8_0").exit_code == 0
     [blob] = blobs("test/tiny-GGUF")

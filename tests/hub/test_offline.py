@@ -11,23 +11,6 @@ pytestmark = pytest.mark.hub
 
 
 @pytest.fixture
-def engine(monkeypatch):
-    """Model loading goes to the fake engine; returns the paths it was asked to load."""
-    from llmcli import loader
-    from llmcli.engine.fake import FakeEngine
-
-    loaded: list[Path] = []
-    build = FakeEngine.factory()
-
-    def factory(path, options, debug):
-        loaded.append(Path(path))
-        return build(path, options, debug)
-
-    monkeypatch.setattr(loader, "engine_factory", factory)
-    return loaded
-
-
-@pytest.fixture
 def hub_gone(monkeypatch):
     """The hub is unreachable: HF_ENDPOINT points at a closed port."""
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")
