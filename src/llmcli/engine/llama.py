@@ -343,14 +343,10 @@ class LlamaEngine:
             del cached[common:]
         return common
 
-    def _sync_cache_after_abort(self) -> None:
-        mem = self._L.llama_get_memory(self._ctx)
-        pos_max = self._L.llama_memory_seq_pos_max(mem, 0)
-        del self._cached[pos_max + 1 :]
-
     def _sync_cache(self) -> None:
-        """Make the cache hold exactly `_cached`: a KeyboardInterrupt raised between a
-        `llama_decode` and our bookkeeping can leave one batch in the cache that we did not record."""
+        """Make `_cached` and the cache agree, after an aborted `llama_decode` (which may leave
+        part of a batch, or less than we recorded) or a KeyboardInterrupt raised between a
+        `llama_decode` and our bookkeeping (one batch in the cache that we did not record)."""
         mem = self._L.llama_get_memory(self._ctx)
         in_cache = self._L.llama_memory_seq_pos_max(mem, 0) + 1
         if in_cache < len(self._cached):
@@ -501,7 +497,7 @@ class _Generation:
             chunk = todo[i : i + e.n_batch]
             rc = e.decode(chunk)
             if rc == 2 or e._abort.is_set():
-                e._sync_cache_after_abort()
+                e._sync_cache()
                 stats.prefill_tokens = max(0, len(e._cached) - start)
                 return "interrupted"
             _check_decode(rc, len(e._cached), e.n_ctx)
@@ -526,7 +522,7 @@ class _Generation:
                 return "stop" if stopped else "length"
             rc = e.decode([token])
             if rc == 2 or e._abort.is_set():
-                e._sync_cache_after_abort()
+                e._sync_cache()
                 return "interrupted"
             _check_decode(rc, len(e._cached), e.n_ctx)
             if stopped:
