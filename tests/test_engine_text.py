@@ -14,7 +14,7 @@ def generation(stop: list[str] | None = None) -> tuple[_Generation, list[Token]]
     events: list[Token] = []
     g = object.__new__(_Generation)
     g.params = SamplingParams(stop=stop or [])
-    g.pieces, g.pending, g.generated = [], "", []
+    g.pieces, g.pending, g.generated, g.decoded_chars = [], "", [], 0
     g.utf8 = codecs.getincrementaldecoder("utf-8")("replace")
     g.events = events
     return g, events

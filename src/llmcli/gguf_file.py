@@ -363,6 +363,15 @@ class GGUFHeader:
     def chat_template(self) -> str | None:
         return self.get_str("tokenizer.chat_template")
 
+    @property
+    def model_type(self) -> str:
+        """ "instruct" or "base", from the chat template and the name and fine-tune metadata."""
+        from llmcli import templates
+
+        return templates.model_type(
+            self.chat_template, {k: self.metadata.get(k) for k in templates.METADATA_KEYS}
+        )
+
     # -- quantisation and size -------------------------------------------------------------
     @property
     def file_type(self) -> int | None:

@@ -74,6 +74,13 @@ def warn(message: str) -> None:
     sys.stderr.flush()
 
 
+def debug_log(message: str) -> None:
+    """A line on stderr shown only with --debug."""
+    if debug():
+        sys.stderr.write(f"llmcli: debug: {message}\n")
+        sys.stderr.flush()
+
+
 def out_text(text: str) -> None:
     """Model text to stdout, unbuffered-ish so pipelines see it as it comes."""
     sys.stdout.write(text)

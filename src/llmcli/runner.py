@@ -23,9 +23,22 @@ class Result:
     params: SamplingParams
     prompt_format: str
     extra: dict = field(default_factory=dict)
+    constraint: str | None = None  # "grammar" or "json_schema" when the output was constrained
 
     def stats_line(self) -> str:
         return format_stats(self.done.stats)
+
+    @property
+    def incomplete(self) -> bool:
+        """Constrained output that the grammar does not accept: cut short before it was done."""
+        return self.constraint is not None and self.done.constraint_complete is False
+
+    def incomplete_error(self):
+        from llmcli.errors import IncompleteOutputError
+
+        return IncompleteOutputError(
+            *incomplete_message(self.done, self.params, self.constraint or "grammar")
+        )
 
     def record(self) -> dict:
         """The `--json` document."""
@@ -45,8 +58,12 @@ class Result:
                 "parameters": info.n_params,
                 "context_size": s.context_size,
                 "gpu_layers": info.gpu_layers,
+                "type": info.model_type,
             },
             "prompt_format": self.prompt_format,
+            "constraint": None
+            if self.constraint is None
+            else {"kind": self.constraint, "complete": not self.incomplete},
             "params": params,
             "usage": {
                 "prompt_tokens": s.prompt_tokens,
@@ -79,6 +96,29 @@ def versions(backend: str) -> dict:
     return {"llmcli": __version__, "llama_cpp_python": lcp, "backend": backend}
 
 
+def incomplete_message(done: Done, params: SamplingParams, constraint: str) -> tuple[str, str | None]:
+    """What cut the constrained output, at how many tokens, and how to give it room."""
+    what = "the JSON schema" if constraint == "json_schema" else "the grammar"
+    n = done.stats.completion_tokens
+    if done.finish_reason == "interrupted":
+        return f"{what} was not satisfied: interrupted at {n} tokens", None
+    if done.finish_reason == "length" and params.max_tokens and n >= params.max_tokens:
+        return (
+            f"{what} was not satisfied: cut by --max-tokens at {n} tokens",
+            "raise -n/--max-tokens; 0 means no limit",
+        )
+    if done.finish_reason == "length":
+        size = done.stats.context_size
+        return (
+            f"{what} was not satisfied: the context ({size} tokens) filled at {n} tokens",
+            "raise -c/--ctx-size",
+        )
+    return (
+        f"{what} was not satisfied: cut by a --stop string at {n} tokens",
+        "choose a stop string the output cannot contain",
+    )
+
+
 def format_stats(s: Stats) -> str:
     """One line: prompt (cached), prefill speed, generated, decode speed, TTFT, load."""
     cached = f" ({s.cached_tokens} cached)" if s.cached_tokens else ""
@@ -97,7 +137,10 @@ def run_generate(
     system: str | None = None,
     raw: bool = False,
     stream_stdout: bool = True,
+    constraint: str | None = None,
 ) -> Result:
+    """Run one prompt; `raw` continues it as plain text, else it becomes a user turn (the caller
+    decides between the two with `prompting.generate_format`)."""
     engine = loaded.engine
     if raw:
         tokens, fmt_name = prompting.raw_tokens(engine, text), "raw"
@@ -106,7 +149,7 @@ def run_generate(
         tokens = prompting.chat_tokens(engine, prompting.messages_for(text, system), fmt)
         fmt_name = fmt.source
     done = consume(engine, tokens, params, stream_stdout=stream_stdout)
-    return Result(loaded, done, params, fmt_name)
+    return Result(loaded, done, params, fmt_name, constraint=constraint if params.grammar else None)
 
 
 def consume(engine, tokens: list[int], params: SamplingParams, *, stream_stdout: bool) -> Done:

@@ -73,6 +73,43 @@ def choose(model_template: str | None, architecture: str) -> PromptFormat:
     return PromptFormat(FALLBACKS.get(architecture, CHATML), f"fallback:{name}")
 
 
+# Words that mark a chat or instruction fine-tune in a model's name, fine-tune label or tags
+# ("SmolLM2 135M Instruct", "gemma-3-270m-it", "Llama-2-7b-chat", "zephyr-7b-dpo").
+TUNED_WORDS = frozenset({"instruct", "instruction", "it", "chat", "sft", "dpo", "rlhf", "orpo", "kto",
+                         "assistant", "conversational"})  # fmt: skip
+METADATA_KEYS = ("general.finetune", "general.name", "general.basename", "general.tags")
+ModelType = str  # "instruct" or "base"
+
+
+def model_type(chat_template: str | None, metadata: dict[str, object]) -> ModelType:
+    """ "instruct" when the model carries a chat template or its metadata names a chat or instruct
+    fine-tune; "base" otherwise (a pretrained model, which continues text rather than answering).
+
+    `metadata` holds any of `METADATA_KEYS`; `general.tags` may be a list of strings."""
+    if chat_template and chat_template.strip():
+        return "instruct"
+    return "instruct" if tuned_by_name(*_strings(metadata)) else "base"
+
+
+def tuned_by_name(*names: str) -> bool:
+    """Whether any of these names (a model name, a file name, a repository id) marks a chat or
+    instruct fine-tune by one of `TUNED_WORDS` standing as a word of its own."""
+    import re
+
+    return any(word in TUNED_WORDS for name in names for word in re.split(r"[^a-z0-9]+", name.lower()))
+
+
+def _strings(metadata: dict[str, object]) -> list[str]:
+    found: list[str] = []
+    for key in METADATA_KEYS:
+        value = metadata.get(key)
+        if isinstance(value, str):
+            found.append(value)
+        elif isinstance(value, list | tuple):
+            found += [v for v in value if isinstance(v, str)]
+    return found
+
+
 MAX_REPEAT = 1 << 20  # items in the result of `sequence * n`
 MAX_EXPONENT = 4096  # `a ** b` with integers
 RENDER_SECONDS = 10.0  # a real template renders a long conversation in milliseconds

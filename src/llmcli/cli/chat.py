@@ -47,6 +47,9 @@ def chat(
     seed: o.Seed = None,
     max_tokens: o.MaxTokens = None,
     stop: o.Stop = None,
+    grammar_file: o.GrammarFile = None,
+    json_schema: o.JsonSchema = None,
+    fallback_template: o.FallbackTemplate = False,
     offline: o.Offline = False,
     force: o.Force = False,
 ) -> None:
@@ -65,7 +68,9 @@ def chat(
     policy = settings.resolve("on_overflow", on_overflow)
     if policy not in OVERFLOW_POLICIES:
         raise UsageError(f"--on-overflow must be one of {', '.join(OVERFLOW_POLICIES)}, got {policy!r}")
-    params = o.sampling_params(temperature, top_k, top_p, min_p, repeat_penalty, seed, max_tokens, stop)
+    params = o.sampling_params(
+        temperature, top_k, top_p, min_p, repeat_penalty, seed, max_tokens, stop, grammar_file, json_schema
+    )
     name, saved = _session_to_continue(session, resume)
     if saved and model is None:
         model = saved.get("model")
@@ -74,7 +79,17 @@ def chat(
     def load(ref: str | None):
         return load_engine(ref, engine_opts, offline=offline, force=force, debug=render.debug())
 
-    chat_session = ChatSession(load(model), params, on_overflow=policy, session_name=name, load_model=load)
+    loaded = load(model)
+    constraint = "json_schema" if json_schema is not None else "grammar" if grammar_file else None
+    chat_session = ChatSession(loaded, params, on_overflow=policy, session_name=name, load_model=load,
+                               allow_base=fallback_template, constraint=constraint)  # fmt: skip
+    try:
+        chat_session.check_model(loaded)
+    except UsageError:
+        loaded.engine.close()
+        raise
+    if applied := chat_session.apply_recommended():
+        render.debug_log(f"the model's recommended sampling: {applied}")
     if saved:
         chat_session.conversation = _conversation(saved, name)
     system = settings.resolve("system", system)
@@ -122,9 +137,13 @@ def _conversation(saved: dict, name: str | None):
 
 
 def _banner(repl, saved: dict | None) -> None:
+    from llmcli import prompting
+
     s = repl.session
     fmt = s.prompt_format
     note = " (the model has no chat template: using this fallback)" if fmt.is_fallback else ""
+    if prompting.is_base(s.engine):
+        repl.warn(prompting.base_warning(s.loaded.ref))
     repl.info(f"llmcli chat · {s.loaded.ref} · context {s.engine.n_ctx} · template {fmt.source}{note}")
     if saved:
         repl.info(f"continuing session {s.session_name!r}: {len(s.conversation.messages)} messages")

@@ -25,6 +25,7 @@ def generate(
         typer.Option("--system", help="System prompt.", envvar="LLMCLI_SYSTEM", show_default=False),
     ] = None,
     raw: Annotated[bool, typer.Option("--raw", help="Plain text completion: no chat template.")] = False,
+    fallback_template: o.FallbackTemplate = False,
     ctx_size: o.CtxSize = None,
     gpu_layers: o.GpuLayers = None,
     threads: o.Threads = None,
@@ -64,15 +65,32 @@ def generate(
 
     engine_opts = o.engine_options(ctx_size, gpu_layers, threads, batch_size, flash_attn)
     loaded = load_engine(model, engine_opts, offline=offline, force=force, debug=render.debug())
+    from llmcli.prompting import generate_format
     from llmcli.runner import run_generate
+    from llmcli.sampling import apply_recommended
 
-    result = run_generate(loaded, text, params, system=system, raw=raw, stream_stdout=not as_json)
+    if applied := apply_recommended(params, loaded.engine.info, loaded.ref):
+        render.debug_log(f"the model's recommended sampling: {applied}")
+
+    how, notice = generate_format(loaded.engine, raw=raw, fallback_template=fallback_template)
+    if notice:
+        ignored = " (--system does not apply to plain text and is ignored)" if system else ""
+        render.info(f"{loaded.ref}: {notice}{ignored}")
+    raw = how == "raw"
+    constraint = "json_schema" if json_schema is not None else "grammar" if grammar_file else None
+    result = run_generate(
+        loaded, text, params, system=system, raw=raw, stream_stdout=not as_json, constraint=constraint
+    )
     if as_json:
         render.out_json(result.record())
     if stats and not as_json:
         sys.stderr.write(result.stats_line() + "\n")
     if result.done.finish_reason == "interrupted":
+        if result.incomplete:
+            sys.stderr.write(result.incomplete_error().one_line() + "\n")
         raise typer.Exit(int(ExitCode.INTERRUPTED))
+    if result.incomplete:
+        raise result.incomplete_error()
 
 
 def read_prompt(prompt: str | None, file: Path | None) -> str:

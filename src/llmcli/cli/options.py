@@ -58,6 +58,16 @@ Force = Annotated[
         rich_help_panel=MODEL_PANEL,
     ),
 ]  # fmt: skip
+FallbackTemplate = Annotated[
+    bool,
+    typer.Option(
+        "--fallback-template",
+        help="Use the architecture's fallback turn format even for a base model (one with no chat "
+        "template and no instruct fine-tune), which otherwise gets plain continuation (generate) or "
+        "is refused (chat).",
+        rich_help_panel=MODEL_PANEL,
+    ),
+]
 CtxSize = Annotated[
     int | None,
     typer.Option(
@@ -207,15 +217,16 @@ def sampling_params(
     from llmcli import settings
     from llmcli.engine.base import SamplingParams
 
+    flags = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p,
+             "repeat_penalty": repeat_penalty, "max_tokens": max_tokens}  # fmt: skip
+    resolved = {key: settings.resolve_with_source(key, flag) for key, flag in flags.items()}
     params = SamplingParams(
-        temperature=settings.resolve("temperature", temperature),
-        top_k=settings.resolve("top_k", top_k),
-        top_p=settings.resolve("top_p", top_p),
-        min_p=settings.resolve("min_p", min_p),
-        repeat_penalty=settings.resolve("repeat_penalty", repeat_penalty),
+        **{key: value for key, (value, _) in resolved.items()},
         seed=seed,
-        max_tokens=settings.resolve("max_tokens", max_tokens),
         stop=list(stop or []),
+        defaulted=frozenset(
+            {k for k, (_, source) in resolved.items() if source == "default"} | {"repeat_last_n"}
+        ),
     )
     params.validate()
     params.grammar = load_grammar(grammar_file, json_schema)

@@ -29,6 +29,8 @@ class SamplingParams:
     max_tokens: int = 512  # 0 means: until end of generation or the context is full
     stop: list[str] = field(default_factory=list)
     grammar: str | None = None  # GBNF text (from --grammar-file or --json-schema)
+    # Settings the user left at the built-in default (a model's recommendation may replace them).
+    defaulted: frozenset[str] = field(default_factory=frozenset, repr=False, compare=False)
 
     def validate(self) -> None:
         from llmcli.errors import UsageError
@@ -52,6 +54,7 @@ class SamplingParams:
 
     def as_dict(self) -> dict:
         d = asdict(self)
+        d.pop("defaulted")
         d["grammar"] = self.grammar is not None
         return d
 
@@ -117,6 +120,9 @@ class Done:
     stats: Stats
     seed: int
     tokens: list[int] = field(default_factory=list)
+    # With a grammar or JSON schema: whether the grammar accepts exactly the text returned (False
+    # when --max-tokens, a full context, a stop string or Ctrl-C cut it short). None: unconstrained.
+    constraint_complete: bool | None = None
 
 
 Event = PrefillProgress | Token | Done
@@ -136,6 +142,8 @@ class ModelInfo:
     name: str = ""
     gpu_layers: int = 0
     backend: str = "CPU"
+    model_type: str = "instruct"  # or "base": see templates.model_type
+    sampling: dict = field(default_factory=dict)  # recommended settings from general.sampling.*
 
 
 def check_prompt(tokens: list[int], n_ctx: int) -> None:

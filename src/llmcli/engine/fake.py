@@ -40,6 +40,8 @@ class FakeEngine:
     history: list[FakeRequest] = field(default_factory=list)
     chat_template: str | None = None
     architecture: str = "gemma3"
+    model_type: str = "instruct"  # "base": a model with no chat template and no instruct fine-tune
+    sampling: dict = field(default_factory=dict)  # what the model's metadata recommends
     interrupt_after: int | None = None  # simulate Ctrl-C after this many tokens
     ms_per_token: float = 10.0
 
@@ -47,7 +49,8 @@ class FakeEngine:
         self.info = ModelInfo(
             path="/fake/model.gguf", architecture=self.architecture, quantization="Q4_K_M", size_bytes=1000,
             n_params=1000, n_layers=2, n_ctx_train=self.n_ctx, n_vocab=256, chat_template=self.chat_template,
-            name="fake", backend="CPU",
+            name="fake", backend="CPU", model_type=self.model_type,
+            sampling=dict(self.sampling),
         )  # fmt: skip
         self._cached: list[int] = []
         self._interrupted = False
@@ -139,13 +142,14 @@ class FakeEngine:
     def _decode(self, reply: str, params: SamplingParams, stats: Stats) -> Iterator[Event]:
         out: list[str] = []
         reason = "stop"
+        ended = True  # the reply ran out: the fake's end of generation
         limit = params.max_tokens or 1 << 62
         for i, ch in enumerate(reply):
             if self._interrupted or (self.interrupt_after is not None and i >= self.interrupt_after):
-                reason = "interrupted"
+                reason, ended = "interrupted", False
                 break
             if i >= limit or len(self._cached) >= self.n_ctx:
-                reason = "length"
+                reason, ended = "length", False
                 break
             candidate = "".join(out) + ch
             if any(s in candidate for s in params.stop):
@@ -156,6 +160,7 @@ class FakeEngine:
                 if len(text) > len("".join(out)):
                     yield Token(text[len("".join(out)) :], i + 1)
                 out = [text]
+                ended = False
                 break
             out.append(ch)
             self._cached.append(ord(ch))
@@ -165,4 +170,9 @@ class FakeEngine:
         stats.decode_ms = stats.completion_tokens * self.ms_per_token
         stats.total_ms = stats.prefill_ms + stats.decode_ms
         stats.context_used = len(self._cached)
-        yield Done("".join(out), reason, stats, params.seed if params.seed is not None else 1234)
+        # Like llama.cpp's grammar sampler, a scripted reply is taken to satisfy the grammar exactly
+        # when it runs to its end (the end-of-generation token is allowed only there).
+        complete = ended if params.grammar else None
+        yield Done(
+            "".join(out), reason, stats, params.seed if params.seed is not None else 1234, [], complete
+        )

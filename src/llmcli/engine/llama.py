@@ -244,7 +244,11 @@ class LlamaEngine:
         n_layers = L.llama_model_n_layer(self._model)
         requested = self._gpu_layers_requested()
         offloaded = min(requested, n_layers + 1) if L.llama_supports_gpu_offload() else 0
+        from llmcli import sampling, templates
+
         template = L.llama_model_chat_template(self._model, None)
+        chat_template = template.decode("utf-8", "replace") if template else None
+        metadata = {key: value for key in templates.METADATA_KEYS if (value := self._meta(key)) is not None}
         return ModelInfo(
             path=str(self.path),
             architecture=self._meta("general.architecture") or "unknown",
@@ -254,10 +258,14 @@ class LlamaEngine:
             n_layers=n_layers,
             n_ctx_train=L.llama_model_n_ctx_train(self._model),
             n_vocab=self.n_vocab,
-            chat_template=template.decode("utf-8", "replace") if template else None,
+            chat_template=chat_template,
             name=self._meta("general.name") or self.path.stem,
             gpu_layers=offloaded,
             backend=backend_name(),
+            model_type=templates.model_type(chat_template, metadata),
+            sampling=sampling.from_metadata(
+                {key: value for key in sampling.GGUF_KEYS if (value := self._meta(key)) is not None}
+            ),
         )
 
     def _meta(self, key: str) -> str | None:
@@ -413,7 +421,7 @@ class LlamaEngine:
                 raise UsageError("the grammar could not be parsed (GBNF syntax error; see --debug)")
             add(grammar)
         if params.repeat_penalty != 1.0:
-            add(L.llama_sampler_init_penalties(params.repeat_last_n, params.repeat_penalty, 0.0, 0.0))
+            add(self._penalties(params.repeat_last_n, params.repeat_penalty))
         if params.temperature <= 0:
             add(L.llama_sampler_init_greedy())
             return chain
@@ -426,6 +434,14 @@ class LlamaEngine:
         add(L.llama_sampler_init_temp(params.temperature))
         add(L.llama_sampler_init_dist(seed))
         return chain
+
+    def _penalties(self, last_n: int, repeat: float):
+        """The repetition-penalty sampler; llama.cpp builds differ on whether it takes n_vocab first."""
+        L = self._L
+        try:
+            return L.llama_sampler_init_penalties(self.n_vocab, last_n, repeat, 0.0, 0.0)
+        except TypeError:  # the four-argument form of other llama.cpp versions
+            return L.llama_sampler_init_penalties(last_n, repeat, 0.0, 0.0)
 
     def perf_ms(self) -> float:
         """Milliseconds llama.cpp has spent evaluating tokens since the last reset."""
@@ -472,6 +488,9 @@ class _Generation:
         self.generated: list[int] = []
         self.utf8 = codecs.getincrementaldecoder("utf-8")("replace")
         self.piece_buf = ctypes.create_string_buffer(64)
+        self.decoded_chars = 0  # characters decoded so far, before any stop-string cut
+        self.grammar = _GrammarProbe(engine, sampler) if params.grammar else None
+        self.ended_by_eog = False
 
     def run(self) -> Iterator[Event]:
         L, e = self.L, self.e
@@ -514,9 +533,11 @@ class _Generation:
             self.generated.append(token)
             if len(self.generated) == 1:
                 self.stats.ttft_ms = (time.perf_counter() - self.started) * 1000
-            stopped = bool(L.llama_vocab_is_eog(vocab, token))
+            stopped = self.ended_by_eog = bool(L.llama_vocab_is_eog(vocab, token))
             if not stopped:
                 text, stopped = self.add_text(e.token_bytes(token, self.piece_buf))
+                if self.grammar is not None:
+                    self.grammar.note(self.decoded_chars, pending_bytes=bool(self.utf8.getstate()[0]))
                 yield Token(text, len(self.generated))
             if len(e._cached) >= e.n_ctx:
                 return "stop" if stopped else "length"
@@ -533,6 +554,7 @@ class _Generation:
     def add_text(self, data: bytes) -> tuple[str, bool]:
         """Feed one token's bytes; returns the text now complete and whether a stop string was reached."""
         text = self.utf8.decode(data)
+        self.decoded_chars += len(text)
         stops = self.params.stop
         if not text or not stops:
             self.pieces.append(text)
@@ -559,7 +581,48 @@ class _Generation:
         stats.decode_ms = max(0.0, e.perf_ms() - stats.prefill_ms)
         stats.total_ms = (time.perf_counter() - self.started) * 1000
         stats.context_used = len(e._cached)
-        yield Done("".join(self.pieces), reason, stats, self.seed, list(self.generated))
+        text = "".join(self.pieces)
+        complete = None
+        if self.grammar is not None:  # EOG is sampled only where the grammar accepts
+            complete = self.ended_by_eog or self.grammar.accepted_at(len(text))
+        yield Done(text, reason, stats, self.seed, list(self.generated), complete)
+
+
+class _GrammarProbe:
+    """Where the grammar sampler accepted: after each token, whether it would let an
+    end-of-generation token through now (it does so only when the root rule is complete).
+
+    The sampler's own state answers this for GBNF and JSON schemas alike, with the exact grammar
+    llama.cpp enforced; a re-parse would need a second parser per kind and could disagree. It is
+    asked with a one-candidate array, which `llama_sampler_apply` masks without changing state.
+    Offsets are characters of the decoded text at token boundaries, so a text cut by a stop string
+    (or inside a multi-byte character) is complete only when it ends exactly where the grammar
+    accepted."""
+
+    def __init__(self, engine: LlamaEngine, chain) -> None:
+        L = self.L = engine._L
+        self.sampler = L.llama_sampler_chain_get(chain, 0)  # the grammar comes first in the chain
+        eog = L.llama_vocab_eos(engine._vocab)
+        self.eog = eog if eog >= 0 else L.llama_vocab_eot(engine._vocab)
+        self.data = (L.llama_token_data * 1)()
+        self.array = L.llama_token_data_array(
+            data=ctypes.cast(self.data, ctypes.POINTER(L.llama_token_data)), size=1, selected=-1, sorted=False
+        )
+        self.points: set[int] = set()
+        self.note(0, pending_bytes=False)
+
+    def note(self, chars: int, *, pending_bytes: bool) -> None:
+        if not pending_bytes and self.eog >= 0 and self._accepts_eog():
+            self.points.add(chars)
+
+    def _accepts_eog(self) -> bool:
+        self.data[0].id, self.data[0].logit, self.data[0].p = self.eog, 0.0, 0.0
+        self.array.size, self.array.selected = 1, -1
+        self.L.llama_sampler_apply(self.sampler, ctypes.byref(self.array))
+        return self.data[0].logit != float("-inf")
+
+    def accepted_at(self, chars: int) -> bool:
+        return chars in self.points
 
 
 class _SignalWatcher:

@@ -15,10 +15,10 @@ from llmcli import paths
 from llmcli.atomic import locked, write_atomic
 from llmcli.errors import ConfigError, ModelNotFoundError, UsageError
 from llmcli.hub import refs
-from llmcli.hub.default_model import DEFAULT_REF
+from llmcli.hub.default_model import BUNDLED, DEFAULT_REF
 
 DEFAULT_NAME = DEFAULT_REF  # the bundled default model's name
-RESERVED = {DEFAULT_NAME}
+RESERVED = set(BUNDLED)  # the bundled models' names
 
 
 def _file() -> Path:
@@ -49,7 +49,7 @@ def set_alias(name: str, target: str) -> str:
     if not refs.is_alias_name(name):
         raise UsageError(f"{name!r} is not a valid alias name", hint="use letters, digits, '.', '_' and '-'")
     if name in RESERVED:
-        raise UsageError(f"{name!r} is the bundled default model's name", hint="choose another alias")
+        raise UsageError(f"{name!r} is the name of a bundled model", hint="choose another alias")
     stored = normalise(target)
     with locked(_file()):  # read, change and write as one step: concurrent edits are not lost
         table = load()

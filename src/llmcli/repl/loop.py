@@ -40,6 +40,11 @@ class Repl:
             self.err.write(text + "\n")
             self.err.flush()
 
+    def warn(self, text: str) -> None:
+        """Shown even with --quiet."""
+        self.err.write(f"warning: {text}\n")
+        self.err.flush()
+
     def error(self, text: str) -> None:
         self.err.write(f"error: {text}\n")
         self.err.flush()
@@ -66,6 +71,14 @@ class Repl:
             )
         if result.done.finish_reason == "interrupted":
             self.info("[interrupted: the partial answer is kept in the history]")
+        if self.session.constraint and result.done.constraint_complete is False:
+            from llmcli.errors import IncompleteOutputError
+            from llmcli.runner import incomplete_message
+
+            error = IncompleteOutputError(
+                *incomplete_message(result.done, self.session.params, self.session.constraint)
+            )
+            self.warn(error.one_line().removeprefix("llmcli: "))
         self.info(format_after(result.done.stats, self.session.engine.n_ctx))
         if self.autosave and self.session.session_name:
             self.save(self.session.session_name)

@@ -58,6 +58,28 @@ class ChatSession:
     last: Stats | None = None
     totals: Totals = field(default_factory=Totals)
     load_model: Callable[[str], Loaded] | None = None
+    allow_base: bool = False  # --fallback-template: chat with a base model in its fallback format
+    constraint: str | None = None  # "grammar" or "json_schema": every reply is constrained
+    recommended: dict[str, Any] = field(default_factory=dict)  # the model's sampling, applied
+
+    def apply_recommended(self) -> dict[str, Any]:
+        """Use the loaded model's recommended sampling where the user set nothing (again after a
+        switch: the previous model's recommendation is undone first)."""
+        from llmcli.sampling import apply_recommended
+
+        pristine = SamplingParams()
+        for name in self.recommended:
+            if name in self.params.defaulted:
+                setattr(self.params, name, getattr(pristine, name))
+        self.recommended = apply_recommended(self.params, self.engine.info, self.loaded.ref)
+        return self.recommended
+
+    def check_model(self, loaded: Loaded) -> None:
+        """A base model is refused unless `allow_base`: it would answer in babble."""
+        from llmcli.errors import UsageError
+
+        if prompting.is_base(loaded.engine) and not self.allow_base:
+            raise UsageError(prompting.chat_refusal(loaded.engine, loaded.ref))
 
     @property
     def engine(self):
@@ -142,13 +164,22 @@ class ChatSession:
         except UsageError:
             setattr(self.params, key, old)
             raise
+        self.params.defaulted = self.params.defaulted - {
+            key
+        }  # set by the user: a model's advice no longer applies
 
     def switch_model(self, ref: str) -> None:
         assert self.load_model is not None
         new = self.load_model(ref)
+        try:
+            self.check_model(new)
+        except BaseException:
+            new.engine.close()
+            raise
         old = self.loaded
         self.loaded = new
         old.engine.close()
+        self.apply_recommended()
 
     def to_record(self) -> dict[str, Any]:
         params = self.params.as_dict()
