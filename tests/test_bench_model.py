@@ -15,12 +15,14 @@ pytestmark = pytest.mark.model
 
 
 def _bench(*args: str) -> dict:
+    if "-m" not in args:
+        args = ("-m", "gemma3-270m", *args)  # Gemma, the larger model, unless a test names another
     result = run("bench", "-t", "1", "-r", "1", "-o", "json", *args)
     assert result.exit_code == 0, result.stderr
     return json.loads(result.stdout)
 
 
-def test_pp_and_tg_on_the_default_model():
+def test_pp_and_tg_on_gemma():
     doc = _bench("-p", "16", "-n", "4", "-r", "2")
     pp, tg = doc["results"]
     assert (pp["test"], tg["test"]) == ("pp16", "tg4")

@@ -35,7 +35,7 @@ def test_greedy_is_deterministic_and_record_is_consistent():
     assert a["model"]["architecture"] == "gemma3"
     assert a["model"]["quantization"] == "Q4_K_M"
     assert a["model"]["size_bytes"] > 200_000_000
-    assert a["prompt_format"] == "fallback:gemma"
+    assert a["prompt_format"] == "raw" and a["model"]["type"] == "base"  # a base model: plain text
     assert a["versions"]["backend"] and a["versions"]["llama_cpp_python"]
 
 
@@ -85,7 +85,7 @@ def test_grammar_file(tmp_path):
 
 
 def test_plain_text_to_stdout_and_stats_to_stderr():
-    result = llmcli("generate", PROMPT, "--temperature", "0", "-n", "8", "--stats", check=True)
+    result = llmcli("generate", PROMPT, "--raw", "--temperature", "0", "-n", "8", "--stats", check=True)
     assert result.stdout.endswith("\n") and result.stdout.strip()
     assert "\x1b" not in result.stdout
     assert "tok/s" in result.stderr and "tok/s" not in result.stdout

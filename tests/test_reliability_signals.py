@@ -40,7 +40,9 @@ class Child:
             stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env=dict(os.environ),
+            env=dict(
+                os.environ, LLMCLI_MODEL="gemma3-270m"
+            ),  # the larger model; chat with --fallback-template
             preexec_fn=default_signals,
         )
         self.out = bytearray()
@@ -107,7 +109,9 @@ def chat_in_its_second_reply(isolated):
     """A chat whose first turn is saved, streaming a long second reply; returns it, the session
     file and the session as saved after the first turn."""
     saved = isolated / "data" / "sessions" / "work.json"
-    child = llmcli("chat", "--session", "work", "--temperature", "0", "-c", "2048", stdin=True)
+    child = llmcli(
+        "chat", "--fallback-template", "--session", "work", "--temperature", "0", "-c", "2048", stdin=True
+    )
     child.send("/set max_tokens 8\nMy name is Ada.\n")
     child.wait_for(saved.exists, "the session saved after the first turn")
     first = json.loads(saved.read_text())
@@ -143,7 +147,9 @@ def test_sighup_during_a_chat_reply_ends_the_process_and_the_session_is_intact(i
 def test_stdout_closed_by_its_reader_exits_141_quietly():
     """`| head -c 20`, with the exit status of llmcli itself (a shell pipeline reports head's)."""
     argv = [sys.executable, "-m", "llmcli", "generate", "Tell me a long story.", "--raw", "-n", "2000"]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ))
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, LLMCLI_MODEL="gemma3-270m")
+    )
     try:
         assert len(proc.stdout.read(20)) == 20
         proc.stdout.close()
@@ -156,9 +162,9 @@ def test_stdout_closed_by_its_reader_exits_141_quietly():
 
 
 def test_stdout_closed_under_a_piped_chat_exits_141_quietly(isolated):
-    argv = [sys.executable, "-m", "llmcli", "chat", "-n", "2000", "--session", "pipe"]
+    argv = [sys.executable, "-m", "llmcli", "chat", "--fallback-template", "-n", "2000", "--session", "pipe"]
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=dict(os.environ))  # fmt: skip
+                            env=dict(os.environ, LLMCLI_MODEL="gemma3-270m"))  # fmt: skip
     try:
         proc.stdin.write(b"Tell me a very long story.\nAnd another one.\n")
         proc.stdin.close()
@@ -178,9 +184,20 @@ def test_stdout_closed_under_a_piped_chat_exits_141_quietly(isolated):
 def test_sigterm_at_the_interactive_chat_prompt_exits_143(isolated):
     pexpect = pytest.importorskip("pexpect")
     saved = isolated / "data" / "sessions" / "tty.json"
-    env = dict(os.environ, TERM="xterm", COLUMNS="100", LINES="40")
-    child = pexpect.spawn(sys.executable, ["-m", "llmcli", "chat", "-n", "4", "--temperature", "0",
-                          "--session", "tty"], env=env, encoding="utf-8", timeout=TIMEOUT)  # fmt: skip
+    env = dict(os.environ, TERM="xterm", COLUMNS="100", LINES="40", LLMCLI_MODEL="gemma3-270m")
+    argv = [
+        "-m",
+        "llmcli",
+        "chat",
+        "--fallback-template",
+        "-n",
+        "4",
+        "--temperature",
+        "0",
+        "--session",
+        "tty",
+    ]
+    child = pexpect.spawn(sys.executable, argv, env=env, encoding="utf-8", timeout=TIMEOUT)
     child.expect(r"\x1b\[\?2004h")  # the prompt is up
     child.sendline("Hi")
     child.expect(r"prompt \d+ tok")

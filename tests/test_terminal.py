@@ -21,7 +21,8 @@ PROMPT = r"\x1b\[\?2004h"  # prompt-toolkit turns bracketed paste on as each pro
 
 
 def spawn(*args: str, **kwargs):
-    env = dict(os.environ, TERM="xterm", COLUMNS="100", LINES="40")
+    # Gemma 3 270M, the larger model (chat drives it in its fallback turn format, as asked)
+    env = dict(os.environ, TERM="xterm", COLUMNS="100", LINES="40", LLMCLI_MODEL="gemma3-270m")
     env.pop("NO_COLOR", None)
     child = pexpect.spawn(
         sys.executable, ["-m", "llmcli", *args], env=env, encoding="utf-8", timeout=TIMEOUT,
@@ -66,7 +67,7 @@ def test_ctrl_c_during_long_prefill(batch):
 
 
 def test_chat_live_readout_history_interrupt_and_resume():
-    child = spawn("chat", "--temperature", "0", "-n", "48", "--session", "tty")
+    child = spawn("chat", "--fallback-template", "--temperature", "0", "-n", "48", "--session", "tty")
     child.expect(PROMPT)
     child.sendline("My name is Ada. Say hello.")
     # the live status line during the reply, then the summary line after it
@@ -91,7 +92,7 @@ def test_chat_live_readout_history_interrupt_and_resume():
     child.sendeof()
     assert finish(child) == 0
     # resume: the saved history comes back
-    child = spawn("chat", "--resume", "-n", "8", "--temperature", "0")
+    child = spawn("chat", "--fallback-template", "--resume", "-n", "8", "--temperature", "0")
     child.expect(r"continuing session 'tty': (\d+) messages")
     assert int(child.match.group(1)) == 6
     child.expect(PROMPT)
@@ -103,7 +104,7 @@ def test_chat_live_readout_history_interrupt_and_resume():
 
 
 def test_chat_multiline_block_and_ctrl_c_at_prompt():
-    child = spawn("chat", "--temperature", "0", "-n", "4")
+    child = spawn("chat", "--fallback-template", "--temperature", "0", "-n", "4")
     child.expect(PROMPT)
     child.send("some half-typed line")
     child.sendintr()  # clears the line, stays in the REPL

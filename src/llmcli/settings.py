@@ -42,7 +42,7 @@ class Setting:
 SETTINGS: dict[str, Setting] = {
     s.key: s
     for s in [
-        Setting("model", str, "", "Default model reference (empty: the bundled Gemma 3 270M)."),
+        Setting("model", str, "", "Default model reference (empty: the bundled SmolLM2-135M-Instruct)."),
         Setting(
             "ctx_size",
             int,

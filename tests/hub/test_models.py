@@ -68,11 +68,33 @@ def test_fit_estimate_against_memory(tmp_path, monkeypatch):
 # -- list / show -----------------------------------------------------------------------------
 
 
-def test_models_list_empty(hub):
+def bundled_names() -> list[str]:
+    """The bundled models `models list` shows: SmolLM2's file is in its package; Gemma's is listed
+    once assembled into the cache (the test session may have done that already)."""
+    from llmcli.hub import default_model
+
+    names = []
+    for name in default_model.BUNDLED:
+        path = default_model.expected_path(name)
+        if path is not None and path.is_file():
+            names.append(name)
+    return names
+
+
+def test_models_list_empty(hub, monkeypatch):
+    from llmcli.hub import default_model
+
+    monkeypatch.setattr(default_model, "installed", lambda name=None: False)
     result = run("models", "list")
     assert (result.exit_code, result.stdout) == (0, "")
     assert "no models downloaded yet" in result.stderr
     assert json.loads(run("models", "list", "--json").stdout) == []
+
+
+def test_models_list_shows_the_bundled_models(hub):
+    docs = json.loads(run("models", "list", "--json").stdout)
+    assert [d["name"] for d in docs] == bundled_names()
+    assert all(d["source"] == "bundled package" for d in docs)
 
 
 def test_models_list_table_and_json(hub):
@@ -83,7 +105,12 @@ def test_models_list_table_and_json(hub):
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["NAME", "QUANT", "SIZE", "ARCH", "PARAMS", "CTX", "SOURCE"]
     names = [line.split()[0] for line in lines[1:]]
-    assert names == ["test/revs-GGUF:Q4_K_M@v1", "test/split-GGUF:Q4_K_M", "test/tiny-GGUF:Q8_0"]
+    assert names == [
+        "test/revs-GGUF:Q4_K_M@v1",
+        "test/split-GGUF:Q4_K_M",
+        "test/tiny-GGUF:Q8_0",
+        *bundled_names(),
+    ]
     tiny = lines[3].split()
     commit = hub.repos.commits["test/tiny-GGUF"]
     assert tiny[1:] == ["Q8_0", tiny[2], "kB", "llama", tiny[5], "2048", f"test/tiny-GGUF@{commit[:7]}"]
@@ -237,7 +264,8 @@ def test_alias_set_show_list_delete(hub, tmp_path):
     ("args", "code", "fragment"),
     [
         (["bad/name", "test/tiny-GGUF"], 2, "not a valid alias name"),
-        (["gemma3-270m", "test/tiny-GGUF"], 2, "bundled default"),
+        (["gemma3-270m", "test/tiny-GGUF"], 2, "name of a bundled model"),
+        (["smollm2-135m", "test/tiny-GGUF"], 2, "name of a bundled model"),
         (["x", "test/"], 2, "malformed model reference"),
         (["x", "nosuch"], 3, "no alias named 'nosuch'"),
         (["--delete", "nosuch"], 3, "no alias named 'nosuch'"),

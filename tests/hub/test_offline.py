@@ -103,6 +103,8 @@ def test_default_model_when_nothing_is_configured(monkeypatch):
     from llmcli.hub import default_model
     from llmcli.hub.resolve import resolve_model
 
-    monkeypatch.setattr(default_model, "model_path", lambda: Path("/bundled/gemma.gguf"))
+    monkeypatch.setattr(default_model, "model_path", lambda name: Path(f"/bundled/{name}.gguf"))
     resolved = resolve_model(None, offline=True)
-    assert (resolved.path, resolved.ref) == (Path("/bundled/gemma.gguf"), "gemma3-270m")
+    assert (resolved.path, resolved.ref) == (Path("/bundled/smollm2-135m.gguf"), "smollm2-135m")
+    resolved = resolve_model("gemma3-270m", offline=True)
+    assert (resolved.path, resolved.ref) == (Path("/bundled/gemma3-270m.gguf"), "gemma3-270m")

@@ -29,7 +29,7 @@ Models = Annotated[
     typer.Option(
         "--model", "-m",
         help="Model(s) to measure: .gguf paths, org/repo[:QUANT], or aliases; comma list or repeated. "
-        "Default: the configured model, else the bundled Gemma 3 270M.",
+        "Default: the configured model, else the bundled SmolLM2-135M-Instruct (smollm2-135m).",
         envvar="LLMCLI_MODEL", rich_help_panel=o.MODEL_PANEL, autocompletion=o._complete_models,
         show_default=False, metavar="MODEL",
     ),

@@ -36,7 +36,7 @@ Model = Annotated[
         "--model",
         "-m",
         help="Model: a .gguf path, org/repo[:QUANT][@REV], org/repo/file.gguf, or an alias. "
-        "Default: the configured model, else the bundled Gemma 3 270M.",
+        "Default: the configured model, else the bundled SmolLM2-135M-Instruct (smollm2-135m).",
         envvar="LLMCLI_MODEL",
         rich_help_panel=MODEL_PANEL,
         autocompletion=_complete_models,
