@@ -303,3 +303,32 @@ def test_path_of_a_model_not_downloaded(hub):
     one_line_error(
         run("models", "path", "test/tiny-GGUF"), 3, "test/tiny-GGUF is not downloaded", "llmcli pull"
     )
+
+
+def test_models_show_and_pull_list_say_base_or_instruct(hub):
+    pulled("test/tiny-GGUF:Q8_0", "test/split-GGUF:Q8_0")
+    tiny = json.loads(run("models", "show", "test/tiny-GGUF:Q8_0", "--json").stdout)
+    split = json.loads(run("models", "show", "test/split-GGUF:Q8_0", "--json").stdout)
+    assert (tiny["model_type"], split["model_type"]) == ("instruct", "base")
+    text = run("models", "show", "test/split-GGUF:Q8_0").stdout
+    assert [line.split()[1] for line in text.splitlines() if line.startswith("type ")] == ["base"]
+    listed = run("pull", "--list", "test/tiny-GGUF")
+    assert "type: not in the repository's name" in listed.stderr  # the file's metadata tells, once pulled
+    doc = json.loads(run("pull", "--list", "--json", "test/tiny-GGUF").stdout)
+    assert all(m["type"] is None for m in doc["models"])
+
+
+@pytest.mark.parametrize(
+    ("repo", "files", "named"),
+    [
+        ("bartowski/Qwen2.5-0.5B-Instruct-GGUF", (), True),
+        ("unsloth/gemma-3-270m-it-GGUF", (), True),
+        ("TheBloke/Llama-2-7B-Chat-GGUF", (), True),
+        ("unsloth/gemma-3-270m-GGUF", ("gemma-3-270m-Q4_K_M.gguf",), False),
+        ("org/Italian-GGUF", (), False),
+    ],
+)
+def test_hub_names_that_mark_an_instruct_model(repo, files, named):
+    from llmcli.cli.hub_commands import _named_instruct
+
+    assert _named_instruct(repo, files) is named
