@@ -79,7 +79,7 @@ def main() -> None:
     from llmcli.hub import default_model
     from llmcli.repl.readout import LiveReadout, PlainSink
 
-    engine = LlamaEngine(default_model.model_path(), EngineOptions(ctx_size=4096))
+    engine = LlamaEngine(default_model.model_path("gemma3-270m"), EngineOptions(ctx_size=4096))
     conversation_ttfts(engine, 2, 8, reuse=True)  # warm-up: first-use costs stay out of turn 1
     with_reuse = conversation_ttfts(engine, args.turns, args.answer_tokens, reuse=True)
     without = conversation_ttfts(engine, args.turns, args.answer_tokens, reuse=False)

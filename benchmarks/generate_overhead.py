@@ -190,7 +190,7 @@ def main() -> None:
     from llmcli.engine.llama import LlamaEngine, physical_cores
     from llmcli.hub import default_model
 
-    path = str(default_model.model_path())
+    path = str(default_model.model_path("gemma3-270m"))
     threads = args.threads or physical_cores()
     engine = LlamaEngine(path, EngineOptions(ctx_size=args.ctx, threads=threads))
     bare = BareLoop(path, threads, args.ctx)

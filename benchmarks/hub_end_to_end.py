@@ -77,7 +77,7 @@ def run(env: dict, *args: str) -> None:
 def main() -> None:
     from llmcli.hub import default_model
 
-    model = default_model.model_path()
+    model = default_model.model_path("gemma3-270m")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         build_mirror(root, model)
