@@ -5,7 +5,7 @@ rotating order (each runner goes first as often as the others):
 - bare: a minimal llama-cpp-python low-level loop (llama_decode in batches for the prompt, then
   greedy sampling and one llama_decode per token) on its own context, created once with the same
   parameters as llmcli's and cleared before each run, timed by wall clock;
-- llmcli: what `generate` runs: `LlamaEngine.stream` under `interrupt_on_sigint` (signal watcher,
+- llmcli: what `generate` runs: `LlamaEngine.stream` under `signals.interrupt_on_sigint` (signal watcher,
   incremental UTF-8, stop-string handling, abort flag), each event passed to the plain stdout sink
   (writing to /dev/null), timed by wall clock in the consumer;
 - control: a second, identical bare loop. control/bare shows how far two identical loops drift
@@ -83,6 +83,7 @@ class BareLoop:
 
 def llmcli_timeline(engine, tokens: list[int], n_gen: int, sink_file) -> tuple[float, list[float]]:
     """The start time and the time each Token event reached the consumer."""
+    from llmcli import signals
     from llmcli.engine.base import SamplingParams, Token
     from llmcli.repl.readout import PlainSink
 
@@ -91,7 +92,7 @@ def llmcli_timeline(engine, tokens: list[int], n_gen: int, sink_file) -> tuple[f
     sink = PlainSink(sink_file)
     stamps = []
     t0 = time.perf_counter()
-    with engine.interrupt_on_sigint():
+    with signals.interrupt_on_sigint(engine.interrupt):
         for event in engine.stream(tokens, params):
             sink(event)
             if isinstance(event, Token):

@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from llmcli.engine.llama import _SignalWatcher
+from llmcli.signals import SignalWatcher as _SignalWatcher
 
 WAIT = 60
 

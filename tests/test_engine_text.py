@@ -1,33 +1,37 @@
-"""The engine's text path without a model: UTF-8 held until complete, stop strings across tokens."""
+"""The one text path (engine/text.py) without a model: UTF-8 held until complete, stop strings
+across tokens, the held-back text released at the end."""
 
 from __future__ import annotations
 
-import codecs
 import subprocess
 import sys
 
-from llmcli.engine.base import SamplingParams, Token
-from llmcli.engine.llama import _Generation, _overlap
+from llmcli.engine.base import Token
+from llmcli.engine.text import TextStream
+from llmcli.engine.text import overlap as _overlap
 
 
-def generation(stop: list[str] | None = None) -> tuple[_Generation, list[Token]]:
-    events: list[Token] = []
-    g = object.__new__(_Generation)
-    g.params = SamplingParams(stop=stop or [])
-    g.pieces, g.pending, g.generated, g.decoded_chars = [], "", [], 0
-    g.utf8 = codecs.getincrementaldecoder("utf-8")("replace")
-    g.events = events
-    return g, events
+class _Fed:
+    def __init__(self, stop: list[str] | None) -> None:
+        self.stream = TextStream(stop)
+        self.events: list[Token] = []
 
 
-def feed(g: _Generation, chunks: list[bytes]) -> bool:
-    """Feed one chunk per token, as the decode loop does: one Token event per chunk."""
-    for chunk in chunks:
-        g.generated.append(0)
-        text, stopped = g.add_text(chunk)
-        g.events.append(Token(text, len(g.generated)))
+def generation(stop: list[str] | None = None) -> tuple[_Fed, list[Token]]:
+    g = _Fed(stop)
+    return g, g.events
+
+
+def feed(g: _Fed, chunks: list[bytes]) -> bool:
+    """Feed one chunk per token, as the decode loop does: one Token event per chunk, then the end."""
+    for i, chunk in enumerate(chunks):
+        text, stopped = g.stream.feed(chunk)
+        g.events.append(Token(text, i + 1))
         if stopped:
+            g.stream.finish(True)
             return True
+    if tail := g.stream.finish(False):
+        g.events.append(Token(tail, len(chunks)))
     return False
 
 
@@ -81,3 +85,11 @@ def test_help_and_version_import_nothing_heavy():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "HEAVY []" in out
+
+
+def test_text_held_back_at_the_end_of_generation_is_shown():
+    """The answer ends (end of generation, the token cap) while text that could start a stop
+    string is held: it is shown, and it is part of the answer."""
+    g, events = generation(["STOP"])
+    assert not feed(g, [b"it is ", b"ST"])
+    assert "".join(e.text for e in events) == "it is ST" == g.stream.text

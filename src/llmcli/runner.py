@@ -11,7 +11,7 @@ import sys
 from contextlib import closing
 from dataclasses import dataclass, field
 
-from llmcli import __version__, prompting
+from llmcli import __version__, prompting, signals
 from llmcli.engine.base import Done, SamplingParams, Stats
 from llmcli.loader import Loaded
 
@@ -158,7 +158,7 @@ def consume(engine, tokens: list[int], params: SamplingParams, *, stream_stdout:
 
     sink = PlainSink(sys.stdout) if stream_stdout else None
     done: Done | None = None
-    with engine.interrupt_on_sigint(), closing(engine.stream(tokens, params)) as events:
+    with signals.interrupt_on_sigint(engine.interrupt), closing(engine.stream(tokens, params)) as events:
         for event in events:
             if sink is not None:
                 sink(event)

@@ -91,6 +91,7 @@ def chat(
     if applied := chat_session.apply_recommended():
         render.debug_log(f"the model's recommended sampling: {applied}")
     if saved:
+        assert name is not None  # a saved session always has its name
         chat_session.conversation = _conversation(saved, name)
     system = settings.resolve("system", system)
     if system:
@@ -123,7 +124,7 @@ def _session_to_continue(session: str | None, resume: bool) -> tuple[str | None,
     return None, None
 
 
-def _conversation(saved: dict, name: str | None):
+def _conversation(saved: dict, name: str):
     from llmcli.conversation import Conversation
     from llmcli.repl import sessions
 

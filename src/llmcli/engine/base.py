@@ -160,21 +160,50 @@ def check_prompt(tokens: list[int], n_ctx: int) -> None:
 
 
 class Engine(Protocol):
-    """A loaded model with one KV cache. Implementations: LlamaEngine, FakeEngine."""
+    """A loaded model with one KV cache: the contract every caller uses and every engine implements
+    (LlamaEngine, FakeEngine; checked by mypy through `engine/__init__.py`).
+
+    It is small on purpose. Prompt building (`llmcli.prompting`), signal handling
+    (`llmcli.signals`) and presentation live above it; the text path every engine shares is
+    `engine.text`."""
 
     info: ModelInfo
-    n_ctx: int
+    n_ctx: int  # the context window in tokens
 
-    def tokenize(self, text: str, *, special: bool = True) -> list[int]: ...
+    @property
+    def add_bos(self) -> bool:
+        """Whether the model expects a BOS token before a raw prompt."""
+        ...
 
-    def count(self, text: str) -> int: ...
+    def tokenize(self, text: str, *, special: bool = True, add_bos: bool = False) -> list[int]:
+        """Tokens of `text`; `special` parses control tokens such as <start_of_turn>."""
+        ...
 
-    def stream(self, prompt: str | list[int], params: SamplingParams) -> Iterator[Event]: ...
+    def count(self, text: str) -> int:
+        """How many tokens `text` is (with special tokens parsed)."""
+        ...
+
+    def bos_text(self) -> str:
+        """The BOS control token's text, for chat templates ("" when there is none)."""
+        ...
+
+    def eos_text(self) -> str:
+        """The EOS control token's text, for chat templates ("" when there is none)."""
+        ...
+
+    def stream(self, prompt: str | list[int], params: SamplingParams) -> Iterator[Event]:
+        """Prefill `prompt` (reusing the cached prefix), then decode: PrefillProgress, Token..., one
+        Done. Closing the generator early leaves the cache consistent with what was evaluated."""
+        ...
 
     def interrupt(self) -> None:
-        """Ask the running `stream` to stop soon (safe to call from a signal handler)."""
+        """Ask the running `stream` to stop soon (safe to call from a signal handler or a thread)."""
+        ...
 
     def reset(self) -> None:
         """Forget the KV cache."""
+        ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Free the model and its context; the engine is unusable afterwards."""
+        ...

@@ -8,13 +8,13 @@ a queue (`enqueue`), else echo the last line of the prompt. Every request is rec
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from llmcli.engine.base import (
     Done,
     EngineOptions,
     Event,
+    FinishReason,
     ModelInfo,
     PrefillProgress,
     SamplingParams,
@@ -22,6 +22,7 @@ from llmcli.engine.base import (
     Token,
     check_prompt,
 )
+from llmcli.engine.text import TextStream
 
 BOS = 0x10FFFF  # a code point no test text uses
 
@@ -36,7 +37,7 @@ class FakeRequest:
 @dataclass
 class FakeEngine:
     n_ctx: int = 2048
-    replies: list[str] = field(default_factory=list)
+    replies: list[str | list[bytes]] = field(default_factory=list)
     history: list[FakeRequest] = field(default_factory=list)
     chat_template: str | None = None
     architecture: str = "gemma3"
@@ -57,6 +58,7 @@ class FakeEngine:
         self.load_ms = 1.0
         self.threads = 1
         self.n_batch = 512
+        self.options = EngineOptions()
 
     @classmethod
     def factory(cls, **kwargs):
@@ -69,7 +71,7 @@ class FakeEngine:
             made.append(engine)
             return engine
 
-        build.made = made  # type: ignore[attr-defined]
+        build.made = made
         return build
 
     def enqueue(self, *replies: str) -> None:
@@ -106,10 +108,6 @@ class FakeEngine:
     def interrupt(self) -> None:
         self._interrupted = True
 
-    @contextmanager
-    def interrupt_on_sigint(self):
-        yield
-
     def close(self) -> None:
         pass
 
@@ -139,40 +137,41 @@ class FakeEngine:
         lines = [line for line in text.splitlines() if line.strip()]
         return f"echo: {lines[-1] if lines else ''}"
 
-    def _decode(self, reply: str, params: SamplingParams, stats: Stats) -> Iterator[Event]:
-        out: list[str] = []
-        reason = "stop"
-        ended = True  # the reply ran out: the fake's end of generation
+    def _decode(self, reply: str | list[bytes], params: SamplingParams, stats: Stats) -> Iterator[Event]:
+        """Decode a scripted reply: a string is one character per token, a list of bytes one piece per
+        token (to split characters across tokens). The reply's end is the end-of-generation token.
+        The order of checks and the text path are the real engine's, so the same cases give the
+        same text, finish reason and token count on both."""
+        pieces = [ch.encode() for ch in reply] if isinstance(reply, str) else list(reply)
+        text = TextStream(params.stop)
         limit = params.max_tokens or 1 << 62
-        for i, ch in enumerate(reply):
+        reason: FinishReason = "stop"
+        ended = stopped = False  # the end-of-generation token was reached / a stop string
+        n = 0
+        for i in range(len(pieces) + 1):
             if self._interrupted or (self.interrupt_after is not None and i >= self.interrupt_after):
-                reason, ended = "interrupted", False
+                reason = "interrupted"
                 break
-            if i >= limit or len(self._cached) >= self.n_ctx:
-                reason, ended = "length", False
+            if i == len(pieces):
+                ended = True
                 break
-            candidate = "".join(out) + ch
-            if any(s in candidate for s in params.stop):
-                cut = min(candidate.find(s) for s in params.stop if s in candidate)
-                stats.completion_tokens = i + 1
-                self._cached.append(ord(ch))
-                text = candidate[:cut]
-                if len(text) > len("".join(out)):
-                    yield Token(text[len("".join(out)) :], i + 1)
-                out = [text]
-                ended = False
+            n = i + 1
+            shown, stopped = text.feed(pieces[i])
+            self._cached.extend(ord(c) for c in pieces[i].decode("utf-8", "replace"))
+            yield Token(shown, n)
+            if stopped:
                 break
-            out.append(ch)
-            self._cached.append(ord(ch))
-            stats.completion_tokens = i + 1
-            yield Token(ch, i + 1)
-        stats.decode_tokens = stats.completion_tokens
-        stats.decode_ms = stats.completion_tokens * self.ms_per_token
+            if n >= limit or len(self._cached) >= self.n_ctx:
+                reason = "length"
+                break
+        if tail := text.finish(stopped):
+            yield Token(tail, n)
+        stats.completion_tokens = stats.decode_tokens = n
+        stats.decode_ms = n * self.ms_per_token
         stats.total_ms = stats.prefill_ms + stats.decode_ms
         stats.context_used = len(self._cached)
-        # Like llama.cpp's grammar sampler, a scripted reply is taken to satisfy the grammar exactly
-        # when it runs to its end (the end-of-generation token is allowed only there).
-        complete = ended if params.grammar else None
-        yield Done(
-            "".join(out), reason, stats, params.seed if params.seed is not None else 1234, [], complete
-        )
+        # Like llama.cpp's grammar sampler, a scripted reply satisfies the grammar exactly when it
+        # runs to its end (the end-of-generation token is allowed only there) or is cut right there.
+        complete = (ended or (reason == "length" and n == len(pieces))) if params.grammar else None
+        seed = params.seed if params.seed is not None else 1234
+        yield Done(text.text, reason, stats, seed, [], complete)

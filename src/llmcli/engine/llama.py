@@ -9,20 +9,19 @@ than `llama_cpp.Llama`, for three reasons measured on the default model:
 All llama.cpp calls of a request run on the calling thread, inside the generator it iterates: a
 per-token hand-off to a worker thread cost about 9% of decode speed on a two-core machine (a third
 runnable thread competes with llama.cpp's compute threads). Ctrl-C still stops a long prompt batch
-in the middle of `llama_decode`: `interrupt_on_sigint` has CPython's C-level signal handler write
-to a pipe (`signal.set_wakeup_fd`), and a helper thread that sleeps on that pipe raises the abort
-flag, which llama.cpp polls between graph nodes.
+in the middle of `llama_decode`: `llmcli.signals.interrupt_on_sigint` has CPython's C-level signal
+handler write to a pipe (`signal.set_wakeup_fd`), and a helper thread that sleeps on that pipe calls
+`interrupt()`, which raises the abort flag that llama.cpp polls between graph nodes.
 """
 
 from __future__ import annotations
 
-import codecs
 import ctypes
 import os
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -38,6 +37,7 @@ from llmcli.engine.base import (
     Token,
     check_prompt,
 )
+from llmcli.engine.text import TextStream
 from llmcli.errors import ContextOverflowError, InvalidModelError, LlmcliError, UsageError
 
 DEFAULT_CTX_CAP = 4096
@@ -248,7 +248,9 @@ class LlamaEngine:
 
         template = L.llama_model_chat_template(self._model, None)
         chat_template = template.decode("utf-8", "replace") if template else None
-        metadata = {key: value for key in templates.METADATA_KEYS if (value := self._meta(key)) is not None}
+        metadata: dict[str, object] = {
+            key: value for key in templates.METADATA_KEYS if (value := self._meta(key)) is not None
+        }
         return ModelInfo(
             path=str(self.path),
             architecture=self._meta("general.architecture") or "unknown",
@@ -368,31 +370,11 @@ class LlamaEngine:
         """Stop the running request soon; safe from a signal handler."""
         self._abort.set()
 
-    @contextmanager
     def interrupt_on_sigint(self):
-        """While streaming: the first Ctrl-C stops generation, a second one raises at once.
+        """`llmcli.signals.interrupt_on_sigint` for this engine (kept for callers of the engine alone)."""
+        from llmcli import signals
 
-        SIGINT and SIGTERM raise the abort flag the moment they arrive, even while this thread is
-        inside `llama_decode`, where Python-level handlers cannot run: see `_SignalWatcher`."""
-        import signal
-
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        hits = []
-
-        def handler(signum, frame):
-            hits.append(signum)
-            self.interrupt()
-            if len(hits) > 1:
-                raise KeyboardInterrupt
-
-        previous = signal.signal(signal.SIGINT, handler)
-        try:
-            with _SignalWatcher(self.interrupt):
-                yield
-        finally:
-            signal.signal(signal.SIGINT, previous)
+        return signals.interrupt_on_sigint(self.interrupt)
 
     def stream(self, prompt: str | list[int], params: SamplingParams) -> Iterator[Event]:
         """Prefill `prompt`, then decode; yields PrefillProgress, Token..., and one Done.
@@ -483,12 +465,10 @@ class _Generation:
         self.seed = seed
         self.sampler = sampler
         self.stats = Stats(prompt_tokens=len(tokens), context_size=engine.n_ctx, load_ms=engine.load_ms)
-        self.pieces: list[str] = []
-        self.pending = ""  # text held back because it could be the start of a stop string
+        self.text = TextStream(params.stop)
         self.generated: list[int] = []
-        self.utf8 = codecs.getincrementaldecoder("utf-8")("replace")
         self.piece_buf = ctypes.create_string_buffer(64)
-        self.decoded_chars = 0  # characters decoded so far, before any stop-string cut
+        self.stopped_by_string = False
         self.grammar = _GrammarProbe(engine, sampler) if params.grammar else None
         self.ended_by_eog = False
 
@@ -503,7 +483,7 @@ class _Generation:
             reason = yield from self.decode_loop()
         yield from self.finish(reason)
 
-    def prefill(self) -> Iterator[Event]:
+    def prefill(self) -> Generator[Event, None, FinishReason | None]:
         """Evaluate the prompt past the reused prefix in n_batch batches; returns None when done."""
         e, stats = self.e, self.stats
         start = e._reuse_prefix(self.tokens)
@@ -524,7 +504,7 @@ class _Generation:
             yield PrefillProgress(done, len(todo), (time.perf_counter() - self.started) * 1000)
         return None
 
-    def decode_loop(self) -> Iterator[Event]:
+    def decode_loop(self) -> Generator[Event, None, FinishReason]:
         L, e, params = self.L, self.e, self.params
         ctx, vocab, sampler = e._ctx, e._vocab, self.sampler
         max_tokens = params.max_tokens or 1 << 62
@@ -535,9 +515,10 @@ class _Generation:
                 self.stats.ttft_ms = (time.perf_counter() - self.started) * 1000
             stopped = self.ended_by_eog = bool(L.llama_vocab_is_eog(vocab, token))
             if not stopped:
-                text, stopped = self.add_text(e.token_bytes(token, self.piece_buf))
+                text, stopped = self.text.feed(e.token_bytes(token, self.piece_buf))
+                self.stopped_by_string = stopped
                 if self.grammar is not None:
-                    self.grammar.note(self.decoded_chars, pending_bytes=bool(self.utf8.getstate()[0]))
+                    self.grammar.note(self.text.decoded_chars, pending_bytes=self.text.mid_character)
                 yield Token(text, len(self.generated))
             if len(e._cached) >= e.n_ctx:
                 return "stop" if stopped else "length"
@@ -551,29 +532,9 @@ class _Generation:
             if len(self.generated) >= max_tokens:
                 return "length"
 
-    def add_text(self, data: bytes) -> tuple[str, bool]:
-        """Feed one token's bytes; returns the text now complete and whether a stop string was reached."""
-        text = self.utf8.decode(data)
-        self.decoded_chars += len(text)
-        stops = self.params.stop
-        if not text or not stops:
-            self.pieces.append(text)
-            return text, False
-        buf = self.pending + text
-        cut = min((i for i in (buf.find(s) for s in stops) if i >= 0), default=-1)
-        if cut >= 0:
-            self.pending = ""
-            self.pieces.append(buf[:cut])
-            return buf[:cut], True
-        hold = max((_overlap(buf, s) for s in stops), default=0)
-        self.pending = buf[len(buf) - hold :]
-        self.pieces.append(buf[: len(buf) - hold])
-        return buf[: len(buf) - hold], False
-
     def finish(self, reason: FinishReason) -> Iterator[Event]:
-        if self.pending and reason != "stop":  # a held-back prefix that never became a stop string
-            self.pieces.append(self.pending)
-            yield Token(self.pending, len(self.generated))
+        if tail := self.text.finish(self.stopped_by_string):  # held back, never became a stop string
+            yield Token(tail, len(self.generated))
         L, e, stats = self.L, self.e, self.stats
         L.llama_synchronize(e._ctx)
         stats.completion_tokens = len(self.generated)
@@ -581,7 +542,7 @@ class _Generation:
         stats.decode_ms = max(0.0, e.perf_ms() - stats.prefill_ms)
         stats.total_ms = (time.perf_counter() - self.started) * 1000
         stats.context_used = len(e._cached)
-        text = "".join(self.pieces)
+        text = self.text.text
         complete = None
         if self.grammar is not None:  # EOG is sampled only where the grammar accepts
             complete = self.ended_by_eog or self.grammar.accepted_at(len(text))
@@ -623,79 +584,6 @@ class _GrammarProbe:
 
     def accepted_at(self, chars: int) -> bool:
         return chars in self.points
-
-
-class _SignalWatcher:
-    """Raises the abort flag the moment SIGINT or SIGTERM arrives.
-
-    Python runs a signal handler only when the main thread is back in the interpreter, which can be
-    seconds away while it is inside one `llama_decode` of a long prompt batch. CPython's C-level
-    handler, though, writes the signal's number at once to the wakeup fd. This points that fd at a
-    pipe, and a helper thread that sleeps on the pipe (using no CPU) raises the flag, then passes
-    the bytes on to any wakeup fd that was set before (an event loop's). Main thread only.
-    """
-
-    def __init__(self, on_signal) -> None:
-        self.on_signal = on_signal
-
-    def __enter__(self) -> _SignalWatcher:
-        """Without a pipe or a thread to spare (out of file descriptors), Ctrl-C is still seen, but
-        only between two `llama_decode` calls."""
-        import signal
-
-        self.thread = None
-        try:
-            self.read_fd, self.write_fd = os.pipe()
-        except OSError:
-            return self
-        try:
-            os.set_blocking(self.write_fd, False)
-            self.previous = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
-        except (OSError, ValueError):
-            os.close(self.read_fd)
-            os.close(self.write_fd)
-            return self
-        self.thread = threading.Thread(target=self._watch, name="llmcli-signals", daemon=True)
-        try:
-            self.thread.start()
-        except RuntimeError:  # no thread can be started
-            self.thread = None
-            self.__close()
-        return self
-
-    def _watch(self) -> None:
-        import signal
-
-        wanted = {int(signal.SIGINT), int(signal.SIGTERM)}
-        while data := os.read(self.read_fd, 64):  # b"" once __exit__ closes the write end
-            if wanted.intersection(data):
-                self.on_signal()
-            if self.previous >= 0:
-                try:
-                    os.write(self.previous, data)
-                except OSError:
-                    pass
-
-    def __exit__(self, *exc) -> None:
-        if self.thread is not None:
-            self.__close()
-
-    def __close(self) -> None:
-        import signal
-
-        signal.set_wakeup_fd(self.previous)
-        os.close(self.write_fd)  # the helper reads b"" and ends
-        if self.thread is not None:
-            self.thread.join()
-        os.close(self.read_fd)
-
-
-def _overlap(text: str, stop: str) -> int:
-    """Length of the longest suffix of `text` that is a proper prefix of `stop`."""
-    for n in range(min(len(stop) - 1, len(text)), 0, -1):
-        if text.endswith(stop[:n]):
-            return n
-    return 0
 
 
 def _check_decode(rc: int, used: int, n_ctx: int) -> None:

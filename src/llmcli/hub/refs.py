@@ -146,12 +146,12 @@ def _split_suffixes(text: str, original: str) -> tuple[str, str | None, str | No
     head, revision, tail_quant = text, None, None
     if "@" in text:
         head, tail = text.split("@", 1)
-        revision, _, tail_quant = tail.partition(":")
+        revision, _, after = tail.partition(":")
         if not revision or not _REVISION.match(revision) or ".." in revision or revision.endswith("/"):
             raise _malformed(original, f"{revision!r} is not a valid revision (a branch, tag or commit)")
-        tail_quant = tail_quant if ":" in tail else None
-    head, sep, head_quant = head.partition(":")
-    head_quant = head_quant if sep else None
+        tail_quant = after if ":" in tail else None
+    head, sep, before = head.partition(":")
+    head_quant = before if sep else None
     if head_quant is not None and tail_quant is not None:
         raise _malformed(original, "more than one quantization")
     quant = head_quant if head_quant is not None else tail_quant

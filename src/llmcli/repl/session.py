@@ -13,7 +13,7 @@ from contextlib import closing
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
-from llmcli import prompting, templates
+from llmcli import prompting, signals, templates
 from llmcli.conversation import Conversation
 from llmcli.engine.base import Done, Event, SamplingParams, Stats
 from llmcli.loader import Loaded
@@ -120,7 +120,7 @@ class ChatSession:
         )
         done = None
         with (
-            self.engine.interrupt_on_sigint(),
+            signals.interrupt_on_sigint(self.engine.interrupt),
             closing(self.engine.stream(fitted.tokens, self.params)) as events,
         ):
             for event in events:
