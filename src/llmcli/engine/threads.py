@@ -1,0 +1,166 @@
+"""How many threads llama.cpp computes with, chosen while it runs from what it measures.
+
+llama.cpp's compute threads meet at a barrier after every graph node, so one thread that the OS
+preempts (another process wants the core) stalls them all: next to one busy process, two threads
+on two cores decode slower than one. No fixed count is right on a shared machine, so when the user
+gave none, `ThreadPolicy` picks one per phase (decode: one token per step; prefill: one batch per
+step) from measured seconds per token, and checks again when the machine changes.
+
+The policy is a pure function of the step times it is shown (`observe`), so its decisions are
+tested without timing anything:
+- it starts from `start` (all cores, or fewer when other processes are already runnable);
+- it probes: each candidate in turn for `probe_steps` steps, the first step after a switch not
+  counted (thread start-up), and settles on the fastest median;
+- settled, it keeps a short window of recent step times; when their median drifts from the one it
+  settled on by more than `drift` (a busy process started or stopped), it probes again at once;
+- otherwise it re-checks the other candidates every `recheck` steps, and doubles that interval
+  (up to `max_recheck`) each time the check confirms its choice, so a quiet machine pays little.
+Candidates are all cores, all but one, half, and one: on a machine with many cores a busy
+process costs one core, not all of them, and "all but one" is what then wins.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+
+def candidates(cores: int) -> list[int]:
+    """The thread counts worth trying on `cores` physical cores, most first."""
+    return sorted({cores, max(1, cores - 1), max(1, cores // 2), 1}, reverse=True)
+
+
+def busy_others(cores: int, stat_path: str = "/proc/stat") -> int:
+    """Runnable tasks other than this one (from `procs_running`), capped at `cores`; 0 if unknown."""
+    try:
+        with open(stat_path, encoding="ascii") as f:
+            for line in f:
+                if line.startswith("procs_running"):
+                    return max(0, min(cores, int(line.split()[1]) - 1))
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def start_for(cores: int, busy: int) -> int:
+    """Where to begin: a core for each thread that will not have to wait for a busy one."""
+    options = candidates(cores)
+    free = cores - busy
+    return next((n for n in options if n <= max(1, free)), options[-1])
+
+
+@dataclass
+class Decision:
+    step: int  # the step (token for decode, batch for prefill) after which it applied
+    threads: int
+    reason: str  # "probe", "drift", "recheck": why it was measuring; "settled": the outcome
+
+    def as_dict(self) -> dict:
+        return {"step": self.step, "threads": self.threads, "reason": self.reason}
+
+
+@dataclass
+class ThreadPolicy:
+    options: list[int]  # candidate thread counts (`candidates`)
+    start: int  # the first choice (`start_for`)
+    probe_steps: int = 4  # steps measured per candidate in a full probe (half that in a re-check)
+    window: int = 8  # recent steps whose median is watched for drift
+    drift: float = 0.35  # relative change of that median that means the machine changed
+    recheck: int = 96  # steps between re-checks of the other candidates, at first
+    max_recheck: int = 768  # ... doubling up to this while they keep confirming the choice
+    decisions: list[Decision] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.current = self.start
+        self.step = 0
+        self.used: set[int] = {self.start}
+        self._interval = self.recheck
+        self._settled_at = 0
+        self._reference = 0.0
+        self._recent: list[float] = []
+        self._probing = False
+        if len(self.options) > 1:
+            self._probe("probe", others_only=False)
+
+    def observe(self, threads: int, seconds_per_token: float) -> int:
+        """One step ran with `threads` at this cost; returns the thread count for the next step."""
+        self.step += 1
+        if len(self.options) < 2:
+            return self.current
+        if self._probing:
+            return self._probe_step(threads, seconds_per_token)
+        self._recent = [*self._recent, seconds_per_token][-self.window :]
+        if len(self._recent) >= max(2, self.window // 2) and self._drifted():
+            return self._probe("drift", others_only=False)
+        if self.step - self._settled_at >= self._interval:
+            return self._probe("recheck", others_only=True)
+        return self.current
+
+    # -- measuring ---------------------------------------------------------------------------
+
+    def _probe(self, reason: str, *, others_only: bool) -> int:
+        """Measure the candidates, the current one first (it needs no switch). A re-check measures
+        only the others, for fewer steps, against the current one's recent window."""
+        self._probing, self._reason, self._before = True, reason, self.current
+        self._samples: dict[int, list[float]] = {}
+        if others_only:
+            self._samples[self.current] = list(self._recent)
+        self._need = max(2, self.probe_steps // 2) if others_only else self.probe_steps
+        order = [self.current] + [n for n in self.options if n != self.current]
+        self._queue = [n for n in order if n not in self._samples]
+        self._skip = False
+        self._recent = []
+        return self.current if self._queue[0] == self.current else self._switch(self._queue[0], reason)
+
+    def _probe_step(self, threads: int, t: float) -> int:
+        if self._skip:
+            self._skip = False  # the first step after a switch pays for waking the threads
+            return self.current
+        measured = self._samples.setdefault(threads, [])
+        measured.append(t)
+        if len(measured) < self._need:
+            return self.current
+        if threads in self._queue:
+            self._queue.remove(threads)
+        if self._queue:
+            return self._switch(self._queue[0], self._reason)
+        return self._settle()
+
+    def _settle(self) -> int:
+        def cost(n: int) -> tuple[float, int]:
+            return statistics.median(self._samples[n]), -n  # a tie goes to more threads
+
+        best = min((n for n in self._samples if self._samples[n]), key=cost)
+        kept = self._reason == "recheck" and best == self._before
+        self._interval = min(self.max_recheck, self._interval * 2) if kept else self.recheck
+        self._probing = False
+        self._reference = statistics.median(self._samples[best])
+        self._settled_at = self.step
+        self._recent = []
+        if best != self.current:
+            self.current = best
+            self.used.add(best)
+        self.decisions.append(Decision(self.step, best, "settled"))
+        return best
+
+    def _switch(self, threads: int, reason: str) -> int:
+        self.current = threads
+        self.used.add(threads)
+        self._skip = True
+        self.decisions.append(Decision(self.step, threads, reason))
+        return threads
+
+    def _drifted(self) -> bool:
+        return abs(statistics.median(self._recent) - self._reference) > self.drift * self._reference
+
+    # -- reporting ---------------------------------------------------------------------------
+
+    def summary(self) -> dict:
+        """What the `--json` record and `/stats` show for this phase: the count in use, every count
+        used, and each settled choice that changed it (the step it applied from, and why)."""
+        changes, last = [], self.start
+        for d in self.decisions:
+            if d.reason == "settled" and d.threads != last:
+                changes.append({"step": d.step, "threads": d.threads})
+                last = d.threads
+        return {"threads": self.current, "used": sorted(self.used), "changes": changes}
