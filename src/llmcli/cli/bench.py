@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from llmcli import defaults
 from llmcli.bench.load import NOISY
 from llmcli.cli import options as o
 from llmcli.errors import ExitCode, UsageError
@@ -111,7 +112,7 @@ CtxSize = Annotated[
     typer.Option(
         "--ctx-size", "-c", min=1, show_default=False, rich_help_panel=RUN_PANEL, metavar="TOKENS",
         help="Context size; a test that does not fit is an error (default: sized to fit each test; "
-        "for --scenario chat the model's trained context, capped at 4096).",
+        f"for --scenario chat the model's trained context, capped at {defaults.CTX_CAP}).",
     ),
 ]  # fmt: skip
 Delay = Annotated[
