@@ -415,7 +415,7 @@ def _table(headers: list[str], rows: list[list[Any]]) -> None:
 
 
 def _size(n: int | None) -> str:
-    from llmcli.hub.progress import human_size
+    from llmcli.units import human_size
 
     return human_size(n)
 
