@@ -169,7 +169,8 @@ def bench(
     if ctx.invoked_subcommand is not None:
         return
     from llmcli import render
-    from llmcli.bench import formats, runner, session
+    from llmcli.bench import runner, session
+    from llmcli.render import bench as formats
 
     _check_choice("--output", output, formats.FORMATS)
     _check_choice("--scenario", scenario, session.SCENARIOS)
@@ -216,6 +217,7 @@ def compare(
     """
     from llmcli import render
     from llmcli.bench import compare as cmp
+    from llmcli.render.bench import comparison
 
     _check_choice("--output", output, ("md", "json"))
     result = cmp.compare(old, new, alpha)
@@ -225,7 +227,7 @@ def compare(
     if output == "json":
         render.out_json(result.document())
     else:
-        sys.stdout.write(cmp.markdown(result))
+        sys.stdout.write(comparison(result))
 
 
 def _check_choice(flag: str, value: str, choices: tuple[str, ...]) -> None:
