@@ -38,8 +38,8 @@ def test_default_run_is_llama_bench_pp512_and_tg128(backend):
     assert result.exit_code == 0, result.stderr
     assert _table(result.stdout) == [
         ["model", "size", "params", "backend", "threads", "test", "t/s", "GB/s"],
-        ["fake 2M Q4_K_M", "0.95 MiB", "2.00 M", "CPU", "2", "pp512", "1000.00 ± 0.00", ""],
-        ["fake 2M Q4_K_M", "0.95 MiB", "2.00 M", "CPU", "2", "tg128", "100.00 ± 0.00", "0.10"],
+        ["fake 2M Q4_K_M", "1.0 MB", "2.00 M", "CPU", "2", "pp512", "1000.00 ± 0.00", ""],
+        ["fake 2M Q4_K_M", "1.0 MB", "2.00 M", "CPU", "2", "tg128", "100.00 ± 0.00", "0.10"],
     ]
     assert "build: abc1234 (ggml 0.0.0), llama-cpp-python 0.0.test, llmcli 0.0.test" in result.stdout
     assert "cpu: Test CPU (avx2 fma)" in result.stdout

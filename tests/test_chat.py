@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from helpers import run
@@ -81,7 +82,12 @@ def test_show_and_context_and_stats(engine):
     assert "no turns yet" in err
     assert "template   fallback:gemma" in err
     assert "context:" in err and "user" in err and "assistant" in err
-    assert "session: 1 turns" in err
+    session = [line for line in err.splitlines() if line.startswith("session: ")]
+    assert len(session) == 1 and re.fullmatch(
+        r"session: 1 turns · prompt \d+ tok · prefill [\d.]+ tok/s · generated \d+ tok · decode [\d.]+ tok/s",
+        session[0],
+    ), session
+    assert re.search(r"^last turn: prompt \d+ tok · .* · context \d+/\d+$", err, re.M)
 
 
 def test_help_lists_every_command(engine):

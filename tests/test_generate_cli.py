@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from helpers import run
 
@@ -69,7 +70,12 @@ def test_random_seed_is_reported(fake):
 def test_stats_line_on_stderr(fake):
     result = run("generate", "hi", "--stats")
     assert result.exit_code == 0
-    assert "prefill" in result.stderr and "decode" in result.stderr and "tok/s" in result.stderr
+    line = result.stderr.splitlines()[-1]
+    assert re.fullmatch(
+        r"prompt \d+ tok · prefill [\d.]+ tok/s · generated \d+ tok · decode [\d.]+ tok/s · "
+        r"ttft \d+\.\d\d s · load \d+\.\d\d s",
+        line,
+    ), line
     assert "tok/s" not in result.stdout
 
 

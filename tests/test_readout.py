@@ -7,7 +7,8 @@ import io
 import pyte
 
 from llmcli.engine.base import Done, PrefillProgress, Stats, Token
-from llmcli.repl.readout import LiveReadout, format_after
+from llmcli.render.stats import stats_line
+from llmcli.repl.readout import LiveReadout
 
 
 def feed(screen_stream, data: str) -> None:
@@ -67,10 +68,12 @@ def test_prefill_status_shows_progress():
     assert readout.status_text().startswith("prefill 512/2048 tok")
 
 
-def test_after_line():
+def test_one_stats_line_for_chat_generate_and_the_session():
     s = Stats(prompt_tokens=120, cached_tokens=100, prefill_tokens=20, prefill_ms=100, completion_tokens=11,
-              decode_tokens=11, decode_ms=500, ttft_ms=150, context_used=131)  # fmt: skip
-    line = format_after(s, 4096)
-    assert "prompt 120 tok (100 reused)" in line
-    assert "prefill 200.0 tok/s" in line and "decode 22.0 tok/s" in line
-    assert "context 131/4096" in line
+              decode_tokens=11, decode_ms=500, ttft_ms=150, load_ms=1234, context_used=131)  # fmt: skip
+    common = "prompt 120 tok (100 reused) · prefill 200.0 tok/s · generated 11 tok · decode 22.0 tok/s"
+    assert stats_line(s, context=4096) == common + " · ttft 0.15 s · context 131/4096"  # after a reply
+    assert stats_line(s, load=True) == common + " · ttft 0.15 s · load 1.23 s"  # generate --stats
+    assert stats_line(s, ttft=False) == common  # /stats session totals
+    fresh = Stats(prompt_tokens=5, prefill_tokens=5, prefill_ms=10, completion_tokens=1, decode_tokens=1)
+    assert stats_line(fresh, ttft=False).startswith("prompt 5 tok · prefill 500.0 tok/s")  # nothing reused

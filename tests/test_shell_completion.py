@@ -197,7 +197,7 @@ def test_bash_root_lists_every_command(shell_env):
 def test_bash_bench_output_formats(shell_env):
     if "bench" not in command_names():
         pytest.skip("no bench command in this build")
-    from llmcli.bench.formats import FORMATS
+    from llmcli.render.bench import FORMATS
 
     env, cwd = shell_env
     assert sorted(bash_complete(env, cwd, "llmcli bench -o ")) == sorted(FORMATS)

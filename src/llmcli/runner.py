@@ -12,7 +12,7 @@ from contextlib import closing
 from dataclasses import dataclass, field
 
 from llmcli import __version__, prompting, signals
-from llmcli.engine.base import Done, SamplingParams, Stats
+from llmcli.engine.base import Done, SamplingParams
 from llmcli.loader import Loaded
 
 
@@ -26,7 +26,9 @@ class Result:
     constraint: str | None = None  # "grammar" or "json_schema" when the output was constrained
 
     def stats_line(self) -> str:
-        return format_stats(self.done.stats)
+        from llmcli.render.stats import stats_line
+
+        return stats_line(self.done.stats, load=True)
 
     @property
     def incomplete(self) -> bool:
@@ -119,16 +121,6 @@ def incomplete_message(done: Done, params: SamplingParams, constraint: str) -> t
     )
 
 
-def format_stats(s: Stats) -> str:
-    """One line: prompt (cached), prefill speed, generated, decode speed, TTFT, load."""
-    cached = f" ({s.cached_tokens} cached)" if s.cached_tokens else ""
-    return (
-        f"prompt {s.prompt_tokens} tok{cached}, prefill {s.prefill_tps:.1f} tok/s | "
-        f"generated {s.completion_tokens} tok, decode {s.decode_tps:.1f} tok/s | "
-        f"ttft {s.ttft_ms:.0f} ms | load {s.load_ms:.0f} ms"
-    )
-
-
 def run_generate(
     loaded: Loaded,
     text: str,
@@ -154,7 +146,7 @@ def run_generate(
 
 def consume(engine, tokens: list[int], params: SamplingParams, *, stream_stdout: bool) -> Done:
     """Drive the stream; print text pieces to stdout (ending with a newline) if asked."""
-    from llmcli.repl.readout import PlainSink
+    from llmcli.render.stream import PlainSink
 
     sink = PlainSink(sys.stdout) if stream_stdout else None
     done: Done | None = None

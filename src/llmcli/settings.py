@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from llmcli import defaults
 from llmcli.errors import ConfigError
 
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
@@ -47,19 +48,23 @@ SETTINGS: dict[str, Setting] = {
             "ctx_size",
             int,
             0,
-            "Context size in tokens (0: the model's trained context, capped at 4096).",
+            f"Context size in tokens (0: the model's trained context, capped at {defaults.CTX_CAP}).",
             minimum=0,
         ),
         Setting("gpu_layers", int, -1, "Layers to offload to the GPU (-1: all when the build supports it)."),
         Setting("threads", int, 0, "CPU threads (0: the number of physical cores).", minimum=0),
-        Setting("batch_size", int, 512, "Prompt tokens evaluated per batch.", minimum=1),
-        Setting("temperature", float, 0.8, "Sampling temperature (0: greedy).", minimum=0),
-        Setting("top_k", int, 40, "Top-k sampling (0: off).", minimum=0),
-        Setting("top_p", float, 0.95, "Nucleus sampling threshold."),
-        Setting("min_p", float, 0.05, "Min-p sampling threshold."),
-        Setting("repeat_penalty", float, 1.0, "Repetition penalty (1.0: off)."),
+        Setting("batch_size", int, defaults.BATCH_SIZE, "Prompt tokens evaluated per batch.", minimum=1),
+        Setting("temperature", float, defaults.TEMPERATURE, "Sampling temperature (0: greedy).", minimum=0),
+        Setting("top_k", int, defaults.TOP_K, "Top-k sampling (0: off).", minimum=0),
+        Setting("top_p", float, defaults.TOP_P, "Nucleus sampling threshold."),
+        Setting("min_p", float, defaults.MIN_P, "Min-p sampling threshold."),
+        Setting("repeat_penalty", float, defaults.REPEAT_PENALTY, "Repetition penalty (1.0: off)."),
         Setting(
-            "max_tokens", int, 512, "Most tokens to generate (0: until the end or a full context).", minimum=0
+            "max_tokens",
+            int,
+            defaults.MAX_TOKENS,
+            "Most tokens to generate (0: until the end or a full context).",
+            minimum=0,
         ),
         Setting("system", str, "", "System prompt for chat and generate."),
         Setting(

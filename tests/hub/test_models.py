@@ -161,7 +161,7 @@ def test_rm_removes_files_and_reports_space_freed(hub):
     size = len(hub.repos.content("test/tiny-GGUF/tiny-Q8_0.gguf"))
     result = run("models", "rm", "--yes", "test/tiny-GGUF:Q8_0")
     assert result.exit_code == 0, result.stderr
-    from llmcli.hub.progress import human_size
+    from llmcli.units import human_size
 
     assert result.stderr == f"removed test/tiny-GGUF:Q8_0, freed {human_size(size)}\n"
     assert len(blobs("test/tiny-GGUF")) == 1

@@ -125,7 +125,7 @@ def test_pull_twice_is_up_to_date_and_downloads_nothing(proxy):
 
 
 def _size(proxy, name: str) -> str:
-    from llmcli.hub.progress import human_size
+    from llmcli.units import human_size
 
     return human_size(len(proxy.hub.repos.content(f"test/tiny-GGUF/{name}")))
 

@@ -236,29 +236,3 @@ def _flag(value: Any) -> Any:
 
 def _finite(value: float) -> float | None:
     return round(value, 6) if value == value and abs(value) != float("inf") else None
-
-
-# -- text ------------------------------------------------------------------------------------
-
-
-def markdown(result: Comparison) -> str:
-    from llmcli.bench.formats import table
-
-    head = ["test", "old t/s", "new t/s", "ratio", "p", "verdict"]
-    body = [
-        [p.label, _ts(p.old), _ts(p.new), f"{p.ratio:.3f}",
-         "" if p.welch is None else f"{p.welch.p_value:.3g}", p.verdict(result.alpha)]
-        for p in result.pairs
-    ]  # fmt: skip
-    lines = [table(head, body, [False, True, True, True, True, False])]
-    lines.append(f"old: {result.old.path}\nnew: {result.new.path}")
-    lines.append(f"Welch's t-test on tokens/s per repetition; a difference counts when p < {result.alpha:g}.")
-    if result.only_old:
-        lines.append(f"only in old: {', '.join(result.only_old)}")
-    if result.only_new:
-        lines.append(f"only in new: {', '.join(result.only_new)}")
-    return "\n".join(lines) + "\n"
-
-
-def _ts(values: list[float]) -> str:
-    return f"{stats.mean(values):.2f} ± {stats.stdev(values):.2f}"

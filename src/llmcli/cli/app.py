@@ -99,6 +99,10 @@ def root(
 
         color = settings.color_preference()  # LLMCLI_COLOR / config `color`; None = auto; never raises
     render.configure(quiet=quiet, color=color, debug=debug)
+    from llmcli.hub import progress
+    from llmcli.render.progress import StderrReporter
+
+    progress.install(StderrReporter())  # the hub reports through callbacks; this renders them
 
 
 def _register() -> None:

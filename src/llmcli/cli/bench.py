@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from llmcli import defaults
 from llmcli.bench.load import NOISY
 from llmcli.cli import options as o
 from llmcli.errors import ExitCode, UsageError
@@ -111,7 +112,7 @@ CtxSize = Annotated[
     typer.Option(
         "--ctx-size", "-c", min=1, show_default=False, rich_help_panel=RUN_PANEL, metavar="TOKENS",
         help="Context size; a test that does not fit is an error (default: sized to fit each test; "
-        "for --scenario chat the model's trained context, capped at 4096).",
+        f"for --scenario chat the model's trained context, capped at {defaults.CTX_CAP}).",
     ),
 ]  # fmt: skip
 Delay = Annotated[
@@ -168,7 +169,8 @@ def bench(
     if ctx.invoked_subcommand is not None:
         return
     from llmcli import render
-    from llmcli.bench import formats, runner, session
+    from llmcli.bench import runner, session
+    from llmcli.render import bench as formats
 
     _check_choice("--output", output, formats.FORMATS)
     _check_choice("--scenario", scenario, session.SCENARIOS)
@@ -215,6 +217,7 @@ def compare(
     """
     from llmcli import render
     from llmcli.bench import compare as cmp
+    from llmcli.render.bench import comparison
 
     _check_choice("--output", output, ("md", "json"))
     result = cmp.compare(old, new, alpha)
@@ -224,7 +227,7 @@ def compare(
     if output == "json":
         render.out_json(result.document())
     else:
-        sys.stdout.write(cmp.markdown(result))
+        sys.stdout.write(comparison(result))
 
 
 def _check_choice(flag: str, value: str, choices: tuple[str, ...]) -> None:

@@ -7,7 +7,6 @@ modules, inside the functions that talk to the network.
 
 from __future__ import annotations
 
-import re
 import sys
 from typing import Annotated, Any
 
@@ -16,6 +15,7 @@ import typer
 from llmcli import render
 from llmcli.cli import options as o
 from llmcli.errors import InvalidModelError, ModelNotFoundError, UsageError
+from llmcli.render.tables import printable
 
 Ref = Annotated[
     str,
@@ -216,15 +216,6 @@ def show(
         sys.stdout.write(f"  {printable(key)} = {printable(value)}\n")
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def printable(value: Any) -> str:
-    """Metadata comes from strangers: control characters (terminal escapes, newlines) are shown
-    escaped, so a model file cannot drive the terminal that lists it."""
-    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(value))
-
-
 def _show_rows(info: dict[str, Any]) -> list[tuple[str, Any]]:
     sha256 = ", ".join(s or "not recorded" for s in info["sha256"])
     return [
@@ -407,15 +398,13 @@ def verify(
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> None:
-    """A plain aligned table on stdout (no truncation, so it greps and pipes well)."""
-    cells = [headers] + [["-" if c in (None, "") else printable(c) for c in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    for row in cells:
-        sys.stdout.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
+    from llmcli.render import tables
+
+    sys.stdout.write(tables.plain(headers, rows))
 
 
 def _size(n: int | None) -> str:
-    from llmcli.hub.progress import human_size
+    from llmcli.units import human_size
 
     return human_size(n)
 

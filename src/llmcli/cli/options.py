@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from llmcli import defaults
+
 if TYPE_CHECKING:  # imported where used: `--help` need not build the engine's dataclasses
     from llmcli.engine.base import EngineOptions, SamplingParams
 
@@ -73,7 +75,7 @@ CtxSize = Annotated[
     typer.Option(
         "--ctx-size",
         "-c",
-        help="Context size in tokens (default: the model's trained context, capped at 4096; "
+        help=f"Context size in tokens (default: the model's trained context, capped at {defaults.CTX_CAP}; "
         "rounded up to 256).",
         envvar="LLMCLI_CTX_SIZE",
         rich_help_panel=MODEL_PANEL,
@@ -109,7 +111,7 @@ BatchSize = Annotated[
     typer.Option(
         "--batch-size",
         "-b",
-        help="Prompt tokens evaluated per batch (default 512).",
+        help=f"Prompt tokens evaluated per batch (default {defaults.BATCH_SIZE}).",
         envvar="LLMCLI_BATCH_SIZE",
         rich_help_panel=MODEL_PANEL,
         show_default=False,
@@ -129,28 +131,30 @@ FlashAttn = Annotated[
 Temperature = Annotated[
     float | None,
     typer.Option(
-        "--temperature", "--temp", help="Sampling temperature; 0 is greedy (default 0.8).",
+        "--temperature", "--temp",
+        help=f"Sampling temperature; 0 is greedy (default {defaults.TEMPERATURE}).",
         envvar="LLMCLI_TEMPERATURE", rich_help_panel=SAMPLING_PANEL, show_default=False,
     ),
 ]  # fmt: skip
 TopK = Annotated[
     int | None,
-    typer.Option("--top-k", help="Top-k; 0 disables (default 40).", envvar="LLMCLI_TOP_K",
+    typer.Option("--top-k", help=f"Top-k; 0 disables (default {defaults.TOP_K}).", envvar="LLMCLI_TOP_K",
                  rich_help_panel=SAMPLING_PANEL, show_default=False),
 ]  # fmt: skip
 TopP = Annotated[
     float | None,
-    typer.Option("--top-p", help="Nucleus sampling, in (0, 1] (default 0.95).", envvar="LLMCLI_TOP_P",
-                 rich_help_panel=SAMPLING_PANEL, show_default=False),
+    typer.Option("--top-p", help=f"Nucleus sampling, in (0, 1] (default {defaults.TOP_P}).",
+                 envvar="LLMCLI_TOP_P", rich_help_panel=SAMPLING_PANEL, show_default=False),
 ]  # fmt: skip
 MinP = Annotated[
     float | None,
-    typer.Option("--min-p", help="Min-p, in [0, 1] (default 0.05).", envvar="LLMCLI_MIN_P",
+    typer.Option("--min-p", help=f"Min-p, in [0, 1] (default {defaults.MIN_P}).", envvar="LLMCLI_MIN_P",
                  rich_help_panel=SAMPLING_PANEL, show_default=False),
 ]  # fmt: skip
 RepeatPenalty = Annotated[
     float | None,
-    typer.Option("--repeat-penalty", help="Repetition penalty; 1.0 disables (default 1.0).",
+    typer.Option("--repeat-penalty",
+                 help=f"Repetition penalty; 1.0 disables (default {defaults.REPEAT_PENALTY}).",
                  envvar="LLMCLI_REPEAT_PENALTY", rich_help_panel=SAMPLING_PANEL, show_default=False),
 ]  # fmt: skip
 Seed = Annotated[
@@ -161,8 +165,8 @@ Seed = Annotated[
 MaxTokens = Annotated[
     int | None,
     typer.Option("--max-tokens", "-n", help="Generate at most N tokens; 0 means until the end or a full "
-                 "context (default 512).", envvar="LLMCLI_MAX_TOKENS", rich_help_panel=SAMPLING_PANEL,
-                 show_default=False),
+                 f"context (default {defaults.MAX_TOKENS}).", envvar="LLMCLI_MAX_TOKENS",
+                 rich_help_panel=SAMPLING_PANEL, show_default=False),
 ]  # fmt: skip
 Stop = Annotated[
     list[str] | None,

@@ -204,7 +204,7 @@ STATIC_COMPLETIONS = {("config set", "key")}
 FILE_PARAMS = ("json_schema",)
 # Options declared as plain strings but checked against a fixed list in the command body:
 # (command path, parameter) -> "module:NAME" of that list. A Literal/Enum type makes an entry moot.
-CHOICES_FROM = {("bench", "output"): "llmcli.bench.formats:FORMATS"}
+CHOICES_FROM = {("bench", "output"): "llmcli.render.bench:FORMATS"}
 
 
 def complete(

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Literal, Protocol
 
+from llmcli import defaults
+
 FinishReason = Literal["stop", "length", "interrupted"]
 
 
@@ -19,14 +21,14 @@ FinishReason = Literal["stop", "length", "interrupted"]
 class SamplingParams:
     """Every sampling setting; `seed=None` means "pick one and report it"."""
 
-    temperature: float = 0.8
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    repeat_penalty: float = 1.0
-    repeat_last_n: int = 64
+    temperature: float = defaults.TEMPERATURE
+    top_k: int = defaults.TOP_K
+    top_p: float = defaults.TOP_P
+    min_p: float = defaults.MIN_P
+    repeat_penalty: float = defaults.REPEAT_PENALTY
+    repeat_last_n: int = defaults.REPEAT_LAST_N
     seed: int | None = None
-    max_tokens: int = 512  # 0 means: until end of generation or the context is full
+    max_tokens: int = defaults.MAX_TOKENS  # 0 means: until end of generation or the context is full
     stop: list[str] = field(default_factory=list)
     grammar: str | None = None  # GBNF text (from --grammar-file or --json-schema)
     # Settings the user left at the built-in default (a model's recommendation may replace them).

@@ -19,12 +19,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmcli import render
 from llmcli.errors import InvalidModelError, LlmcliError, NetworkError, TerminatedError
 from llmcli.hub import cache, env, hashing, records, remote
+from llmcli.hub import progress as report
 from llmcli.hub.hashing import Expected, Hasher
-from llmcli.hub.progress import Progress, Task, human_size
+from llmcli.hub.progress import Progress, Task
 from llmcli.hub.quants import is_gguf
+from llmcli.units import human_size
 
 ATTEMPTS = 3  # transfers per file before giving up (each resumes the last)
 BACKOFF_S = 1.0
@@ -63,7 +64,7 @@ def ensure_blob(src: Source, progress: Progress, *, force: bool = False) -> Path
     if blob.exists() and not force:
         if check_blob(blob, src.expected, src.filename, progress):
             return blob
-        render.warn(f"the cached {src.filename} does not match its hash; downloading it again")
+        report.warn(f"the cached {src.filename} does not match its hash; downloading it again")
         known_bad = True
     cache.ensure_writable(src.repo_id)
     with lock(src.repo_id, src.etag, src.filename):
@@ -106,7 +107,7 @@ def lock(repo_id: str, etag: str, name: str):
         try:
             held.acquire(timeout=0.5)
         except Timeout:
-            render.info(f"waiting for another download of {name} to finish")
+            report.info(f"waiting for another download of {name} to finish")
             held.acquire()
     except OSError as exc:
         raise cache.cache_not_writable(exc) from None
@@ -137,7 +138,7 @@ def _download(src: Source, part: Path, progress: Progress) -> Hasher:
                 _interrupted(src, part, hasher, attempt, remote.describe(exc))
                 continue
             except (KeyboardInterrupt, TerminatedError):
-                render.info(
+                report.info(
                     f"{src.filename}: {human_size(hasher.count)} kept; run the same pull again to resume"
                 )
                 raise
@@ -157,7 +158,7 @@ def _interrupted(src: Source, part: Path, hasher: Hasher, attempt: int, why: str
             f"download of {src.filename} from {env.endpoint()} interrupted at {done} ({why})",
             hint="run the same `llmcli pull` again to resume where it stopped",
         )
-    render.info(
+    report.info(
         f"{src.filename}: transfer interrupted at {done} ({why}); resuming ({attempt + 1}/{ATTEMPTS})"
     )
     time.sleep(BACKOFF_S * attempt)
@@ -177,7 +178,7 @@ def _transfer(src: Source, part: Path, hasher: Hasher, task: Task) -> None:
     ) as resp:
         start = _response_start(src, resp, offset)
         if start != offset:  # a 200 to a ranged request: the body is the whole file
-            render.info(f"{src.filename}: the server does not resume downloads; starting again from zero")
+            report.info(f"{src.filename}: the server does not resume downloads; starting again from zero")
             hasher.reset()
             task.reset(0)
         with _open_at(part, start) as f:
@@ -278,7 +279,7 @@ def _install(src: Source, part: Path, blob: Path, hasher: Hasher) -> None:
         part.unlink(missing_ok=True)
         raise _mismatch(src, hasher)
     if src.expected is None:
-        render.warn(f"{env.endpoint()} gave no hash for {src.filename}; its content could not be verified")
+        report.warn(f"{env.endpoint()} gave no hash for {src.filename}; its content could not be verified")
     if is_gguf(src.filename):
         _check_header(part, src)
     with part.open("rb+") as f:

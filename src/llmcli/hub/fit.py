@@ -1,7 +1,7 @@
 """Will a model fit in memory? An estimate made from the file size alone, before downloading.
 
 need = file size (the weights are mapped into memory whole)
-     + KV cache for a 4096-token context, at 16-bit precision
+     + KV cache for a context of defaults.CTX_CAP tokens, at 16-bit precision
      + working buffers (5% of the weights, at least 128 MiB)
 
 Without the header the KV cache is estimated from the parameter count the file size implies
@@ -16,9 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmcli import defaults
 from llmcli.hub import quants
 
-DEFAULT_CTX = 4096
+DEFAULT_CTX = defaults.CTX_CAP
 _KV_PER_TOKEN_PER_SQRT_B = 48 * 1024
 _MIN_OVERHEAD = 128 << 20
 MEMINFO = Path("/proc/meminfo")

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmcli import render
 from llmcli.errors import ModelNotFoundError
 from llmcli.hub import cache, download, fit, progress, quants, remote
 from llmcli.hub.quants import Group
@@ -58,7 +57,7 @@ def pull(ref: HubRef, *, force: bool = False) -> Pulled:
                 continue
             bad = linked[rfile.path]
             if bad:
-                render.warn(f"the cached {rfile.path} does not match its hash; downloading it again")
+                progress.warn(f"the cached {rfile.path} does not match its hash; downloading it again")
             source = download.source_for(ref, repo.commit, rfile)
             blob = download.ensure_blob(source, prog, force=force or bad)
             cache.link(blob, pointer)

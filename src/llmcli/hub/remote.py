@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from llmcli import __version__, render
+from llmcli import __version__
 from llmcli.errors import LlmcliError, ModelNotFoundError, NetworkError
-from llmcli.hub import env, hashing
+from llmcli.hub import env, hashing, progress
 from llmcli.hub.refs import HubRef
 
 T = TypeVar("T")
@@ -149,7 +149,7 @@ def call(fn: Callable[[], T], ref: HubRef, *, filename: str | None = None) -> T:
             reason = describe(exc)
         except OfflineModeIsEnabled:
             raise offline_refusal(ref) from None
-        render.info(f"{env.endpoint()}: {reason}; retrying ({attempt + 1}/{ATTEMPTS})")
+        progress.info(f"{env.endpoint()}: {reason}; retrying ({attempt + 1}/{ATTEMPTS})")
         time.sleep(BACKOFF_S * 2 ** (attempt - 1))
     raise AssertionError("unreachable")  # pragma: no cover
 

@@ -75,7 +75,6 @@ def _resolve_alias(name: str, offline: bool) -> ResolvedModel:
 
 
 def _resolve_hub(ref, offline: bool) -> ResolvedModel:
-    from llmcli import render
     from llmcli.hub import progress, pull, remote, store
 
     local = store.find_local(ref)
@@ -86,7 +85,7 @@ def _resolve_hub(ref, offline: bool) -> ResolvedModel:
         return ResolvedModel(local.path, str(ref), local.paths, ref.repo_id, local.commit, quant)
     if offline:
         raise remote.offline_refusal(ref)
-    render.info(f"{ref} is not downloaded yet; pulling it")
+    progress.info(f"{ref} is not downloaded yet; pulling it")
     pulled = pull.pull(ref)
     return ResolvedModel(
         pulled.paths[0], str(ref), pulled.paths, ref.repo_id, pulled.commit, pulled.group.label

@@ -95,11 +95,12 @@ def _set(repl: Repl, arg: str) -> None:
 
 @command("/show", "/show", "Show the model, parameters and prompt template.")
 def _show(repl: Repl, arg: str) -> None:
+    from llmcli.units import human_size
+
     s = repl.session
     info = s.engine.info
     repl.info(
-        f"model      {s.loaded.ref} ({info.architecture}, {info.quantization}, "
-        f"{info.size_bytes / 1e6:.0f} MB)"
+        f"model      {s.loaded.ref} ({info.architecture}, {info.quantization}, {human_size(info.size_bytes)})"
     )
     repl.info(f"path       {info.path}")
     repl.info(
@@ -162,20 +163,14 @@ def _load(repl: Repl, arg: str) -> None:
 
 @command("/stats", "/stats", "Figures for the last turn and the whole session.")
 def _stats(repl: Repl, arg: str) -> None:
-    from llmcli.repl.readout import format_after
+    from llmcli.render.stats import stats_line
 
     s = repl.session
     if s.last is None:
         repl.info("no turns yet")
         return
-    repl.info("last turn: " + format_after(s.last, s.engine.n_ctx))
-    t = s.totals
-    prefill = (t.prompt_tokens - t.cached_tokens) / t.prefill_ms * 1000 if t.prefill_ms else 0.0
-    decode = t.completion_tokens / t.decode_ms * 1000 if t.decode_ms else 0.0
-    repl.info(
-        f"session: {t.turns} turns · prompt {t.prompt_tokens} tok ({t.cached_tokens} reused) · "
-        f"prefill {prefill:.1f} tok/s · generated {t.completion_tokens} tok · decode {decode:.1f} tok/s"
-    )
+    repl.info("last turn: " + stats_line(s.last, context=s.engine.n_ctx))
+    repl.info(f"session: {s.totals.turns} turns · " + stats_line(s.totals.stats, ttft=False))
 
 
 @command("/model", "/model REF", "Switch to another model, keeping the conversation.")

@@ -17,8 +17,10 @@ from typing import TextIO
 
 from llmcli import paths
 from llmcli.errors import LlmcliError, TerminatedError
+from llmcli.render.stats import stats_line
+from llmcli.render.stream import PlainSink
 from llmcli.repl import commands, sessions
-from llmcli.repl.readout import LiveReadout, PlainSink, format_after
+from llmcli.repl.readout import LiveReadout
 from llmcli.repl.session import ChatSession
 
 MULTILINE_FENCE = '"""'
@@ -79,7 +81,7 @@ class Repl:
                 *incomplete_message(result.done, self.session.params, self.session.constraint)
             )
             self.warn(error.one_line().removeprefix("llmcli: "))
-        self.info(format_after(result.done.stats, self.session.engine.n_ctx))
+        self.info(stats_line(result.done.stats, context=self.session.engine.n_ctx))
         if self.autosave and self.session.session_name:
             self.save(self.session.session_name)
 

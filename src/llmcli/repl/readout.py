@@ -10,7 +10,7 @@ draw the status, move back up and restore the column. Before writing text that c
 newline, the status row is erased first, so text never mixes with it. Model text is written
 as is, never through Rich.
 
-`PlainSink` is the non-terminal counterpart: text to stdout, nothing else until the end.
+`llmcli.render.stream.PlainSink` is the non-terminal counterpart: text to stdout, nothing else.
 """
 
 from __future__ import annotations
@@ -20,19 +20,9 @@ import threading
 import time
 from typing import TextIO
 
-from llmcli.engine.base import Done, Event, PrefillProgress, Stats, Token
+from llmcli.engine.base import Done, Event, PrefillProgress, Token
 
 REFRESH_S = 0.2
-
-
-def format_after(s: Stats, n_ctx: int) -> str:
-    """The line printed after each reply."""
-    reused = f" ({s.cached_tokens} reused)" if s.cached_tokens else ""
-    return (
-        f"prompt {s.prompt_tokens} tok{reused} · prefill {s.prefill_tps:.1f} tok/s · "
-        f"generated {s.completion_tokens} tok · decode {s.decode_tps:.1f} tok/s · "
-        f"ttft {s.ttft_ms / 1000:.2f} s · context {s.context_used}/{n_ctx}"
-    )
 
 
 def _display_width(text: str) -> int:
@@ -158,26 +148,3 @@ class LiveReadout:
         if self.status_drawn:
             self.out.write(f"\x1b[1B\r\x1b[2K\x1b[1A\x1b[{self.col + 1}G")
             self.status_drawn = False
-
-
-class PlainSink:
-    """For pipes: the answer's text to stdout as it comes, a newline at the end."""
-
-    def __init__(self, out: TextIO | None = None) -> None:
-        self.out = out or sys.stdout
-        self.last = ""
-
-    def start(self) -> None:
-        pass
-
-    def __call__(self, event: Event) -> None:
-        if isinstance(event, Token) and event.text:
-            self.out.write(event.text)
-            self.out.flush()
-            self.last = event.text
-
-    def stop(self) -> None:
-        if not self.last.endswith("\n"):
-            self.out.write("\n")
-        self.out.flush()
-        self.last = ""

@@ -25,20 +25,19 @@ class Sink(Protocol):
 
 @dataclass
 class Totals:
+    """The session's turns and their figures summed, as a `Stats` so its rates are computed the
+    same way as one turn's."""
+
     turns: int = 0
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    completion_tokens: int = 0
-    prefill_ms: float = 0.0
-    decode_ms: float = 0.0
+    stats: Stats = field(default_factory=Stats)
+
+    _SUMMED = ("prompt_tokens", "cached_tokens", "prefill_tokens", "prefill_ms", "completion_tokens",
+               "decode_tokens", "decode_ms")  # fmt: skip
 
     def add(self, s: Stats) -> None:
         self.turns += 1
-        self.prompt_tokens += s.prompt_tokens
-        self.cached_tokens += s.cached_tokens
-        self.completion_tokens += s.completion_tokens
-        self.prefill_ms += s.prefill_ms
-        self.decode_ms += s.decode_ms
+        for name in self._SUMMED:
+            setattr(self.stats, name, getattr(self.stats, name) + getattr(s, name))
 
 
 @dataclass

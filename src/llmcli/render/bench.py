@@ -1,4 +1,5 @@
-"""Benchmark results as text: a Markdown table (the default), CSV, one JSON document, or JSON lines.
+"""Benchmark results as text: a Markdown table (the default), CSV, one JSON document, or JSON lines;
+and the `bench compare` table. The bench package measures; this module presents.
 
 The Markdown table follows llama-bench's layout (model, size, params, backend, threads, test, t/s),
 adding the columns that were swept or changed from the default, the effective memory traffic of
@@ -11,11 +12,16 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from llmcli.bench import sweep
+from llmcli.bench import stats, sweep
 from llmcli.bench.load import NOISY
 from llmcli.bench.results import BenchRun
+from llmcli.render import tables
+from llmcli.units import human_size
+
+if TYPE_CHECKING:
+    from llmcli.bench.compare import Comparison
 
 FORMATS = ("md", "csv", "json", "jsonl")
 
@@ -75,9 +81,9 @@ def markdown(run: BenchRun) -> str:
     backend = run.environment.get("backends") or "CPU"
     parts = []
     if tests:
-        parts.append(table(*_test_table(tests, backend, roofline)))
+        parts.append(tables.markdown(*_test_table(tests, backend, roofline)))
     if chats:
-        parts.append(table(*_chat_table(chats, roofline)))
+        parts.append(tables.markdown(*_chat_table(chats, roofline)))
     if not records:
         parts.append("No test finished.\n")
     parts.append(footer(run))
@@ -95,7 +101,7 @@ def _test_table(
     head += ["roofline"] if roofline and with_gbps else []
     body = []
     for r in rows:
-        row = [r["model_type"], _size(r["model_size"]), _params(r["model_n_params"]), backend]
+        row = [r["model_type"], human_size(r["model_size"]), _params(r["model_n_params"]), backend]
         row += [str(r["n_gpu_layers_offloaded"])] if show_ngl else []
         row += [str(r["n_threads"])] + [_cell(r[key]) for key, _ in optional]
         row += [r["test"], _ts(r)] + ([_gbps(r["effective_gbps"])] if with_gbps else [])
@@ -117,21 +123,6 @@ def _chat_table(rows: list[dict], roofline: bool) -> tuple[list[str], list[list[
         body.append(row)
     right = [h not in ("model", "cache") for h in head]
     return head, body, right
-
-
-def table(head: list[str], body: list[list[str]], right: list[bool]) -> str:
-    widths = [max(len(h), *(len(row[i]) for row in body)) for i, h in enumerate(head)]
-
-    def line(cells: list[str]) -> str:
-        padded = [c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right, strict=True)]
-        return "| " + " | ".join(padded) + " |"
-
-    rule = (
-        "| "
-        + " | ".join(("-" * (w - 1) + ":") if r else "-" * w for w, r in zip(widths, right, strict=True))
-        + " |"
-    )
-    return "\n".join([line(head), rule, *(line(row) for row in body)]) + "\n"
 
 
 def footer(run: BenchRun) -> str:
@@ -194,9 +185,30 @@ def _ints(values: list[int]) -> str:
     return str(low) if low == high else f"{low}-{high}"
 
 
-def _size(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.2f} MiB"
-
-
 def _params(n: int) -> str:
     return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.2f} M"
+
+
+# -- bench compare ------------------------------------------------------------------------------------
+
+
+def comparison(result: Comparison) -> str:
+    """`bench compare` as text: one row per matched test, then the files and what was left out."""
+    head = ["test", "old t/s", "new t/s", "ratio", "p", "verdict"]
+    body = [
+        [p.label, _mean_sd(p.old), _mean_sd(p.new), f"{p.ratio:.3f}",
+         "" if p.welch is None else f"{p.welch.p_value:.3g}", p.verdict(result.alpha)]
+        for p in result.pairs
+    ]  # fmt: skip
+    lines = [tables.markdown(head, body, [False, True, True, True, True, False])]
+    lines.append(f"old: {result.old.path}\nnew: {result.new.path}")
+    lines.append(f"Welch's t-test on tokens/s per repetition; a difference counts when p < {result.alpha:g}.")
+    if result.only_old:
+        lines.append(f"only in old: {', '.join(result.only_old)}")
+    if result.only_new:
+        lines.append(f"only in new: {', '.join(result.only_new)}")
+    return "\n".join(lines) + "\n"
+
+
+def _mean_sd(values: list[float]) -> str:
+    return f"{stats.mean(values):.2f} ± {stats.stdev(values):.2f}"

@@ -1,0 +1,22 @@
+"""Built-in defaults, each defined once.
+
+`settings.SETTINGS` (and so `config show`, the man page and docs/CONFIG.md), the engine's
+`SamplingParams`, the memory-fit estimate and the `--help` texts all read these values; none
+of them types a number of its own. Plain constants, so `--help` imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+# The context when -c/--ctx-size is not given: the model's trained context, capped at this.
+CTX_CAP = 4096
+
+BATCH_SIZE = 512
+
+# Sampling (a model's recommended settings may replace those the user left at these values).
+TEMPERATURE = 0.8
+TOP_K = 40
+TOP_P = 0.95
+MIN_P = 0.05
+REPEAT_PENALTY = 1.0
+REPEAT_LAST_N = 64
+MAX_TOKENS = 512  # 0 means: until end of generation or the context is full

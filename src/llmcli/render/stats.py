@@ -1,0 +1,31 @@
+"""The one stats line: `--stats`, the line after each chat reply and `/stats` all print it.
+
+One vocabulary and one set of units: tokens as "tok", speeds in tok/s, times in seconds, parts
+joined with " · ", and prompt tokens taken from the KV cache called "reused".
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from llmcli.engine.base import Stats
+
+
+def stats_line(s: Stats, *, context: int | None = None, ttft: bool = True, load: bool = False) -> str:
+    """prompt (reused), prefill speed, generated, decode speed; then, as asked, time to first
+    token, context used of `context`, and load time."""
+    reused = f" ({s.cached_tokens} reused)" if s.cached_tokens else ""
+    parts = [
+        f"prompt {s.prompt_tokens} tok{reused}",
+        f"prefill {s.prefill_tps:.1f} tok/s",
+        f"generated {s.completion_tokens} tok",
+        f"decode {s.decode_tps:.1f} tok/s",
+    ]
+    if ttft:
+        parts.append(f"ttft {s.ttft_ms / 1000:.2f} s")
+    if context is not None:
+        parts.append(f"context {s.context_used}/{context}")
+    if load:
+        parts.append(f"load {s.load_ms / 1000:.2f} s")
+    return " · ".join(parts)
