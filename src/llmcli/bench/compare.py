@@ -219,7 +219,7 @@ def samples_ts(r: dict) -> list[float]:
     if isinstance(ns, list) and ns and all(_number(v) and v > 0 for v in ns) and tokens:
         return [tokens * 1e9 / v for v in ns]
     avg = r.get("avg_ts")
-    return [float(avg)] if _number(avg) else []
+    return [float(avg)] if isinstance(avg, int | float) and _number(avg) else []
 
 
 def _number(v: Any) -> bool:

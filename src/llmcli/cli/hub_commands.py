@@ -277,13 +277,13 @@ def rm(
         render.info("nothing removed")
         raise typer.Exit(1)
     for model in models:
-        names = store.aliases_of(model)  # before the files go: hub aliases match what is local
+        kept = store.aliases_of(model)  # before the files go: hub aliases match what is local
         freed = store.remove(model)
         shared = "" if freed else "; its data is still used by another model"
         render.info(f"removed {model.name}, freed {_size(freed)}{shared}")
-        if names:
+        if kept:
             render.info(
-                f"  kept alias {', '.join(names)}: it downloads the model again when used"
+                f"  kept alias {', '.join(kept)}: it downloads the model again when used"
                 f" (`llmcli models alias --delete NAME` removes an alias)"
             )
 

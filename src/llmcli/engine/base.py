@@ -68,7 +68,7 @@ class EngineOptions:
     ctx_size: int | None = None
     gpu_layers: int | None = None
     threads: int | None = None
-    batch_size: int = 512
+    batch_size: int = defaults.BATCH_SIZE
     ubatch_size: int | None = None
     flash_attn: bool | None = None  # None: auto
     swa_full: bool = True  # keep full-size KV for sliding-window models so prefixes can be reused

@@ -25,6 +25,7 @@ from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from llmcli import defaults
 from llmcli.engine.base import (
     Done,
     EngineOptions,
@@ -40,7 +41,7 @@ from llmcli.engine.base import (
 from llmcli.engine.text import TextStream
 from llmcli.errors import ContextOverflowError, InvalidModelError, LlmcliError, UsageError
 
-DEFAULT_CTX_CAP = 4096
+DEFAULT_CTX_CAP = defaults.CTX_CAP
 _log_callback = None  # keeps the ctypes callback alive for the life of the process
 
 

@@ -326,6 +326,10 @@ def source_for(ref, commit: str, rfile: remote.RemoteFile) -> Source:
     url = remote.resolve_url(ref, commit, rfile.path)
     meta = remote.file_metadata(ref, url, rfile.path)
     etag = meta.etag or rfile.etag
+    if not etag:
+        raise NetworkError(
+            f"the hub named no ETag or hash for {rfile.path}", hint="the server may not be a hub"
+        )
     size = meta.size if meta.size is not None else rfile.size
     expected = rfile.expected or hashing.expected_from_etag(etag, size)
     return Source(ref.repo_id, rfile.path, etag, size, expected, url, remote.headers())
