@@ -193,6 +193,7 @@ def cpu() -> dict[str, Any]:
     except Exception:  # a broken config is reported in its own part
         configured = 0
     info["threads"] = configured or info["physical_cores"]
+    info["threads_policy"] = "fixed" if configured else "adaptive"
     return info
 
 
@@ -457,12 +458,19 @@ def _compute_lines(c: dict[str, Any], p: dict[str, Any]) -> list[tuple[str, str]
         ("devices", ", ".join(devices) or "none"),
         ("gpus seen", ", ".join(c.get("gpus_visible", [])) or "none"),
         ("features", features or c.get("system_info", "")),
-        (
-            "threads",
-            f"{p.get('threads', '?')} by default ({p.get('physical_cores', '?')} physical cores, "
-            f"{p.get('logical_cpus', '?')} logical CPUs)",
-        ),
+        ("threads", _threads_line(p)),
     ]
+
+
+def _threads_line(p: dict[str, Any]) -> str:
+    cores = f"{p.get('physical_cores', '?')} physical cores, {p.get('logical_cpus', '?')} logical CPUs"
+    if p.get("threads_policy") == "fixed":
+        return f"{p.get('threads', '?')}, fixed by -t/threads/LLMCLI_THREADS ({cores})"
+    return (
+        f"adaptive, up to {p.get('threads', '?')} ({cores}): decode and prefill each start where no "
+        "thread waits for a busy core, measure each count and keep the fastest, and measure again "
+        "when the step time drifts (another process started or stopped); -t N fixes it"
+    )
 
 
 def _config_state(conf: dict[str, Any]) -> str:

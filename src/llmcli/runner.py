@@ -11,8 +11,8 @@ import sys
 from contextlib import closing
 from dataclasses import dataclass, field
 
-from llmcli import __version__, prompting, signals
-from llmcli.engine.base import Done, SamplingParams
+from llmcli import __version__, prompting, render, signals
+from llmcli.engine.base import Done, SamplingParams, ThreadsChanged
 from llmcli.loader import Loaded
 
 
@@ -84,6 +84,7 @@ class Result:
                 "ttft_ms": round(s.ttft_ms, 3),
                 "total_ms": round(s.total_ms, 3),
             },
+            "threads": s.threads,
             "versions": versions(info.backend),
         }
 
@@ -144,6 +145,14 @@ def run_generate(
     return Result(loaded, done, params, fmt_name, constraint=constraint if params.grammar else None)
 
 
+def threads_changed(event: ThreadsChanged) -> str:
+    """The --debug line for one decision of the adaptive thread policy."""
+    reasons = {"probe": "measuring", "drift": "the step time changed: measuring again",
+               "recheck": "re-checking", "settled": "fastest measured"}  # fmt: skip
+    why = reasons.get(event.reason, event.reason)
+    return f"threads: {event.phase} now {event.threads} ({why})"
+
+
 def consume(engine, tokens: list[int], params: SamplingParams, *, stream_stdout: bool) -> Done:
     """Drive the stream; print text pieces to stdout (ending with a newline) if asked."""
     from llmcli.render.stream import PlainSink
@@ -154,7 +163,9 @@ def consume(engine, tokens: list[int], params: SamplingParams, *, stream_stdout:
         for event in events:
             if sink is not None:
                 sink(event)
-            if isinstance(event, Done):
+            if isinstance(event, ThreadsChanged):
+                render.debug_log(threads_changed(event))
+            elif isinstance(event, Done):
                 done = event
     assert done is not None
     if sink is not None:

@@ -105,6 +105,8 @@ class Stats:
     total_ms: float = 0.0
     context_size: int = 0
     context_used: int = 0
+    # Thread counts: {"adaptive": bool, "decode": {...}, "prefill": {...}} (see engine/threads.py)
+    threads: dict = field(default_factory=dict)
 
     @property
     def prefill_tps(self) -> float:
@@ -127,7 +129,16 @@ class Done:
     constraint_complete: bool | None = None
 
 
-Event = PrefillProgress | Token | Done
+@dataclass
+class ThreadsChanged:
+    """The adaptive thread policy changed a phase's thread count (see engine/threads.py)."""
+
+    phase: str  # "decode" or "prefill"
+    threads: int
+    reason: str  # "probe", "drift", "recheck" (measuring) or "settled" (the choice)
+
+
+Event = PrefillProgress | Token | ThreadsChanged | Done
 
 
 @dataclass

@@ -170,6 +170,7 @@ class FakeEngine:
         stats.decode_ms = n * self.ms_per_token
         stats.total_ms = stats.prefill_ms + stats.decode_ms
         stats.context_used = len(self._cached)
+        stats.threads = {"adaptive": False, "decode": {"threads": 1}, "prefill": {"threads": 1}}
         # Like llama.cpp's grammar sampler, a scripted reply satisfies the grammar exactly when it
         # runs to its end (the end-of-generation token is allowed only there) or is cut right there.
         complete = (ended or (reason == "length" and n == len(pieces))) if params.grammar else None

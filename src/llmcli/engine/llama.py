@@ -35,6 +35,7 @@ from llmcli.engine.base import (
     PrefillProgress,
     SamplingParams,
     Stats,
+    ThreadsChanged,
     Token,
     check_prompt,
 )
@@ -42,6 +43,7 @@ from llmcli.engine.text import TextStream
 from llmcli.errors import ContextOverflowError, InvalidModelError, LlmcliError, UsageError
 
 DEFAULT_CTX_CAP = defaults.CTX_CAP
+MIN_PREFILL_SAMPLE = 32  # prefill batches smaller than this say little about thread speed
 _log_callback = None  # keeps the ctypes callback alive for the life of the process
 
 
@@ -209,7 +211,7 @@ class LlamaEngine:
         n_ctx_train = L.llama_model_n_ctx_train(self._model)
         n_ctx = opts.ctx_size or min(n_ctx_train, DEFAULT_CTX_CAP)
         n_ctx = max(256, -(-n_ctx // 256) * 256)  # llama.cpp pads to 256; ask for what we get
-        threads = opts.threads or physical_cores()
+        threads = opts.threads or self._adaptive_start()
         params = L.llama_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = min(opts.batch_size, n_ctx)
@@ -236,8 +238,57 @@ class LlamaEngine:
                 f"llama.cpp could not create a context of {n_ctx} tokens",
                 hint="try a smaller --ctx-size, or fewer --gpu-layers",
             )
-        self.threads = threads
+        self.threads = self.threads_batch = threads
         return ctx
+
+    # -- threads -------------------------------------------------------------------------------
+
+    def _adaptive_start(self) -> int:
+        """No -t: begin where no thread waits for a busy core, and let `ThreadPolicy` adapt."""
+        from llmcli.engine import threads as policy
+
+        cores = physical_cores()
+        start = policy.start_for(cores, policy.busy_others(cores))
+        options = policy.candidates(cores)
+        # decode: one token a step, many steps; prefill: one batch a step, each a big sample
+        self.thread_policy = {
+            "decode": policy.ThreadPolicy(options, start),
+            "prefill": policy.ThreadPolicy(
+                options, start, probe_steps=1, window=2, recheck=6, max_recheck=48
+            ),
+        }
+        return start
+
+    @property
+    def adaptive(self) -> bool:
+        return bool(getattr(self, "thread_policy", None))
+
+    def _observe(self, phase: str, seconds_per_token: float) -> tuple[int, str] | None:
+        """Feed one measured step to the phase's policy; apply and return (threads, reason) when
+        it changes the count."""
+        used = self.threads if phase == "decode" else self.threads_batch
+        policy = self.thread_policy[phase]
+        before = len(policy.decisions)
+        wanted = policy.observe(used, seconds_per_token)
+        if wanted == used:
+            return None
+        if phase == "decode":
+            self.threads = wanted
+        else:
+            self.threads_batch = wanted
+        self._L.llama_set_n_threads(self._ctx, self.threads, self.threads_batch)
+        reason = policy.decisions[-1].reason if len(policy.decisions) > before else "settled"
+        return wanted, reason
+
+    def thread_report(self) -> dict:
+        """Which thread counts ran, and for adaptive ones each change: for --json and /stats."""
+        if not self.adaptive:
+            return {
+                "adaptive": False,
+                "decode": {"threads": self.threads},
+                "prefill": {"threads": self.threads_batch},
+            }
+        return {"adaptive": True, **{phase: p.summary() for phase, p in self.thread_policy.items()}}
 
     def _model_info(self) -> ModelInfo:
         L = self._L
@@ -495,7 +546,12 @@ class _Generation:
         yield PrefillProgress(0, len(todo), 0.0)
         for i in range(0, len(todo), e.n_batch):
             chunk = todo[i : i + e.n_batch]
+            started = time.perf_counter()
             rc = e.decode(chunk)
+            if rc == 0 and e.adaptive and len(chunk) >= MIN_PREFILL_SAMPLE:
+                changed = e._observe("prefill", (time.perf_counter() - started) / len(chunk))
+                if changed:
+                    yield ThreadsChanged("prefill", *changed)
             if rc == 2 or e._abort.is_set():
                 e._sync_cache()
                 stats.prefill_tokens = max(0, len(e._cached) - start)
@@ -509,6 +565,7 @@ class _Generation:
         L, e, params = self.L, self.e, self.params
         ctx, vocab, sampler = e._ctx, e._vocab, self.sampler
         max_tokens = params.max_tokens or 1 << 62
+        adaptive = e.adaptive
         while True:
             token = L.llama_sampler_sample(sampler, ctx, -1)
             self.generated.append(token)
@@ -523,10 +580,15 @@ class _Generation:
                 yield Token(text, len(self.generated))
             if len(e._cached) >= e.n_ctx:
                 return "stop" if stopped else "length"
+            started = time.perf_counter()
             rc = e.decode([token])
             if rc == 2 or e._abort.is_set():
                 e._sync_cache()
                 return "interrupted"
+            if adaptive:
+                changed = e._observe("decode", time.perf_counter() - started)
+                if changed:
+                    yield ThreadsChanged("decode", *changed)
             _check_decode(rc, len(e._cached), e.n_ctx)
             if stopped:
                 return "stop"
@@ -543,6 +605,7 @@ class _Generation:
         stats.decode_ms = max(0.0, e.perf_ms() - stats.prefill_ms)
         stats.total_ms = (time.perf_counter() - self.started) * 1000
         stats.context_used = len(e._cached)
+        stats.threads = e.thread_report()
         text = self.text.text
         complete = None
         if self.grammar is not None:  # EOG is sampled only where the grammar accepts

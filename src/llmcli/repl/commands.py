@@ -171,6 +171,21 @@ def _stats(repl: Repl, arg: str) -> None:
         return
     repl.info("last turn: " + stats_line(s.last, context=s.engine.n_ctx))
     repl.info(f"session: {s.totals.turns} turns · " + stats_line(s.totals.stats, ttft=False))
+    if s.last.threads:
+        repl.info("threads: " + threads_line(s.last.threads))
+
+
+def threads_line(report: dict) -> str:
+    """`decode 1 (adaptive: 2 -> 1 at token 517) · prefill 2 (adaptive)`, or the fixed counts."""
+    parts = []
+    for phase, unit in (("decode", "token"), ("prefill", "batch")):
+        r = report.get(phase, {})
+        if not report.get("adaptive"):
+            parts.append(f"{phase} {r.get('threads', '?')} (fixed)")
+            continue
+        changes = ", ".join(f"-> {c['threads']} at {unit} {c['step']}" for c in r.get("changes", []))
+        parts.append(f"{phase} {r.get('threads', '?')} (adaptive{': ' + changes if changes else ''})")
+    return " · ".join(parts)
 
 
 @command("/model", "/model REF", "Switch to another model, keeping the conversation.")

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from llmcli import prompting, signals, templates
 from llmcli.conversation import Conversation
-from llmcli.engine.base import Done, Event, SamplingParams, Stats
+from llmcli.engine.base import Done, Event, SamplingParams, Stats, ThreadsChanged
 from llmcli.loader import Loaded
 
 
@@ -124,7 +124,12 @@ class ChatSession:
         ):
             for event in events:
                 sink(event)
-                if isinstance(event, Done):
+                if isinstance(event, ThreadsChanged):
+                    from llmcli import render
+                    from llmcli.runner import threads_changed
+
+                    render.debug_log(threads_changed(event))
+                elif isinstance(event, Done):
                     done = event
         assert done is not None
         stats = done.stats
