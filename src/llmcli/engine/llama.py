@@ -44,6 +44,7 @@ from llmcli.errors import ContextOverflowError, InvalidModelError, LlmcliError, 
 
 DEFAULT_CTX_CAP = defaults.CTX_CAP
 MIN_PREFILL_SAMPLE = 32  # prefill batches smaller than this say little about thread speed
+PROBE_CHUNK = 48  # prefill batch size while the thread policy compares thread counts
 _log_callback = None  # keeps the ctypes callback alive for the life of the process
 
 
@@ -544,8 +545,12 @@ class _Generation:
         stats.prefill_tokens = len(todo)
         done = 0
         yield PrefillProgress(0, len(todo), 0.0)
-        for i in range(0, len(todo), e.n_batch):
-            chunk = todo[i : i + e.n_batch]
+        i = 0
+        while i < len(todo):
+            # while the thread policy measures, small batches: a count that loses costs little
+            probing = e.adaptive and e.thread_policy["prefill"].probing and len(todo) - i >= 4 * PROBE_CHUNK
+            chunk = todo[i : i + (PROBE_CHUNK if probing else e.n_batch)]
+            i += len(chunk)
             started = time.perf_counter()
             rc = e.decode(chunk)
             if rc == 0 and e.adaptive and len(chunk) >= MIN_PREFILL_SAMPLE:

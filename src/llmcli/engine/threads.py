@@ -68,6 +68,8 @@ class ThreadPolicy:
     drift: float = 0.35  # relative change of that median that means the machine changed
     recheck: int = 96  # steps between re-checks of the other candidates, at first
     max_recheck: int = 768  # ... doubling up to this while they keep confirming the choice
+    warmup: bool = True  # the first step after a switch is not counted (it wakes the threads)
+    recheck_all: bool = False  # re-checks measure the current count again too (not its recent window)
     decisions: list[Decision] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -76,7 +78,7 @@ class ThreadPolicy:
         self.used: set[int] = {self.start}
         self._interval = self.recheck
         self._settled_at = 0
-        self._reference = 0.0
+        self._reference: float | None = None
         self._recent: list[float] = []
         self._probing = False
         if len(self.options) > 1:
@@ -90,11 +92,19 @@ class ThreadPolicy:
         if self._probing:
             return self._probe_step(threads, seconds_per_token)
         self._recent = [*self._recent, seconds_per_token][-self.window :]
-        if len(self._recent) >= max(2, self.window // 2) and self._drifted():
-            return self._probe("drift", others_only=False)
+        if len(self._recent) >= max(2, self.window // 2):
+            if self._reference is None:  # the settled count's own pace, measured in normal steps
+                self._reference = statistics.median(self._recent)
+            elif self._drifted():
+                return self._probe("drift", others_only=False)
         if self.step - self._settled_at >= self._interval:
-            return self._probe("recheck", others_only=True)
+            return self._probe("recheck", others_only=not self.recheck_all)
         return self.current
+
+    @property
+    def probing(self) -> bool:
+        """Whether it is measuring candidates now (a caller may make its steps smaller meanwhile)."""
+        return self._probing
 
     # -- measuring ---------------------------------------------------------------------------
 
@@ -105,7 +115,7 @@ class ThreadPolicy:
         self._samples: dict[int, list[float]] = {}
         if others_only:
             self._samples[self.current] = list(self._recent)
-        self._need = max(2, self.probe_steps // 2) if others_only else self.probe_steps
+        self._need = max(1, self.probe_steps // 2) if reason == "recheck" else self.probe_steps
         order = [self.current] + [n for n in self.options if n != self.current]
         self._queue = [n for n in order if n not in self._samples]
         self._skip = False
@@ -134,7 +144,7 @@ class ThreadPolicy:
         kept = self._reason == "recheck" and best == self._before
         self._interval = min(self.max_recheck, self._interval * 2) if kept else self.recheck
         self._probing = False
-        self._reference = statistics.median(self._samples[best])
+        self._reference = None
         self._settled_at = self.step
         self._recent = []
         if best != self.current:
@@ -146,12 +156,13 @@ class ThreadPolicy:
     def _switch(self, threads: int, reason: str) -> int:
         self.current = threads
         self.used.add(threads)
-        self._skip = True
+        self._skip = self.warmup
         self.decisions.append(Decision(self.step, threads, reason))
         return threads
 
     def _drifted(self) -> bool:
-        return abs(statistics.median(self._recent) - self._reference) > self.drift * self._reference
+        reference = self._reference or 0.0
+        return abs(statistics.median(self._recent) - reference) > self.drift * reference
 
     # -- reporting ---------------------------------------------------------------------------
 
