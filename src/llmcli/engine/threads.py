@@ -64,10 +64,10 @@ class ThreadPolicy:
     options: list[int]  # candidate thread counts (`candidates`)
     start: int  # the first choice (`start_for`)
     probe_steps: int = 4  # steps measured per candidate in a full probe (half that in a re-check)
-    window: int = 8  # recent steps whose median is watched for drift
-    drift: float = 0.35  # relative change of that median that means the machine changed
-    recheck: int = 96  # steps between re-checks of the other candidates, at first
-    max_recheck: int = 768  # ... doubling up to this while they keep confirming the choice
+    window: int = 16  # recent steps whose median is watched for drift
+    drift: float = 0.5  # relative change of that median that means the machine changed
+    recheck: int = 128  # steps between re-checks of the other candidates, at first
+    max_recheck: int = 1024  # ... doubling up to this while they keep confirming the choice
     warmup: bool = True  # the first step after a switch is not counted (it wakes the threads)
     recheck_all: bool = False  # re-checks measure the current count again too (not its recent window)
     decisions: list[Decision] = field(default_factory=list)
