@@ -230,7 +230,7 @@ def interleaved(args: argparse.Namespace, model: str) -> int:
     backend = LlamaBackend()
     summary_ = backend.inspect(model, model)
     loaded = backend.load(summary_, 0)
-    bare_model = loaded.model  # one model in memory: only the loops and their contexts differ
+    bare_model = loaded.model.handle  # one model in memory: only the loops and their contexts differ
     spec = ContextSpec(args.threads, args.batch, min(args.ubatch, args.batch), False)
     for p, n in ((args.n_prompt, 0), (0, args.n_gen)):
         test = TestSpec(p, n)

@@ -91,7 +91,11 @@ def prefill_run(path: str, threads: int | None, prompt_tokens: int) -> dict:
     prompt = e.tokenize(" ".join(words), special=False, add_bos=True)[:prompt_tokens]
     try:
         with signals.interrupt_on_sigint(e.interrupt):
-            done = [ev for ev in e.stream(prompt, SamplingParams(temperature=0, max_tokens=1)) if isinstance(ev, Done)]
+            done = [
+                ev
+                for ev in e.stream(prompt, SamplingParams(temperature=0, max_tokens=1))
+                if isinstance(ev, Done)
+            ]
     finally:
         e.close()
     return {"prefill_tps": done[0].stats.prefill_tps, "threads": done[0].stats.threads}
@@ -145,7 +149,9 @@ def summarise(scenario: str, runs: dict, fixed: list[int]) -> str:
         best = min(halves[f"-t {n}"][0] for n in fixed) + min(halves[f"-t {n}"][1] for n in fixed)
         totals = {k: a + b for k, (a, b) in halves.items()}
         cells = "  ".join(f"{k} {a:5.2f}+{b:5.2f}s" for k, (a, b) in halves.items())
-        return f"{scenario:14s} decode halves  {cells}  adaptive/best-per-half {best / totals['adaptive']:.3f}"
+        return (
+            f"{scenario:14s} decode halves  {cells}  adaptive/best-per-half {best / totals['adaptive']:.3f}"
+        )
     speeds = {k: med(r["decode_tps"] for r in v) for k, v in runs.items()}
     best = max(speeds[f"-t {n}"] for n in fixed)
     cells = "  ".join(f"{k} {v:6.1f}" for k, v in speeds.items())

@@ -44,8 +44,6 @@ def test_depth_pg_flash_attention_and_quantized_cache():
 
 
 def test_depth_is_trimmed_with_seq_rm():
-    import llama_cpp
-
     from llmcli.bench.llama_backend import LlamaBackend
     from llmcli.bench.sweep import ContextSpec, TestSpec
     from llmcli.hub.default_model import model_path
@@ -58,11 +56,11 @@ def test_depth_is_trimmed_with_seq_rm():
         context.set_depth(20, rng)
         context.run(context.prepare(TestSpec(8, 2), rng))
         assert context.n_cached == 30
-        assert llama_cpp.llama_memory_seq_pos_max(context.mem, 0) == 29
+        assert context.ctx.pos_max() == 29
         context.set_depth(20, rng)
-        assert llama_cpp.llama_memory_seq_pos_max(context.mem, 0) == 19
+        assert context.ctx.pos_max() == 19
         context.set_depth(0, rng)
-        assert llama_cpp.llama_memory_seq_pos_max(context.mem, 0) == -1
+        assert context.ctx.pos_max() == -1
     finally:
         context.close()
         model.close()

@@ -162,6 +162,59 @@ def test_ctrl_c_sets_stop_and_interrupts_the_backend():
     assert backend.interrupted
 
 
+def test_ctrl_c_goes_through_the_engines_wakeup_fd_watcher(monkeypatch):
+    """The same mechanism as generate: `signals.interrupt_on_sigint` and its `SignalWatcher`."""
+    import _thread
+
+    from llmcli import signals
+
+    watchers = []
+    real = signals.SignalWatcher
+
+    def watcher(on_signal):
+        watchers.append(real(on_signal))
+        return watchers[-1]
+
+    monkeypatch.setattr(signals, "SignalWatcher", watcher)
+    backend = FakeBackend()
+
+    def work(stop):
+        threading.Timer(0.2, _thread.interrupt_main).start()
+        return "stopped" if stop.wait(10) else "ran on"
+
+    assert run_interruptible(work, backend) == "stopped" and backend.interrupted
+    assert len(watchers) == 1 and watchers[0].thread is not None  # the helper thread on the wakeup fd
+
+
+def test_a_second_ctrl_c_raises_at_once():
+    import _thread
+    import time
+
+    def work(stop):
+        _thread.interrupt_main()  # the first: sets stop, raises nothing
+        assert stop.wait(10)
+        _thread.interrupt_main()  # the second
+        time.sleep(10)
+
+    started = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        run_interruptible(work, FakeBackend())
+    assert time.perf_counter() - started < 5
+
+
+def test_a_second_ctrl_c_inside_the_runner_is_not_swallowed():
+    backend = FakeBackend(interrupt_at=1)  # KeyboardInterrupt during the first (warm-up) run
+    cases, models, run = _setup(backend, n_prompt=[8], n_gen=[4])
+    stop = threading.Event()
+    first = lambda event: stop.set()  # noqa: E731 - the first Ctrl-C arrived before the warm-up
+    with pytest.raises(KeyboardInterrupt):
+        run_tests(cases, models, backend, run, Options(reps=2), first, stop)
+    backend = FakeBackend(interrupt_at=1)
+    cases, models, run = _setup(backend, n_prompt=[8], n_gen=[4])
+    run_tests(cases, models, backend, run, Options(reps=2), stop=threading.Event())
+    assert run.interrupted and not run.complete  # without a first one, it is the run's Ctrl-C
+
+
 def test_worker_errors_reach_the_caller():
     def work(stop):
         raise UsageError("boom")

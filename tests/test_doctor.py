@@ -85,7 +85,8 @@ def test_json_report(hub_server):
 
 def test_llama_cpp_versions_and_compute():
     llama_cpp = pytest.importorskip("llama_cpp")
-    from llmcli.engine.llama import backend_name, physical_cores
+    from llmcli.engine.backend import backend_name
+    from llmcli.engine.llama import physical_cores
 
     _, report = doc("--offline")
     assert report["versions"]["llama_cpp_python"] == llama_cpp.__version__

@@ -23,8 +23,6 @@ _DIR_LABELS = {
     "cache": "cache dir",
     "models": "models (HF cache)",
 }
-# ggml_backend_dev_type, in the order of enum ggml_backend_dev_type (ggml-backend.h).
-_DEVICE_TYPES = ("CPU", "GPU", "IGPU", "ACCEL", "META")
 
 
 def collect(*, network: bool = True, timeout: float = HUB_TIMEOUT_S) -> dict[str, Any]:
@@ -64,78 +62,40 @@ def versions() -> dict[str, Any]:
         "ggml": None,
         "ggml_commit": None,
     }
+    from llmcli.engine import backend
+
     try:
-        import llama_cpp
+        backend.library()
     except Exception as exc:  # ImportError, or an OSError from loading the shared library
         info["llama_cpp_error"] = f"{type(exc).__name__}: {exc}"
         return info
-    info["llama_cpp_python"] = getattr(llama_cpp, "__version__", None)
-    lib = _lib(llama_cpp)
-    info["ggml"] = _c_string(lib, "ggml_version")
-    info["ggml_commit"] = _c_string(lib, "ggml_commit")
+    info["llama_cpp_python"] = backend.llama_cpp_version()
+    info["ggml"] = backend.ggml_version()
+    info["ggml_commit"] = backend.ggml_commit()
     return info
 
 
 def compute() -> dict[str, Any]:
     """The compute backend, whether this build can offload to a GPU, and the devices it sees."""
+    from llmcli.engine import backend
+
     try:
-        import llama_cpp
+        backend.library()
     except Exception as exc:
         return {
             "error": f"llama-cpp-python cannot be imported: {type(exc).__name__}: {exc}",
             "gpus_visible": gpus_visible(),
         }
-    from llmcli.engine.llama import backend_name
-
-    system_info = llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip()
+    system_info = backend.system_info()
     return {
-        "backend": backend_name(),
-        "gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
-        "mmap": bool(llama_cpp.llama_supports_mmap()),
-        "devices": devices(llama_cpp),
+        "backend": backend.backend_name(),
+        "gpu_offload": backend.gpu_offload(),
+        "mmap": backend.mmap(),
+        "devices": backend.devices(),
         "gpus_visible": gpus_visible(),
         "system_info": system_info,
         "features": parse_system_info(system_info),
     }
-
-
-def devices(llama_cpp) -> list[dict[str, Any]]:
-    """The devices ggml registered (CPU, GPUs, accelerators), with their memory."""
-    import ctypes
-
-    lib = _lib(llama_cpp)
-    try:
-        lib.ggml_backend_dev_count.restype = ctypes.c_size_t
-        lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
-        lib.ggml_backend_dev_get.restype = ctypes.c_void_p
-        for name in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
-            getattr(lib, name).argtypes = [ctypes.c_void_p]
-            getattr(lib, name).restype = ctypes.c_char_p
-        lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
-        lib.ggml_backend_dev_type.restype = ctypes.c_int
-        lib.ggml_backend_dev_memory.argtypes = [
-            ctypes.c_void_p,
-            ctypes.POINTER(ctypes.c_size_t),
-            ctypes.POINTER(ctypes.c_size_t),
-        ]
-    except AttributeError:  # an older build without the device API
-        return []
-    found = []
-    for index in range(lib.ggml_backend_dev_count()):
-        dev = lib.ggml_backend_dev_get(index)
-        free, total = ctypes.c_size_t(), ctypes.c_size_t()
-        lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
-        kind = lib.ggml_backend_dev_type(dev)
-        found.append(
-            {
-                "name": (lib.ggml_backend_dev_name(dev) or b"").decode("utf-8", "replace"),
-                "description": (lib.ggml_backend_dev_description(dev) or b"").decode("utf-8", "replace"),
-                "type": _DEVICE_TYPES[kind] if 0 <= kind < len(_DEVICE_TYPES) else str(kind),
-                "memory_free": free.value,
-                "memory_total": total.value,
-            }
-        )
-    return found
 
 
 def gpus_visible() -> list[str]:
@@ -527,20 +487,3 @@ def _size(n: int | None) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{n} B"
-
-
-def _lib(llama_cpp):
-    return llama_cpp.llama_cpp._lib
-
-
-def _c_string(lib, name: str) -> str | None:
-    import ctypes
-
-    try:
-        func = getattr(lib, name)
-    except AttributeError:
-        return None
-    func.restype = ctypes.c_char_p
-    func.argtypes = []
-    value = func()
-    return value.decode("utf-8", "replace") if value else None

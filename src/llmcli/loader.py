@@ -68,9 +68,9 @@ def check_memory(path: Path, header, options: EngineOptions) -> None:
 
 
 def _gpu_offload_supported() -> bool:
-    import llama_cpp
+    from llmcli.engine.backend import gpu_offload
 
-    return bool(llama_cpp.llama_supports_gpu_offload())
+    return gpu_offload()
 
 
 def load_engine(

@@ -90,13 +90,9 @@ class Result:
 
 
 def versions(backend: str) -> dict:
-    from importlib.metadata import PackageNotFoundError, version
+    from llmcli.engine.backend import llama_cpp_version
 
-    try:
-        lcp = version("llama_cpp_python")
-    except PackageNotFoundError:
-        lcp = None
-    return {"llmcli": __version__, "llama_cpp_python": lcp, "backend": backend}
+    return {"llmcli": __version__, "llama_cpp_python": llama_cpp_version(), "backend": backend}
 
 
 def incomplete_message(done: Done, params: SamplingParams, constraint: str) -> tuple[str, str | None]:

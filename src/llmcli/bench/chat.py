@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from llmcli import prompting
 from llmcli.bench.results import BenchRun, ChatTurnResult, ModelSummary
-from llmcli.bench.runner import Backend, Event, Interrupted, now_iso
+from llmcli.bench.runner import Backend, Event, Interrupted, now_iso, reraise_second_ctrl_c
 from llmcli.bench.sweep import Case, Sweep, TestSpec, drop_unsupported
 from llmcli.conversation import Conversation
 from llmcli.engine.base import Done, EngineOptions, SamplingParams, Token
@@ -88,7 +88,8 @@ def run_chat(
         for index, case in enumerate(cases):
             phase = _progress(progress, index, cases)
             run_case(case, models[case.model], backend, options, phase, stop, run.results)
-    except (Interrupted, KeyboardInterrupt):
+    except (Interrupted, KeyboardInterrupt) as exc:
+        reraise_second_ctrl_c(exc, stop)
         run.complete = False
         run.interrupted = True
     run.finished_at = now_iso()
@@ -176,7 +177,7 @@ def _turn(engine, conversation: Conversation, fmt, params: SamplingParams, clock
             done = event
     if done is None or done.finish_reason == "interrupted":
         raise Interrupted
-    decode_ts = (n - 1) * 1e9 / (last - first) if n > 1 and last > first else None
+    decode_ts = (n - 1) * 1e9 / (last - first) if n > 1 and first is not None and last > first else None
     ttft = (first if first is not None else clock()) - start
     s = done.stats
     return TurnSample(len(tokens), s.cached_tokens, s.completion_tokens, ttft, decode_ts), done.text

@@ -89,6 +89,12 @@ class FakeBackend:
     def interrupt(self) -> None:
         self.interrupted = True
 
+    def interrupt_on_sigint(self, interrupt):
+        """The engine's own Ctrl-C handling (no llama.cpp needed), so tests exercise it."""
+        from llmcli.engine.measure import interrupt_on_sigint
+
+        return interrupt_on_sigint(interrupt)
+
     def load_snapshot(self) -> Any:
         return None
 

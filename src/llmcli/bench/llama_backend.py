@@ -1,8 +1,9 @@
-"""The benchmark backend on llama.cpp's low-level API (the same calls llama-bench makes).
+"""The benchmark backend on the engine's measuring surface (`llmcli.engine.measure`).
 
 Model parameters and context parameters start from llama.cpp's defaults, as llama-bench's do, with
-only the swept settings changed. The timed loop is a handful of ctypes calls per batch or token:
-`llama_decode` on a prebuilt `llama_batch_get_one` batch, then `llama_synchronize`.
+only the swept settings changed. The timed loop is a handful of calls per batch or token, each one
+ctypes call: `decode` (`llama_decode`) of a prebuilt `llama_batch_get_one` batch, then `synchronize`
+(`llama_synchronize`). Nothing here imports llama_cpp.
 """
 
 from __future__ import annotations
@@ -18,22 +19,17 @@ from llmcli.bench.results import ModelSummary
 from llmcli.bench.runner import Interrupted
 from llmcli.bench.sweep import ContextSpec, TestSpec
 from llmcli.bench.traffic import weight_bytes_per_token
-from llmcli.errors import InvalidModelError, LlmcliError
+from llmcli.errors import LlmcliError
 
 
 class LlamaBackend:
     """Loads models and creates contexts; `interrupt()` aborts the decode in progress from any thread."""
 
     def __init__(self, debug: bool = False) -> None:
-        import llama_cpp
+        from llmcli.engine import measure
 
-        from llmcli.engine.llama import silence_logs
-
-        self.L = llama_cpp
         self.debug = debug
-        if not debug:
-            silence_logs(llama_cpp)
-        llama_cpp.llama_backend_init()
+        measure.init(debug)
         self.clock = time.perf_counter_ns
         self.live: list[Any] = []  # contexts and chat engines that interrupt() must reach
 
@@ -80,6 +76,12 @@ class LlamaBackend:
         for thing in list(self.live):
             thing.interrupt()
 
+    def interrupt_on_sigint(self, interrupt):
+        """Ctrl-C calls `interrupt` through the engine's wakeup-fd watcher, as in generate."""
+        from llmcli.engine.measure import interrupt_on_sigint
+
+        return interrupt_on_sigint(interrupt)
+
     def load_snapshot(self) -> Any:
         return load.snapshot()
 
@@ -91,30 +93,17 @@ class LlamaModel:
     """One loaded model (per model file and GPU layer count)."""
 
     def __init__(self, backend: LlamaBackend, summary: ModelSummary, n_gpu_layers: int) -> None:
-        L = self.L = backend.L
+        from llmcli.engine.measure import MeasureModel
+
         self.backend = backend
-        params = L.llama_model_default_params()
-        params.n_gpu_layers = n_gpu_layers
-        self.model = L.llama_model_load_from_file(summary.path.encode(), params)
-        if not self.model:
-            raise InvalidModelError(
-                f"llama.cpp could not load {summary.path}",
-                hint="the architecture may be unsupported by this llama.cpp build; run with --debug",
-            )
-        vocab = L.llama_model_get_vocab(self.model)
-        self.n_vocab = L.llama_vocab_n_tokens(vocab)
-        self.bos = L.llama_vocab_bos(vocab) if L.llama_vocab_get_add_bos(vocab) else None
-        n_layers = L.llama_model_n_layer(self.model)
-        offload = L.llama_supports_gpu_offload()
-        self.gpu_layers_offloaded = max(0, min(n_gpu_layers, n_layers + 1)) if offload else 0
+        self.model = MeasureModel(summary.path, n_gpu_layers)
+        self.gpu_layers_offloaded = self.model.gpu_layers_offloaded
 
     def new_context(self, spec: ContextSpec, n_ctx: int) -> LlamaContext:
         return LlamaContext(self, spec, n_ctx)
 
     def close(self) -> None:
-        if self.model:
-            self.L.llama_model_free(self.model)
-            self.model = None
+        self.model.close()
 
 
 @dataclass
@@ -130,54 +119,24 @@ class LlamaContext:
     """A llama.cpp context and its KV cache, positioned token by token as the runner asks."""
 
     def __init__(self, model: LlamaModel, spec: ContextSpec, n_ctx: int) -> None:
-        from llmcli.engine.llama import AbortFlag
-
-        L = self.L = model.L
         self.model = model
-        self.ctx = L.llama_init_from_model(model.model, self._params(spec, n_ctx))
-        if not self.ctx:
-            raise LlmcliError(
-                f"llama.cpp could not create a context of {n_ctx} tokens (threads {spec.n_threads}, batch "
-                f"{spec.n_batch}, flash attention {spec.flash_attn_label}, KV {spec.type_k}/{spec.type_v})",
-                hint="run with --debug for llama.cpp's reason",
-            )
-        self.abort = AbortFlag(L)
-        L.llama_set_abort_callback(self.ctx, self.abort.callback, self.abort.data)
-        self.mem = L.llama_get_memory(self.ctx)
-        self.n_batch = min(spec.n_batch, L.llama_n_batch(self.ctx))
+        self.ctx = model.model.new_context(
+            n_ctx, n_batch=spec.n_batch, n_ubatch=spec.n_ubatch, n_threads=spec.n_threads,
+            flash_attn=spec.flash_attn, type_k=spec.type_k, type_v=spec.type_v,
+        )  # fmt: skip
+        self.n_batch = self.ctx.n_batch
         self.n_cached = 0
-        L.llama_memory_clear(self.mem, False)
         model.backend.live.append(self)
 
-    def _params(self, spec: ContextSpec, n_ctx: int):
-        from llmcli.engine.llama import ggml_type
-
-        L = self.L
-        params = L.llama_context_default_params()
-        params.n_ctx = n_ctx
-        params.n_batch = spec.n_batch
-        params.n_ubatch = spec.n_ubatch
-        params.n_threads = spec.n_threads
-        params.n_threads_batch = spec.n_threads
-        params.flash_attn_type = {
-            None: L.LLAMA_FLASH_ATTN_TYPE_AUTO,
-            True: L.LLAMA_FLASH_ATTN_TYPE_ENABLED,
-            False: L.LLAMA_FLASH_ATTN_TYPE_DISABLED,
-        }[spec.flash_attn]
-        params.type_k = ggml_type(L, spec.type_k)
-        params.type_v = ggml_type(L, spec.type_v)
-        return params
-
     def interrupt(self) -> None:
-        self.abort.set()
+        self.ctx.interrupt()
 
     # -- KV cache position -----------------------------------------------------------------
 
     def set_depth(self, depth: int, rng: random.Random) -> None:
         """Trim the cache to `depth` tokens with llama_memory_seq_rm, or fill it up to `depth` (untimed)."""
-        L = self.L
-        if self.n_cached > depth and not (depth > 0 and L.llama_memory_seq_rm(self.mem, 0, depth, -1)):
-            L.llama_memory_clear(self.mem, False)
+        if self.n_cached > depth and not (depth > 0 and self.ctx.trim(depth)):
+            self.ctx.clear()
             self.n_cached = 0
         self.n_cached = min(self.n_cached, depth)
         if self.n_cached < depth:
@@ -187,42 +146,39 @@ class LlamaContext:
     def prepare(self, test: TestSpec, rng: random.Random) -> Prepared:
         start = self.n_cached
         prompt = self._batches(self._tokens(test.n_prompt, rng, start))
-        gen = [self._batch([t]) for t in self._tokens(test.n_gen, rng, start + test.n_prompt)]
+        gen = [self.ctx.batch([t]) for t in self._tokens(test.n_gen, rng, start + test.n_prompt)]
         return Prepared(prompt, gen, test.n_tokens)
 
     def _tokens(self, n: int, rng: random.Random, position: int) -> list[int]:
         """Random token ids, as llama-bench draws them; BOS first when the sequence starts here."""
-        tokens = [rng.randrange(self.model.n_vocab) for _ in range(n)]
-        if tokens and position == 0 and self.model.bos is not None:
-            tokens[0] = self.model.bos
+        model = self.model.model
+        tokens = [rng.randrange(model.n_vocab) for _ in range(n)]
+        if tokens and position == 0 and model.bos is not None:
+            tokens[0] = model.bos
         return tokens
 
     def _batches(self, tokens: list[int]) -> list[tuple[Any, Any]]:
-        return [self._batch(tokens[i : i + self.n_batch]) for i in range(0, len(tokens), self.n_batch)]
-
-    def _batch(self, tokens: list[int]) -> tuple[Any, Any]:
-        array = (self.L.llama_token * len(tokens))(*tokens)
-        return array, self.L.llama_batch_get_one(array, len(tokens))
+        return [self.ctx.batch(tokens[i : i + self.n_batch]) for i in range(0, len(tokens), self.n_batch)]
 
     # -- the timed part --------------------------------------------------------------------
 
     def run(self, prepared: Prepared) -> None:
-        decode, sync, ctx = self.L.llama_decode, self.L.llama_synchronize, self.ctx
-        for _, batch in prepared.prompt:
-            rc = decode(ctx, batch)
+        decode, sync = self.ctx.decode, self.ctx.synchronize
+        for batch in prepared.prompt:
+            rc = decode(batch)
             if rc:
                 self._failed(rc)
         if prepared.prompt:
-            sync(ctx)
-        for _, batch in prepared.gen:
-            rc = decode(ctx, batch)
+            sync()
+        for batch in prepared.gen:
+            rc = decode(batch)
             if rc:
                 self._failed(rc)
-            sync(ctx)
+            sync()
         self.n_cached += prepared.n_tokens
 
     def _failed(self, rc: int) -> None:
-        if rc == 2 or self.abort.is_set():
+        if rc == 2 or self.ctx.interrupted:
             raise Interrupted
         raise LlmcliError(
             f"llama_decode failed with status {rc} ({self.n_cached} tokens in the cache)",
@@ -231,6 +187,4 @@ class LlamaContext:
 
     def close(self) -> None:
         self.model.backend.release(self)
-        if self.ctx:
-            self.L.llama_free(self.ctx)
-            self.ctx = None
+        self.ctx.close()

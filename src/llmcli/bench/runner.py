@@ -7,8 +7,9 @@ of `n_prompt` synthetic tokens in batches of `n_batch` followed by `n_gen` singl
 starts, so tokenization and sampling are excluded, as in llama-bench.
 
 A model is loaded once per (model, GPU layers) and a context created once per context settings.
-`run_interruptible` runs the loop on a worker thread so that Ctrl-C can abort a long `llama_decode`
-through llama.cpp's abort callback; whatever finished is kept and the run is marked incomplete.
+`run_interruptible` runs the loop under the engine's Ctrl-C handling, the one generate uses: the
+wakeup-fd watcher aborts a long `llama_decode` through llama.cpp's abort callback at once; whatever
+finished is kept and the run is marked incomplete.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from itertools import groupby
@@ -74,6 +76,10 @@ class Backend(Protocol):
 
     def interrupt(self) -> None:
         """Abort the decode in progress (called from another thread)."""
+
+    def interrupt_on_sigint(self, interrupt: Callable[[], None]) -> AbstractContextManager[None]:
+        """While inside, the first Ctrl-C calls `interrupt` and a second raises KeyboardInterrupt
+        (`llmcli.engine.measure.interrupt_on_sigint`, the mechanism generate uses)."""
 
     def load_snapshot(self) -> Any:
         """A snapshot of machine-wide CPU use (`llmcli.bench.load.snapshot`)."""
@@ -173,7 +179,8 @@ def run_tests(
     loop = _Loop(cases, models, backend, run, options, progress, stop)
     try:
         loop.run()
-    except (Interrupted, KeyboardInterrupt):
+    except (Interrupted, KeyboardInterrupt) as exc:
+        reraise_second_ctrl_c(exc, stop)
         run.complete = False
         run.interrupted = True
     run.finished_at = now_iso()
@@ -280,34 +287,27 @@ def now_iso() -> str:
 
 
 def run_interruptible(work: Callable[[threading.Event], Any], backend: Backend) -> Any:
-    """Run `work(stop)` on a worker thread; Ctrl-C sets `stop` and aborts the decode in progress.
+    """Run `work(stop)` on this thread; Ctrl-C sets `stop` and aborts the decode in progress.
 
-    The main thread waits on an Event rather than `Thread.join`: a join interrupted by Ctrl-C can
-    mark a still-running thread as finished. A second Ctrl-C while the worker winds down is re-raised.
+    The Ctrl-C handling is generate's (`Backend.interrupt_on_sigint`): CPython's C-level handler
+    wakes a watcher thread through the wakeup fd, which raises llama.cpp's abort flag even while
+    this thread is inside one long `llama_decode`. A second Ctrl-C while the run winds down raises
+    KeyboardInterrupt out of here (`reraise_second_ctrl_c`).
     """
-    stop, finished = threading.Event(), threading.Event()
-    box: dict[str, Any] = {}
+    stop = threading.Event()
 
-    def target() -> None:
-        try:
-            box["value"] = work(stop)
-        except BaseException as exc:  # handed to the main thread
-            box["error"] = exc
-        finally:
-            finished.set()
-
-    threading.Thread(target=target, name="llmcli-bench", daemon=True).start()
-    try:
-        _wait(finished)
-    except KeyboardInterrupt:
+    def interrupt() -> None:
         stop.set()
         backend.interrupt()
-        _wait(finished)
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
+
+    with backend.interrupt_on_sigint(interrupt):
+        return work(stop)
 
 
-def _wait(finished: threading.Event) -> None:
-    while not finished.wait(0.25):
-        pass
+def reraise_second_ctrl_c(exc: BaseException, stop: threading.Event | None) -> None:
+    """A KeyboardInterrupt after `stop` was set is a second Ctrl-C: it ends the run at once.
+
+    (A first Ctrl-C sets `stop` without raising; a KeyboardInterrupt with `stop` unset comes from a
+    caller without `run_interruptible`, and is recorded as an interrupted run.)"""
+    if isinstance(exc, KeyboardInterrupt) and stop is not None and stop.is_set():
+        raise exc

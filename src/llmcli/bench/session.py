@@ -93,11 +93,13 @@ def execute(
     progress: Callable[[runner.Event], None] = lambda event: None,
     measure_bandwidth: Callable[[int], object] | None = None,
 ) -> BenchRun:
-    """Run the plan on a worker thread (Ctrl-C stops it cleanly); returns what finished."""
+    """Run the plan (Ctrl-C stops it cleanly, through generate's signal watcher); returns what finished."""
     run = new_run(request, the_plan, backend)
     if request.roofline:
         if measure_bandwidth is None:
-            from llmcli.bench.membw import measure as measure_bandwidth
+            from llmcli.bench.membw import measure
+
+            measure_bandwidth = measure
         run.bandwidth = measure_bandwidth(max(request.sweep.threads))
 
     def work(stop: threading.Event) -> BenchRun:

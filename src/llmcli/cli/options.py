@@ -276,7 +276,7 @@ def schema_to_grammar(value: str) -> str:
         ) from None
     if not isinstance(schema, (dict, bool)):
         raise UsageError("--json-schema must be a JSON object")
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
+    from llmcli.engine.grammar import json_schema_to_gbnf
 
     try:
         return json_schema_to_gbnf(json.dumps(schema))

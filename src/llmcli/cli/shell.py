@@ -263,7 +263,7 @@ def complete_values_of(command, param, incomplete: str) -> list[str]:
     `REF:`, and local model names when the parameter has no function of its own."""
     if param.name in MODEL_PARAMS and ":" in incomplete:
         return quant_candidates(incomplete)
-    if param._custom_shell_complete is None:
+    if not has_own_completion(param):
         if param.name in MODEL_PARAMS:
             from llmcli.cli.options import _complete_models
 
@@ -271,6 +271,15 @@ def complete_values_of(command, param, incomplete: str) -> list[str]:
         return []
     ctx = typer.Context(command, info_name=command.name, resilient_parsing=True)
     return [item.value for item in param.shell_complete(ctx, incomplete)]
+
+
+def has_own_completion(param) -> bool:
+    """Whether a parameter was given a completion function (Typer's `autocompletion=`).
+
+    Click keeps it in the private `Parameter._custom_shell_complete` and has no public accessor
+    (`Parameter.shell_complete` falls back to the type's completion, which cannot be told apart);
+    this is the one place llmcli reads it, and a Click without it counts as "none"."""
+    return getattr(param, "_custom_shell_complete", None) is not None
 
 
 def quant_candidates(incomplete: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""The llama.cpp engine: the only module that imports llama_cpp.
+"""The llama.cpp engine (only the `llmcli.engine` package imports llama_cpp).
 
 It drives llama.cpp's low-level API directly (model, context, sampler chain, batches) rather
 than `llama_cpp.Llama`, for three reasons measured on the default model:
@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from llmcli import defaults
+from llmcli.engine.backend import backend_name
 from llmcli.engine.base import (
     Done,
     EngineOptions,
@@ -423,12 +424,6 @@ class LlamaEngine:
         """Stop the running request soon; safe from a signal handler."""
         self._abort.set()
 
-    def interrupt_on_sigint(self):
-        """`llmcli.signals.interrupt_on_sigint` for this engine (kept for callers of the engine alone)."""
-        from llmcli import signals
-
-        return signals.interrupt_on_sigint(self.interrupt)
-
     def stream(self, prompt: str | list[int], params: SamplingParams) -> Iterator[Event]:
         """Prefill `prompt`, then decode; yields PrefillProgress, Token..., and one Done.
 
@@ -664,18 +659,11 @@ def _check_decode(rc: int, used: int, n_ctx: int) -> None:
         )
 
 
-_FTYPES = {
-    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
-    11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
-    17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S", 22: "IQ3_XS",
-    23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S", 29: "IQ2_M",
-    30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0", 37: "TQ2_0", 38: "MXFP4",
-}  # fmt: skip
-
-
 def _quant_name(file_type: str | None) -> str:
+    from llmcli.gguf_file import FILE_TYPE_NAMES  # the one llama_ftype table
+
     try:
-        return _FTYPES.get(int(file_type), f"type {file_type}") if file_type else "unknown"
+        return FILE_TYPE_NAMES.get(int(file_type), f"type {file_type}") if file_type else "unknown"
     except ValueError:
         return "unknown"
 
@@ -685,25 +673,3 @@ def ggml_type(L, name: str) -> int:
     if value is None:
         raise UsageError(f"unknown KV cache type {name!r} (try f16, q8_0, q4_0)")
     return value
-
-
-def backend_name() -> str:
-    """The compute backend this llama.cpp build offloads to (CPU when it cannot offload)."""
-    import llama_cpp
-
-    if not llama_cpp.llama_supports_gpu_offload():
-        return "CPU"
-    info = llama_cpp.llama_print_system_info().decode("utf-8", "replace")
-    for name in ("CUDA", "Metal", "Vulkan", "ROCm", "HIP", "SYCL", "OpenCL", "CANN", "MUSA"):
-        if name.upper() in info.upper():
-            return name
-    return "GPU"
-
-
-def llama_cpp_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("llama_cpp_python")
-    except PackageNotFoundError:
-        return "unknown"

@@ -1,0 +1,141 @@
+"""What this llama.cpp build is and what it runs on: versions, compute backend, devices.
+
+The one home of these probes: `llmcli doctor` and the environment block of `llmcli bench` both read
+them here. Every function imports llama_cpp when called (never at module import), and raises
+ImportError or OSError when llama-cpp-python or its shared library cannot be loaded.
+
+ggml's version, commit and device list have no Python binding in llama-cpp-python, so they are read
+from the loaded native library through ctypes. `_native()` is the only place in llmcli that reaches
+into a private name of llama-cpp-python to get that library.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+# ggml_backend_dev_type, in the order of enum ggml_backend_dev_type (ggml-backend.h).
+DEVICE_TYPES = ("CPU", "GPU", "IGPU", "ACCEL", "META")
+GPU_DEVICE_TYPES = ("GPU", "IGPU")
+
+
+def library():
+    """The llama_cpp module (ImportError, or OSError when its shared library cannot be loaded)."""
+    import llama_cpp
+
+    return llama_cpp
+
+
+def llama_cpp_version() -> str | None:
+    """llama-cpp-python's version, from the package metadata; None when it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("llama_cpp_python")
+    except PackageNotFoundError:
+        return None
+
+
+def backend_name() -> str:
+    """The compute backend this llama.cpp build offloads to (CPU when it cannot offload)."""
+    llama_cpp = library()
+    if not llama_cpp.llama_supports_gpu_offload():
+        return "CPU"
+    info = llama_cpp.llama_print_system_info().decode("utf-8", "replace")
+    for name in ("CUDA", "Metal", "Vulkan", "ROCm", "HIP", "SYCL", "OpenCL", "CANN", "MUSA"):
+        if name.upper() in info.upper():
+            return name
+    return "GPU"
+
+
+def gpu_offload() -> bool:
+    """Whether this build can offload layers to a GPU."""
+    return bool(library().llama_supports_gpu_offload())
+
+
+def mmap() -> bool:
+    return bool(library().llama_supports_mmap())
+
+
+def system_info() -> str:
+    """`llama_print_system_info()`: the backends and SIMD paths the build uses."""
+    return library().llama_print_system_info().decode("utf-8", "replace").strip()
+
+
+def llama_version() -> str:
+    return library().llama_version().decode("utf-8", "replace")
+
+
+def ggml_version() -> str | None:
+    return _c_string("ggml_version")
+
+
+def ggml_commit() -> str | None:
+    """The commit of the bundled ggml (llama.cpp's build commit)."""
+    return _c_string("ggml_commit")
+
+
+def devices() -> list[dict[str, Any]]:
+    """The devices ggml registered (CPU, GPUs, accelerators), with their memory; [] on a build
+    without the device API."""
+    lib = _native()
+    try:
+        lib.ggml_backend_dev_count.restype = ctypes.c_size_t
+        lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+        lib.ggml_backend_dev_get.restype = ctypes.c_void_p
+        for name in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
+            getattr(lib, name).argtypes = [ctypes.c_void_p]
+            getattr(lib, name).restype = ctypes.c_char_p
+        lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+        lib.ggml_backend_dev_type.restype = ctypes.c_int
+        lib.ggml_backend_dev_memory.argtypes = [
+            ctypes.c_void_p,
+            ctypes.POINTER(ctypes.c_size_t),
+            ctypes.POINTER(ctypes.c_size_t),
+        ]
+    except AttributeError:  # an older build without the device API
+        return []
+    found = []
+    for index in range(lib.ggml_backend_dev_count()):
+        dev = lib.ggml_backend_dev_get(index)
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+        kind = lib.ggml_backend_dev_type(dev)
+        found.append(
+            {
+                "name": (lib.ggml_backend_dev_name(dev) or b"").decode("utf-8", "replace"),
+                "description": (lib.ggml_backend_dev_description(dev) or b"").decode("utf-8", "replace"),
+                "type": DEVICE_TYPES[kind] if 0 <= kind < len(DEVICE_TYPES) else str(kind),
+                "memory_free": free.value,
+                "memory_total": total.value,
+            }
+        )
+    return found
+
+
+def gpu_names() -> list[str]:
+    """Descriptions of ggml's GPU devices (discrete and integrated)."""
+    return [d["description"] for d in devices() if d["type"] in GPU_DEVICE_TYPES]
+
+
+def _native() -> ctypes.CDLL:
+    """libllama as llama-cpp-python loaded it; its symbol lookup reaches the ggml libraries it links.
+
+    `llama_cpp.llama_cpp._lib` is private: llama-cpp-python binds no ggml version or device
+    function, and this is the one place llmcli reaches for it."""
+    library()
+    from llama_cpp import llama_cpp as binding
+
+    return binding._lib
+
+
+def _c_string(name: str) -> str | None:
+    """A `const char *f(void)` of the native library; None when the build lacks it."""
+    try:
+        func = getattr(_native(), name)
+    except AttributeError:
+        return None
+    func.restype = ctypes.c_char_p
+    func.argtypes = []
+    value = func()
+    return value.decode("utf-8", "replace") if value else None
