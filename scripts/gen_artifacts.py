@@ -131,7 +131,7 @@ def describe(cmd, path: str) -> Command:
 
 def describe_param(cmd, p, path: str) -> Param:
     from llmcli import settings
-    from llmcli.cli import shell
+    from llmcli.cli import completion as shell
 
     desc = p.type_descriptor
     is_option = p.param_type_name == "option"
@@ -141,7 +141,7 @@ def describe_param(cmd, p, path: str) -> Param:
         kind = "flag"
     elif (path, p.name) in shell.STATIC_COMPLETIONS:
         kind, choices = "choice", list(shell.complete_values_of(cmd, p, ""))
-    elif p.name in shell.MODEL_PARAMS or p._custom_shell_complete is not None:
+    elif p.name in shell.MODEL_PARAMS or shell.has_own_completion(p):
         kind = "dynamic"
     elif desc.is_choice and desc.choices:
         kind, choices = "choice", [str(getattr(c, "value", c)) for c in desc.choices]

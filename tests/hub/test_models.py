@@ -329,6 +329,6 @@ def test_models_show_and_pull_list_say_base_or_instruct(hub):
     ],
 )
 def test_hub_names_that_mark_an_instruct_model(repo, files, named):
-    from llmcli.cli.hub_commands import _named_instruct
+    from llmcli.cli.pull import _named_instruct
 
     assert _named_instruct(repo, files) is named

@@ -109,7 +109,7 @@ def _register() -> None:
     from llmcli.cli import generate
 
     app.command("generate", no_args_is_help=False)(generate.generate)
-    for name in ("hub_commands", "chat", "bench", "shell"):
+    for name in ("pull", "models", "chat", "bench", "config", "doctor", "completion"):
         try:
             module = __import__(f"llmcli.cli.{name}", fromlist=["register"])
         except ModuleNotFoundError as exc:
@@ -124,8 +124,8 @@ _register()
 
 def main() -> None:
     """Console-script entry point: run the app and map exceptions to one line and an exit code."""
-    if sys.argv[1:2] == ["__complete"]:  # Tab in a shell: skip Typer's parsing (cli/shell.py)
-        from llmcli.cli.shell import fast_complete
+    if sys.argv[1:2] == ["__complete"]:  # Tab in a shell: skip Typer's parsing (cli/completion.py)
+        from llmcli.cli.completion import fast_complete
 
         sys.exit(fast_complete(sys.argv[2:]))
     _install_sigterm()
