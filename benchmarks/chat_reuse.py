@@ -33,7 +33,7 @@ def conversation_ttfts(engine, turns: int, answer_tokens: int, reuse: bool) -> l
     from llmcli.conversation import Conversation
     from llmcli.engine.base import SamplingParams
     from llmcli.loader import Loaded
-    from llmcli.repl.session import ChatSession
+    from llmcli.repl.chat_session import ChatSession
 
     engine.reset()
     params = SamplingParams(temperature=0, max_tokens=answer_tokens, seed=1)

@@ -80,7 +80,7 @@ def test_chat_scenario_through_the_real_template():
 
 
 def test_ctrl_c_aborts_a_long_prefill():
-    from llmcli.bench import session
+    from llmcli.bench import run as session
     from llmcli.bench.llama_backend import LlamaBackend
     from llmcli.bench.sweep import Sweep
 

@@ -29,4 +29,4 @@ def test_hub_and_bench_never_import_the_output_layer(package):
 
 
 def test_the_runner_does_not_reach_into_the_repl():
-    assert not {n for n in _imports(SRC / "runner.py") if n.startswith("llmcli.repl")}
+    assert not {n for n in _imports(SRC / "generation.py") if n.startswith("llmcli.repl")}

@@ -483,8 +483,8 @@ def test_sigterm_while_the_prompt_is_busy_is_not_swallowed_by_its_event_loop(fak
     from llmcli.cli import app
     from llmcli.errors import TerminatedError
     from llmcli.loader import load_engine
+    from llmcli.repl.chat_session import ChatSession
     from llmcli.repl.loop import Repl, build_prompt_session
-    from llmcli.repl.session import ChatSession
 
     repl = Repl(ChatSession(load_engine(None, EngineOptions()), SamplingParams()), interactive=True)
     previous = signal.getsignal(signal.SIGTERM)

@@ -13,8 +13,8 @@ from llmcli.conversation import Conversation
 from llmcli.engine.base import SamplingParams
 from llmcli.engine.fake import FakeEngine
 from llmcli.loader import Loaded
+from llmcli.repl.chat_session import ChatSession
 from llmcli.repl.loop import Repl, SlashCompleter, build_prompt_session
-from llmcli.repl.session import ChatSession
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmcli.bench import load
+from llmcli.bench import cpu_load as load
 from llmcli.bench.results import ModelSummary
 from llmcli.bench.runner import Interrupted
 from llmcli.bench.sweep import ContextSpec, TestSpec

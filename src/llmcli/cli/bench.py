@@ -1,6 +1,6 @@
 """`llmcli bench`: llama-bench style tokens-per-second reports, the chat scenario, and `bench compare`.
 
-Thin: flags become a `llmcli.bench.session.Request`; progress goes to stderr, the results table (or
+Thin: flags become a `llmcli.bench.run.Request`; progress goes to stderr, the results table (or
 CSV / JSON / JSON lines) to stdout. Measurement lives in `llmcli.bench`.
 """
 
@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from llmcli import defaults
-from llmcli.bench.load import NOISY
+from llmcli.bench.cpu_load import NOISY
 from llmcli.cli import options as o
 from llmcli.errors import ExitCode, UsageError
 
@@ -169,7 +169,8 @@ def bench(
     if ctx.invoked_subcommand is not None:
         return
     from llmcli import render
-    from llmcli.bench import runner, session
+    from llmcli.bench import run as session
+    from llmcli.bench import runner
     from llmcli.render import bench as formats
 
     _check_choice("--output", output, formats.FORMATS)

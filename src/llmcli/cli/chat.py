@@ -61,9 +61,9 @@ def chat(
     from llmcli.conversation import OVERFLOW_POLICIES, Conversation
     from llmcli.errors import UsageError
     from llmcli.loader import load_engine
-    from llmcli.repl import sessions
+    from llmcli.repl import session_files as sessions
+    from llmcli.repl.chat_session import ChatSession
     from llmcli.repl.loop import Repl
-    from llmcli.repl.session import ChatSession
 
     policy = settings.resolve("on_overflow", on_overflow)
     if policy not in OVERFLOW_POLICIES:
@@ -111,7 +111,7 @@ def chat(
 
 def _session_to_continue(session: str | None, resume: bool) -> tuple[str | None, dict | None]:
     from llmcli.errors import UsageError
-    from llmcli.repl import sessions
+    from llmcli.repl import session_files as sessions
 
     if resume:
         name = session or sessions.most_recent()
@@ -126,7 +126,7 @@ def _session_to_continue(session: str | None, resume: bool) -> tuple[str | None,
 
 def _conversation(saved: dict, name: str):
     from llmcli.conversation import Conversation
-    from llmcli.repl import sessions
+    from llmcli.repl import session_files as sessions
 
     try:
         return Conversation.from_dict(saved)

@@ -65,8 +65,8 @@ def generate(
 
     engine_opts = o.engine_options(ctx_size, gpu_layers, threads, batch_size, flash_attn)
     loaded = load_engine(model, engine_opts, offline=offline, force=force, debug=render.debug())
+    from llmcli.generation import run_generate
     from llmcli.prompting import generate_format
-    from llmcli.runner import run_generate
     from llmcli.sampling import apply_recommended
 
     if applied := apply_recommended(params, loaded.engine.info, loaded.ref):

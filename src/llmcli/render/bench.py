@@ -15,7 +15,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from llmcli.bench import stats, sweep
-from llmcli.bench.load import NOISY
+from llmcli.bench.cpu_load import NOISY
 from llmcli.bench.results import BenchRun
 from llmcli.render import tables
 from llmcli.units import human_size

@@ -153,7 +153,7 @@ def _save(repl: Repl, arg: str) -> None:
 @command("/load", "/load NAME", "Load a saved conversation.")
 def _load(repl: Repl, arg: str) -> None:
     if not arg:
-        from llmcli.repl import sessions
+        from llmcli.repl import session_files as sessions
 
         names = sessions.list_names()
         repl.info("sessions: " + (", ".join(names) if names else "none"))

@@ -19,9 +19,10 @@ from llmcli import paths
 from llmcli.errors import LlmcliError, TerminatedError
 from llmcli.render.stats import stats_line
 from llmcli.render.stream import PlainSink
-from llmcli.repl import commands, sessions
+from llmcli.repl import commands
+from llmcli.repl import session_files as sessions
+from llmcli.repl.chat_session import ChatSession
 from llmcli.repl.readout import LiveReadout
-from llmcli.repl.session import ChatSession
 
 MULTILINE_FENCE = '"""'
 
@@ -75,7 +76,7 @@ class Repl:
             self.info("[interrupted: the partial answer is kept in the history]")
         if self.session.constraint and result.done.constraint_complete is False:
             from llmcli.errors import IncompleteOutputError
-            from llmcli.runner import incomplete_message
+            from llmcli.generation import incomplete_message
 
             error = IncompleteOutputError(
                 *incomplete_message(result.done, self.session.params, self.session.constraint)

@@ -126,7 +126,7 @@ class ChatSession:
                 sink(event)
                 if isinstance(event, ThreadsChanged):
                     from llmcli import render
-                    from llmcli.runner import threads_changed
+                    from llmcli.generation import threads_changed
 
                     render.debug_log(threads_changed(event))
                 elif isinstance(event, Done):
