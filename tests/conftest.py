@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers import use_engine
 
-from llmcli import loader
 from llmcli.engine.fake import FakeEngine
 
 SESSION_CACHE: Path | None = None
@@ -35,18 +35,19 @@ def isolated(tmp_path, session_cache, monkeypatch) -> Path:
             monkeypatch.delenv(var)
     for var in ("HF_ENDPOINT", "HF_TOKEN", "HF_HUB_OFFLINE", "HF_HUB_CACHE", "FORCE_COLOR"):
         monkeypatch.delenv(var, raising=False)
-    from llmcli import settings
+    from llmcli import environment
 
-    settings.reset_cache()
+    previous = environment.current()
+    environment.install(environment.Environment())  # each test starts from a fresh one
     yield home
-    settings.reset_cache()
+    environment.install(previous)
 
 
 @pytest.fixture
 def fake(monkeypatch, tmp_path):
     """Route model loading to FakeEngine; returns the factory (`.made` lists engines built)."""
     factory = FakeEngine.factory()
-    monkeypatch.setattr(loader, "engine_factory", factory)
+    use_engine(factory)
     model = tmp_path / "fake.gguf"
     model.write_bytes(b"GGUF")
     monkeypatch.setenv("LLMCLI_MODEL", str(model))

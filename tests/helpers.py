@@ -10,3 +10,30 @@ from llmcli.cli.app import app
 def run(*args: str, input: str | bytes | None = None, env: dict | None = None):
     """Invoke the CLI; returns Click's Result with separate stdout/stderr."""
     return CliRunner().invoke(app, list(args), input=input, env=env, catch_exceptions=False)
+
+
+def use_engine(factory):
+    """Run this test's commands on `factory` (e.g. `FakeEngine.factory()`): the one object tests
+    replace is the environment (conftest restores it after each test)."""
+    from dataclasses import replace
+
+    from llmcli import environment
+
+    environment.install(replace(environment.current(), engine_factory=factory))
+    return factory
+
+
+def use_bench_backend(make):
+    """Run `llmcli bench` on `make(debug=...)`'s backend."""
+    from dataclasses import replace
+
+    from llmcli import environment
+
+    environment.install(replace(environment.current(), bench_backend=make))
+    return make
+
+
+def engine_factory():
+    from llmcli import environment
+
+    return environment.current().engine_factory

@@ -9,9 +9,9 @@ import re
 import statistics
 
 import pytest
-from helpers import run
+from helpers import run, use_bench_backend
 
-from llmcli.bench import membw, runner
+from llmcli.bench import membw
 from llmcli.bench.fake import FAKE_ENVIRONMENT, FakeBackend, FakeClock
 
 
@@ -19,7 +19,7 @@ from llmcli.bench.fake import FAKE_ENVIRONMENT, FakeBackend, FakeClock
 def backend(monkeypatch, tmp_path):
     """`llmcli bench` runs on this FakeBackend: 1000 t/s prefill, 100 t/s decode, no noise."""
     fake = FakeBackend()
-    monkeypatch.setattr(runner, "make_backend", lambda debug=False: fake)
+    use_bench_backend(lambda debug=False: fake)
     for name in ("a.gguf", "b.gguf"):
         (tmp_path / name).write_bytes(b"GGUF")
     monkeypatch.chdir(tmp_path)

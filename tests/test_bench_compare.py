@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import run
+from helpers import run, use_bench_backend
 
-from llmcli.bench import runner
 from llmcli.bench.fake import FakeBackend
 
 
@@ -20,7 +19,7 @@ def results(monkeypatch, tmp_path):
 
     def make(name: str, *args: str, fmt: str = "json", **fake) -> str:
         backend = FakeBackend(**fake)
-        monkeypatch.setattr(runner, "make_backend", lambda debug=False: backend)
+        use_bench_backend(lambda debug=False: backend)
         result = run("bench", "-p", "64", "-n", "16", "-t", "1", "-o", fmt, *args)
         (tmp_path / name).write_text(result.stdout)
         return name

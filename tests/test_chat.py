@@ -6,9 +6,8 @@ import json
 import re
 
 import pytest
-from helpers import run
+from helpers import run, use_engine
 
-from llmcli import loader
 from llmcli.engine.fake import FakeEngine
 
 
@@ -158,7 +157,7 @@ def test_resume_without_sessions(engine):
 
 def test_interrupted_answer_is_kept_and_marked(monkeypatch, tmp_path):
     factory = FakeEngine.factory(replies=["0123456789", "ok"], interrupt_after=3)
-    monkeypatch.setattr(loader, "engine_factory", factory)
+    use_engine(factory)
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")
     result = run("chat", "-m", str(model), "--session", "s", input="count\nnext\n")
@@ -169,7 +168,7 @@ def test_interrupted_answer_is_kept_and_marked(monkeypatch, tmp_path):
 
 def test_overflow_drops_oldest_with_notice(monkeypatch, tmp_path):
     factory = FakeEngine.factory(n_ctx=400, replies=["x" * 60] * 10)
-    monkeypatch.setattr(loader, "engine_factory", factory)
+    use_engine(factory)
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")
     lines = [f"message number {i} " + "y" * 40 for i in range(6)]
@@ -182,7 +181,7 @@ def test_overflow_drops_oldest_with_notice(monkeypatch, tmp_path):
 
 def test_overflow_error_policy(monkeypatch, tmp_path):
     factory = FakeEngine.factory(n_ctx=300, replies=["x" * 60] * 10)
-    monkeypatch.setattr(loader, "engine_factory", factory)
+    use_engine(factory)
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")
     lines = [f"message number {i} " + "y" * 40 for i in range(5)]

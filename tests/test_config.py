@@ -6,9 +6,9 @@ import json
 import os
 
 import pytest
-from helpers import run
+from helpers import engine_factory, run
 
-from llmcli import loader, settings
+from llmcli import settings
 from llmcli.errors import ConfigError
 
 
@@ -70,7 +70,7 @@ def test_precedence_end_to_end(config_file, monkeypatch, file, env, flag, expect
 def test_config_file_sets_the_system_prompt(config_file):
     write(config_file, 'system = "Answer in French."\n')
     assert run("generate", "hi").exit_code == 0
-    assert "Answer in French." in loader.engine_factory.made[0].history[0].prompt
+    assert "Answer in French." in engine_factory().made[0].history[0].prompt
 
 
 # -- config show / path -------------------------------------------------------------------------
@@ -250,7 +250,7 @@ def test_nothing_runs_with_an_invalid_file(config_file):
     result = run("generate", "hi")
     assert result.exit_code == 2
     assert "line 2: top_k must be an integer" in result.stderr
-    assert loader.engine_factory.made == []
+    assert engine_factory().made == []
     assert result.stdout == ""
 
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import run
+from helpers import run, use_engine
 
-from llmcli import loader
 from llmcli.engine.fake import FakeEngine
 
 SCHEMA = '{"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}'
@@ -20,7 +19,7 @@ SCHEMA = '{"type": "object", "properties": {"name": {"type": "string"}}, "requir
 def scripted(monkeypatch, tmp_path):
     def make(reply: str, **kwargs):
         factory = FakeEngine.factory(replies=[reply], **kwargs)
-        monkeypatch.setattr(loader, "engine_factory", factory)
+        use_engine(factory)
         model = tmp_path / "m.gguf"
         model.write_bytes(b"GGUF")
         monkeypatch.setenv("LLMCLI_MODEL", str(model))

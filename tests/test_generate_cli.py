@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from helpers import run
+from helpers import run, use_engine
 
 
 def test_text_goes_to_stdout_alone(fake):
@@ -87,11 +87,10 @@ def test_max_tokens_and_stop(fake):
 
 
 def test_stop_string_cuts_output(monkeypatch, tmp_path):
-    from llmcli import loader
     from llmcli.engine.fake import FakeEngine
 
     factory = FakeEngine.factory(replies=["alpha beta STOP gamma"])
-    monkeypatch.setattr(loader, "engine_factory", factory)
+    use_engine(factory)
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")
     result = run("generate", "x", "-m", str(model), "--stop", "STOP", "--json")
@@ -100,11 +99,10 @@ def test_stop_string_cuts_output(monkeypatch, tmp_path):
 
 
 def test_interrupted_exits_130_with_partial_text(monkeypatch, tmp_path):
-    from llmcli import loader
     from llmcli.engine.fake import FakeEngine
 
     factory = FakeEngine.factory(replies=["0123456789"], interrupt_after=4)
-    monkeypatch.setattr(loader, "engine_factory", factory)
+    use_engine(factory)
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")
     result = run("generate", "x", "-m", str(model))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from helpers import run
+from helpers import run, use_engine
 
 
 def one_line_error(result, code: int, *fragments: str) -> None:
@@ -49,10 +49,9 @@ def test_schema_not_json(fake):
 
 
 def test_prompt_longer_than_context(monkeypatch, tmp_path):
-    from llmcli import loader
     from llmcli.engine.fake import FakeEngine
 
-    monkeypatch.setattr(loader, "engine_factory", FakeEngine.factory(n_ctx=64))
+    use_engine(FakeEngine.factory(n_ctx=64))
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")
     result = run("generate", "x" * 200, "-m", str(model), "--raw")

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import run
+from helpers import run, use_engine
 
-from llmcli import loader, templates
+from llmcli import templates
 from llmcli.engine.fake import FakeEngine
 
 
@@ -36,7 +36,7 @@ def test_model_type(template, metadata, expected):
 @pytest.fixture
 def base(monkeypatch, tmp_path):
     factory = FakeEngine.factory(model_type="base")
-    monkeypatch.setattr(loader, "engine_factory", factory)
+    use_engine(factory)
     model = tmp_path / "base.gguf"
     model.write_bytes(b"GGUF")
     monkeypatch.setenv("LLMCLI_MODEL", str(model))
@@ -104,7 +104,7 @@ def test_switching_to_a_base_model_in_chat_is_refused(monkeypatch, tmp_path):
         made.append(engine)
         return engine
 
-    monkeypatch.setattr(loader, "engine_factory", build)
+    use_engine(build)
     instruct, base = tmp_path / "instruct.gguf", tmp_path / "base.gguf"
     for path in (instruct, base):
         path.write_bytes(b"GGUF")

@@ -18,9 +18,9 @@ import types
 
 import pytest
 from ggufgen import write_gguf
-from helpers import run
+from helpers import run, use_engine
 
-from llmcli import loader, settings
+from llmcli import settings
 from llmcli.engine.base import EngineOptions, SamplingParams, Token
 from llmcli.engine.fake import FakeEngine
 
@@ -42,9 +42,12 @@ def one_line(result, code: int, *fragments: str) -> str:
 @pytest.fixture
 def validated(monkeypatch):
     """The fake engine, but behind the real pre-load checks (header, template probe, memory)."""
+    from dataclasses import replace
+
+    from llmcli import environment
+
     factory = FakeEngine.factory()
-    monkeypatch.setattr(loader, "_llama_factory", factory)
-    monkeypatch.setattr(loader, "engine_factory", factory)
+    environment.install(replace(environment.current(), engine_factory=factory, check_model_files=True))
     return factory
 
 
@@ -72,7 +75,7 @@ def test_a_template_hostile_only_later_in_a_chat_fails_that_turn_closed(monkeypa
     """It passes the probe (two messages) and attacks from the second turn on."""
     late = "{% if messages|length > 2 %}" + MRO + "{% endif %}{{ messages[-1].content }}"
     factory = FakeEngine.factory(chat_template=late)
-    monkeypatch.setattr(loader, "engine_factory", factory)
+    use_engine(factory)
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")
     result = run("chat", "-m", str(model), input="one\ntwo\n")
@@ -463,7 +466,7 @@ def test_sigterm_during_a_reply_ends_chat_with_143_and_keeps_the_session(monkeyp
                 if len(self.history) == 2 and isinstance(event, Token):  # mid-reply, second turn
                     raise TerminatedError("received SIGTERM")
 
-    monkeypatch.setattr(loader, "engine_factory", Terminated.factory())
+    use_engine(Terminated.factory())
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")
     result = run("chat", "-m", str(model), "--session", "s", input="one\ntwo\nthree\n")

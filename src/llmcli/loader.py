@@ -1,15 +1,15 @@
 """From a model reference and flags to a loaded engine: resolve, validate the header, load.
 
-Front ends call `load_engine`; tests replace `engine_factory` with a fake engine so every CLI
-path runs without a model.
+Front ends call `load_engine`; it builds the engine with the environment's `engine_factory`,
+which tests replace with a fake engine so every CLI path runs without a model.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmcli import environment
 from llmcli.engine.base import Engine, EngineOptions
 
 
@@ -20,13 +20,6 @@ class Loaded:
     path: Path
 
 
-def _llama_factory(path: Path, options: EngineOptions, debug: bool) -> Engine:
-    from llmcli.engine.llama import LlamaEngine
-
-    return LlamaEngine(path, options, debug=debug)
-
-
-engine_factory: Callable[[Path, EngineOptions, bool], Engine] = _llama_factory
 
 
 def validate_file(path: Path, options: EngineOptions | None = None, *, force: bool = False) -> None:
@@ -85,7 +78,8 @@ def load_engine(
     from llmcli.hub.resolve import resolve_model
 
     resolved = resolve_model(ref or settings.resolve("model") or None, offline=offline)
-    if engine_factory is _llama_factory:
+    env = environment.current()
+    if env.checks_model_files:
         validate_file(resolved.path, options, force=force)
-    engine = engine_factory(resolved.path, options, debug)
+    engine = env.engine_factory(resolved.path, options, debug)
     return Loaded(engine, resolved.ref, resolved.path)

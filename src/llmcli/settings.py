@@ -212,19 +212,19 @@ def read_text(path: Path) -> str | None:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
-_config_cache: dict[str, Any] | None = None
-
-
 def load_config() -> dict[str, Any]:
-    """The config file's values, validated; an invalid file is an error, never half-applied."""
-    global _config_cache
-    if _config_cache is None:
+    """The config file's values, validated; an invalid file is an error, never half-applied.
+    Read once per environment (`environment.current().settings_cache`)."""
+    from llmcli import environment
+
+    cache = environment.current().settings_cache
+    if "config" not in cache:
         from llmcli import paths
 
         path = paths.config_file()
         text = read_text(path)
-        _config_cache = {} if text is None else validate(path, text)
-    return _config_cache
+        cache["config"] = {} if text is None else validate(path, text)
+    return cache["config"]
 
 
 def resolve(key: str, flag: Any = None) -> Any:
@@ -331,5 +331,6 @@ def _edit(change, *, check: bool = True) -> bool:
 
 
 def reset_cache() -> None:
-    global _config_cache
-    _config_cache = None
+    from llmcli import environment
+
+    environment.current().settings_cache.clear()

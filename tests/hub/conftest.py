@@ -12,6 +12,7 @@ from pathlib import Path
 
 import huggingface_hub  # noqa: F401  imported before any test sets HF_HUB_OFFLINE (read at import)
 import pytest
+from helpers import use_engine
 from hubtools import OlahHub, ProxyServer, RangeProxy, build_repos, free_port, olah_command, wait_for_port
 
 
@@ -87,7 +88,6 @@ def _fast_retries(monkeypatch):
 @pytest.fixture
 def engine(monkeypatch):
     """Model loading goes to the fake engine; returns the paths it was asked to load."""
-    from llmcli import loader
     from llmcli.engine.fake import FakeEngine
 
     loaded: list[Path] = []
@@ -97,5 +97,5 @@ def engine(monkeypatch):
         loaded.append(Path(path))
         return build(path, options, debug)
 
-    monkeypatch.setattr(loader, "engine_factory", factory)
+    use_engine(factory)
     return loaded

@@ -13,6 +13,7 @@ import subprocess
 import time
 
 import pytest
+from helpers import use_engine
 from hubtools import blobs, cli_subprocess, hub_cache, run
 
 pytestmark = pytest.mark.hub
@@ -102,7 +103,6 @@ def test_sigint_and_sigterm_mid_download_keep_the_partial_file(proxy, sig, code,
 
 
 def test_garbage_hash_record_is_ignored_and_the_file_hashed_again(hub, monkeypatch):
-    from llmcli import loader
     from llmcli.engine.fake import FakeEngine
     from llmcli.hub import records
 
@@ -112,7 +112,7 @@ def test_garbage_hash_record_is_ignored_and_the_file_hashed_again(hub, monkeypat
     records._record_path(blob).write_text("[]")
     shown = run("models", "show", "test/tiny-GGUF:Q8_0")
     assert shown.exit_code == 0 and "sha256         not recorded" in shown.stdout
-    monkeypatch.setattr(loader, "engine_factory", FakeEngine.factory())
+    use_engine(FakeEngine.factory())
     result = run("generate", "hi", "-m", "test/tiny-GGUF:Q8_0")
     assert result.exit_code == 0, result.stderr
     assert records.load(blob)["sha256"] == sha  # checked again and recorded again

@@ -88,13 +88,6 @@ class Backend(Protocol):
         """Share of the CPU used by other processes between two snapshots (`load.other_share`)."""
 
 
-def make_backend(debug: bool = False) -> Backend:
-    """The llama.cpp backend; tests replace this function to run on `fake.FakeBackend`."""
-    from llmcli.bench.llama_backend import LlamaBackend
-
-    return LlamaBackend(debug=debug)
-
-
 @dataclass
 class Event:
     """Progress of a run, for the caller to show: `phase` is "warmup", "rep" or "done"."""

@@ -99,10 +99,10 @@ def root(
 
         color = settings.color_preference()  # LLMCLI_COLOR / config `color`; None = auto; never raises
     render.configure(quiet=quiet, color=color, debug=debug)
-    from llmcli.hub import progress
+    from llmcli import environment
     from llmcli.render.progress import StderrReporter
 
-    progress.install(StderrReporter())  # the hub reports through callbacks; this renders them
+    environment.configure(reporter=StderrReporter())  # the hub reports through it; this draws on stderr
 
 
 def _register() -> None:

@@ -170,7 +170,6 @@ def bench(
         return
     from llmcli import render
     from llmcli.bench import run as session
-    from llmcli.bench import runner
     from llmcli.render import bench as formats
 
     _check_choice("--output", output, formats.FORMATS)
@@ -184,7 +183,9 @@ def bench(
     request = session.Request(
         sweep, scenario, repetitions, not no_warmup, roofline, ctx_size, delay, seed, offline
     )
-    backend = runner.make_backend(debug=render.debug())
+    from llmcli import environment
+
+    backend = environment.current().bench_backend(debug=render.debug())
     plan = session.plan(request, backend)
     _warn_dropped(plan.dropped)
     if roofline:

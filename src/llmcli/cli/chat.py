@@ -57,7 +57,7 @@ def chat(
 
     Example: llmcli chat -m bartowski/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M --session notes
     """
-    from llmcli import render, settings
+    from llmcli import environment, render, settings
     from llmcli.conversation import OVERFLOW_POLICIES, Conversation
     from llmcli.errors import UsageError
     from llmcli.loader import load_engine
@@ -98,7 +98,7 @@ def chat(
         chat_session.conversation.system = system
     elif not saved:
         chat_session.conversation = Conversation()
-    repl = Repl(chat_session, interactive=sys.stdin.isatty() and sys.stdout.isatty(), autosave=bool(name),
+    repl = Repl(chat_session, interactive=environment.current().interactive, autosave=bool(name),
                 quiet=render.quiet())  # fmt: skip
     _banner(repl, saved)
     if repl.interactive:

@@ -95,9 +95,12 @@ def generate(
 
 def read_prompt(prompt: str | None, file: Path | None) -> str:
     """Piped stdin, then the prompt file, then the argument, joined by blank lines."""
+    from llmcli import environment
+
+    env = environment.current()
     parts: list[str] = []
-    if not sys.stdin.isatty():
-        data = sys.stdin.buffer.read()
+    if env.stdin_piped:
+        data = env.stdin.buffer.read()
         if data:
             try:
                 parts.append(data.decode("utf-8"))

@@ -50,23 +50,20 @@ class Reporter:
         yield Progress()
 
 
-_reporter = Reporter()
+def _reporter() -> Reporter:
+    from llmcli import environment
 
-
-def install(reporter: Reporter) -> None:
-    """Set the process's reporter (the command line does, once, in its root callback)."""
-    global _reporter
-    _reporter = reporter
+    return environment.current().reporter  # the command line installs one that draws on stderr
 
 
 def info(message: str) -> None:
-    _reporter.info(message)
+    _reporter().info(message)
 
 
 def warn(message: str) -> None:
-    _reporter.warn(message)
+    _reporter().warn(message)
 
 
 def progress():
     """A Progress for the duration of a pull, verify or check."""
-    return _reporter.progress()
+    return _reporter().progress()

@@ -11,28 +11,28 @@ import os
 import sys
 from typing import Any
 
-_state: dict[str, Any] = {"quiet": False, "color": None, "debug": False}
+from llmcli import environment
 
 
 def configure(*, quiet: bool = False, color: bool | None = None, debug: bool = False) -> None:
-    """Set the process-wide output options from the global flags (once, in the root callback)."""
-    _state.update(quiet=quiet, color=color, debug=debug)
+    """The invocation's output options from the global flags (once, in the root callback)."""
+    environment.configure(quiet=quiet, color=color, debug=debug)
     global _err_console
     _err_console = None
 
 
 def quiet() -> bool:
-    return bool(_state["quiet"])
+    return environment.current().quiet
 
 
 def debug() -> bool:
-    return bool(_state["debug"])
+    return environment.current().debug
 
 
 def color_enabled(stream: Any = None) -> bool:
     """Colour on a terminal unless NO_COLOR; FORCE_COLOR or --color forces it."""
-    if _state["color"] is not None:
-        return bool(_state["color"])
+    if (forced := environment.current().color) is not None:
+        return forced
     if os.environ.get("NO_COLOR"):
         return False
     if os.environ.get("FORCE_COLOR"):
@@ -53,7 +53,7 @@ def err_console():
         enabled = color_enabled(sys.stderr)
         _err_console = Console(
             file=sys.stderr,
-            force_terminal=True if enabled and _state["color"] else None,
+            force_terminal=True if enabled and environment.current().color else None,
             no_color=not enabled,
             highlight=False,
             soft_wrap=True,
