@@ -412,3 +412,46 @@ def test_a_busy_machine_is_flagged(backend):
     assert doc["results"][0]["other_cpu_load"] == 0.4
     backend.busy = 0.05
     assert "busy machine" not in run("bench", "-p", "64", "-n", "0", "-t", "1").stdout
+
+
+def test_busy_starts_background_load_for_the_run_and_stops_it(backend, monkeypatch):
+    from llmcli.bench import cpu_load
+
+    started: list = []
+    real = cpu_load.background
+
+    def watched(n):
+        ctx = real(n)
+
+        class Wrap:
+            def __enter__(self):
+                procs = ctx.__enter__()
+                assert [p.poll() for p in procs] == [None] * n  # running while the tests run
+                started.extend(procs)
+                return procs
+
+            def __exit__(self, *exc):
+                return ctx.__exit__(*exc)
+
+        return Wrap()
+
+    monkeypatch.setattr(cpu_load, "background", watched)
+    result = run("bench", "-t", "1,2", "-p", "0", "-n", "8", "-r", "1", "--busy", "2", "-o", "json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["settings"]["busy_processes"] == 2
+    assert [r["n_threads"] for r in doc["results"]] == [1, 2]  # bench keeps the counts as given
+    assert len(started) == 2 and all(p.poll() is not None for p in started)  # stopped afterwards
+    started.clear()
+    md = run("bench", "-t", "1", "-p", "0", "-n", "8", "-r", "1", "--busy", "1")
+    assert "measured next to 1 busy process started by --busy" in md.stdout
+
+
+def test_background_load_is_stopped_when_the_run_fails():
+    from llmcli.bench import cpu_load
+
+    procs: list = []
+    with pytest.raises(RuntimeError), cpu_load.background(1) as started:
+        procs.extend(started)
+        raise RuntimeError("boom")
+    assert procs and procs[0].poll() is not None

@@ -20,8 +20,6 @@ class Loaded:
     path: Path
 
 
-
-
 def validate_file(path: Path, options: EngineOptions | None = None, *, force: bool = False) -> None:
     """Refuse files llama.cpp should never see: not GGUF, truncated, hostile headers or templates.
 

@@ -13,6 +13,10 @@ None where /proc/stat cannot be read.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 NOISY = 0.10  # above this share the numbers are flagged as measured on a busy machine
@@ -48,3 +52,21 @@ def other_share(before: Snapshot | None, after: Snapshot | None) -> float | None
     own = (after.own - before.own) * ticks
     other = (after.busy - before.busy) - own
     return min(1.0, max(0.0, other / (after.total - before.total)))
+
+
+BUSY_PROGRAM = "while True: pass"  # one process keeps one core busy, as a build or a second model would
+
+
+@contextmanager
+def background(n: int) -> Iterator[list[subprocess.Popen]]:
+    """Start `n` busy processes for the duration, and always stop them (Ctrl-C and errors too)."""
+    procs: list[subprocess.Popen] = []
+    try:
+        for _ in range(n):
+            procs.append(subprocess.Popen([sys.executable, "-c", BUSY_PROGRAM], stdin=subprocess.DEVNULL))
+        yield procs
+    finally:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait()

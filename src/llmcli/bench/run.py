@@ -28,6 +28,7 @@ class Request:
     delay_s: float = 0.0
     seed: int = 1234
     offline: bool = False
+    busy: int = 0  # busy processes started for the run (decode next to other work)
 
 
 @dataclass
@@ -68,6 +69,7 @@ def new_run(request: Request, the_plan: Plan, backend: runner.Backend) -> BenchR
     settings = {
         "scenario": request.scenario, "repetitions": request.reps, "warmup": request.warmup,
         "seed": request.seed, "delay_s": request.delay_s, "ctx_size": request.ctx_size,
+        "busy_processes": request.busy,
         "sweep": {
             "n_prompt": s.n_prompt, "n_gen": s.n_gen, "pg": [list(p) for p in s.pg], "n_depth": s.depth,
             "n_threads": s.threads, "n_gpu_layers": s.gpu_layers, "n_batch": s.n_batch,
@@ -112,4 +114,7 @@ def execute(
         )
         return runner.run_tests(the_plan.cases, the_plan.models, backend, run, options, progress, stop)
 
-    return runner.run_interruptible(work, backend)
+    from llmcli.bench import cpu_load
+
+    with cpu_load.background(request.busy):
+        return runner.run_interruptible(work, backend)

@@ -121,6 +121,14 @@ Delay = Annotated[
         "--delay", min=0, metavar="SECONDS", help="Seconds to pause between tests.", rich_help_panel=RUN_PANEL
     ),
 ]
+Busy = Annotated[
+    int,
+    typer.Option(
+        "--busy", min=0, max=256, metavar="N", rich_help_panel=RUN_PANEL,
+        help="Start N busy processes (each keeps a core busy) for the run and stop them after: decode "
+        "and prefill next to other work, at the thread counts given.",
+    ),
+]  # fmt: skip
 Seed = Annotated[
     int,
     typer.Option("--seed", metavar="N", help="Seed of the synthetic token ids.", rich_help_panel=RUN_PANEL),
@@ -160,6 +168,7 @@ def bench(
     ctx_size: CtxSize = None,
     delay: Delay = 0.0,
     seed: Seed = 1234,
+    busy: Busy = 0,
     offline: o.Offline = False,
 ) -> None:
     """Measure prefill (pp) and decode (tg) speed, as llama-bench does: mean ± sd over repetitions.
@@ -181,7 +190,7 @@ def bench(
             "-p, -pg and -d do not apply to --scenario chat (its prompts are the script's turns)"
         )
     request = session.Request(
-        sweep, scenario, repetitions, not no_warmup, roofline, ctx_size, delay, seed, offline
+        sweep, scenario, repetitions, not no_warmup, roofline, ctx_size, delay, seed, offline, busy
     )
     from llmcli import environment
 

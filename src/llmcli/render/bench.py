@@ -142,8 +142,11 @@ def footer(run: BenchRun) -> str:
             f"memory bandwidth: read {bw.read_gbps:.1f} GB/s, copy {bw.copy_gbps:.1f} GB/s "
             f"({bw.threads} threads, best of {bw.reps}; roofline = GB/s / read)"
         )
+    busy = run.settings.get("busy_processes") or 0
     busiest = run.busiest()
-    if busiest is not None and busiest[1] > NOISY:
+    if busy:
+        lines.append(f"measured next to {busy} busy process{'es' if busy > 1 else ''} started by --busy")
+    elif busiest is not None and busiest[1] > NOISY:
         lines.append(f"busy machine: other processes used {busiest[1]:.0%} of the CPU during {busiest[0]}; "
                      "numbers measured under load are noisy")  # fmt: skip
     if not run.complete:
