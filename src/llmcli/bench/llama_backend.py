@@ -34,7 +34,7 @@ class LlamaBackend:
         self.live: list[Any] = []  # contexts and chat engines that interrupt() must reach
 
     def environment(self) -> dict[str, Any]:
-        from llmcli.bench.environment import collect
+        from llmcli.bench.machine import collect
 
         return collect()
 

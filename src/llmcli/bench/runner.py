@@ -62,7 +62,7 @@ class Backend(Protocol):
     clock: Callable[[], int]  # nanoseconds
 
     def environment(self) -> dict[str, Any]:
-        """Versions, backend, CPU and GPU (`llmcli.bench.environment.collect`)."""
+        """Versions, backend, CPU and GPU (`llmcli.bench.machine.collect`)."""
 
     def inspect(self, path: str, ref: str) -> ModelSummary: ...
 
