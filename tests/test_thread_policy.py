@@ -118,3 +118,35 @@ def test_occasional_spikes_are_not_taken_for_a_busier_machine():
     simulate(p, lambda n, step: QUIET[n] * (3.0 if rng.random() < 0.05 else rng.uniform(0.95, 1.05)), 2000)
     assert not [d for d in p.decisions if d.reason == "drift"]
     assert p.current == 2
+
+
+def test_stats_show_the_thread_counts():
+    from llmcli.repl.commands import threads_line
+
+    fixed = {"adaptive": False, "decode": {"threads": 2}, "prefill": {"threads": 2}}
+    assert threads_line(fixed) == "decode 2 (fixed) · prefill 2 (fixed)"
+    adaptive = {
+        "adaptive": True,
+        "decode": {"threads": 1, "used": [1, 2], "changes": [{"step": 517, "threads": 1}]},
+        "prefill": {"threads": 2, "used": [1, 2], "changes": []},
+    }
+    assert threads_line(adaptive) == "decode 1 (adaptive: -> 1 at token 517) · prefill 2 (adaptive)"
+
+
+def test_json_record_and_slash_stats_carry_the_threads(fake):
+    import json
+
+    from helpers import run
+
+    doc = json.loads(run("generate", "hi", "--json").stdout)
+    assert doc["threads"] == {"adaptive": False, "decode": {"threads": 1}, "prefill": {"threads": 1}}
+    result = run("chat", input="hello\n/stats\n")
+    assert "threads: decode 1 (fixed) · prefill 1 (fixed)" in result.stderr
+
+
+def test_explicit_threads_turn_adaptation_off():
+    """-t, the config value or LLMCLI_THREADS reach the engine as a number; only None adapts."""
+    from llmcli.cli import options as o
+
+    assert o.engine_options(None, None, 3, None, None).threads == 3
+    assert o.engine_options(None, None, None, None, None).threads is None
