@@ -83,7 +83,7 @@ def test_show_and_context_and_stats(engine):
     assert "context:" in err and "user" in err and "assistant" in err
     session = [line for line in err.splitlines() if line.startswith("session: ")]
     assert len(session) == 1 and re.fullmatch(
-        r"session: 1 turns · prompt \d+ tok · prefill [\d.]+ tok/s · generated \d+ tok · decode [\d.]+ tok/s",
+        r"session: 1 turn · prompt \d+ tok · prefill [\d.]+ tok/s · generated \d+ tok · decode [\d.]+ tok/s",
         session[0],
     ), session
     assert re.search(r"^last turn: prompt \d+ tok · .* · context \d+/\d+$", err, re.M)

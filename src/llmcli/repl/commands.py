@@ -170,7 +170,8 @@ def _stats(repl: Repl, arg: str) -> None:
         repl.info("no turns yet")
         return
     repl.info("last turn: " + stats_line(s.last, context=s.engine.n_ctx))
-    repl.info(f"session: {s.totals.turns} turns · " + stats_line(s.totals.stats, ttft=False))
+    turns = f"{s.totals.turns} turn{'' if s.totals.turns == 1 else 's'}"
+    repl.info(f"session: {turns} · " + stats_line(s.totals.stats, ttft=False))
     if s.last.threads:
         repl.info("threads: " + threads_line(s.last.threads))
 
