@@ -109,7 +109,7 @@ def _register() -> None:
     from llmcli.cli import generate
 
     app.command("generate", no_args_is_help=False)(generate.generate)
-    for name in ("hub_commands", "chat", "bench", "shell"):
+    for name in ("hub_commands", "chat", "bench", "kv", "shell"):
         try:
             module = __import__(f"llmcli.cli.{name}", fromlist=["register"])
         except ModuleNotFoundError as exc:
