@@ -5,16 +5,17 @@ Layout (all integers little-endian):
     magic       8 bytes  b"LLMCLIKV"
     format      u32      FORMAT
     header_len  u32      length of the JSON header
-    checksum    32 bytes SHA-256 of the header bytes followed by the payload
+    header_sha  32 bytes SHA-256 of the header
+    payload_sha 32 bytes SHA-256 of the payload
     header      JSON     identity (model, llama.cpp build, cache-shaping settings), tokens,
                          payload_size
     payload     bytes    what `llama_state_seq_get_data` wrote for sequence 0
 
 Nothing in a file is trusted until everything checks: the magic and format, the exact file
-size, the identity against the engine that would load it (`Engine.state_identity`), and the
-checksum over header and payload, before a single byte reaches llama.cpp. A file that fails any
-check raises `StateRejected`; the caller re-prefills. The engine-specific parts are two calls
-(`state_payload`, `load_state_payload`); the rest is shared by every engine.
+size, the header's checksum, the identity against the engine that would load it
+(`Engine.state_identity`), and the payload's checksum, before a single byte reaches llama.cpp.
+A file that fails any check raises `StateRejected`; the caller re-prefills. The engine-specific
+parts are two calls (`state_payload`, `load_state_payload`); the rest is shared by every engine.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 
 MAGIC = b"LLMCLIKV"
 FORMAT = 1
-_FIXED = struct.Struct("<8sII32s")  # magic, format, header_len, checksum
+_FIXED = struct.Struct("<8sII32s32s")  # magic, format, header_len, header and payload SHA-256
 MAX_HEADER = 64 << 20  # a header larger than this is not ours
 _ENDS = 1 << 20  # model identity: the size and a hash of the first and last MiB
 
@@ -52,8 +53,7 @@ class Header:
     tokens: list[int]
     payload_size: int
     payload_offset: int
-    checksum: bytes
-    header_bytes: bytes
+    payload_sha256: bytes
 
 
 def model_identity(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -78,9 +78,10 @@ def file_parts(identity: dict[str, Any], tokens: list[int], payload) -> list:
     """The file's bytes as parts to write in order (the payload is not copied)."""
     view = memoryview(payload).cast("B")
     header = encode_header(identity, tokens, view.nbytes)
-    checksum = hashlib.sha256(header)
-    checksum.update(view)
-    return [_FIXED.pack(MAGIC, FORMAT, len(header), checksum.digest()), header, view]
+    fixed = _FIXED.pack(
+        MAGIC, FORMAT, len(header), hashlib.sha256(header).digest(), hashlib.sha256(view).digest()
+    )
+    return [fixed, header, view]
 
 
 def read_header(f: io.BufferedReader) -> Header:
@@ -89,7 +90,7 @@ def read_header(f: io.BufferedReader) -> Header:
     fixed = f.read(_FIXED.size)
     if len(fixed) < _FIXED.size:
         raise StateRejected("the file is truncated (no header)", corrupt=True)
-    magic, fmt, header_len, checksum = _FIXED.unpack(fixed)
+    magic, fmt, header_len, header_sha, payload_sha = _FIXED.unpack(fixed)
     if magic != MAGIC:
         raise StateRejected("not an llmcli KV state file", corrupt=True)
     if fmt != FORMAT:
@@ -97,6 +98,8 @@ def read_header(f: io.BufferedReader) -> Header:
     if header_len > min(MAX_HEADER, size - _FIXED.size):
         raise StateRejected("the file is truncated (header)", corrupt=True)
     header_bytes = f.read(header_len)
+    if hashlib.sha256(header_bytes).digest() != header_sha:
+        raise StateRejected("checksum mismatch in the header (the file is damaged)", corrupt=True)
     try:
         doc = json.loads(header_bytes.decode("utf-8"))
         identity, tokens, payload_size = doc["identity"], doc["tokens"], doc["payload_size"]
@@ -110,7 +113,7 @@ def read_header(f: io.BufferedReader) -> Header:
     if size != offset + payload_size:
         what = "truncated" if size < offset + payload_size else "longer than its header says"
         raise StateRejected(f"the file is {what}", corrupt=True)
-    return Header(identity, tokens, payload_size, offset, checksum, header_bytes)
+    return Header(identity, tokens, payload_size, offset, payload_sha)
 
 
 def mismatch(saved: dict[str, Any], current: dict[str, Any]) -> str | None:
@@ -190,9 +193,7 @@ def restore(engine, path: Path, prompt: list[int]) -> Restored:
         payload = bytearray(header.payload_size)
         if f.readinto(payload) != header.payload_size:
             raise StateRejected("the file is truncated", corrupt=True)
-    digest = hashlib.sha256(header.header_bytes)
-    digest.update(payload)
-    if digest.digest() != header.checksum:
+    if hashlib.sha256(payload).digest() != header.payload_sha256:
         raise StateRejected("checksum mismatch (the file is damaged)", corrupt=True)
     engine.reset()
     if not engine.load_state_payload(header.tokens, payload):
