@@ -41,17 +41,47 @@ def chat(env, *lines: str, args=()):
     return result
 
 
+LONG = [DOC * 2 + " Tell me about the river.", DOC + " And the mill?", "What about the bridge?"]
+
+
 def test_a_resumed_session_answers_as_the_running_chat_would(env, tmp_path):
-    running = chat(env, "Tell me about the river.", "And the mill?")
-    first = chat(env, "Tell me about the river.", args=("--session", "r"))
+    """A history longer than Gemma's 512-token sliding window, answers long enough to differ."""
+    running = chat(env, *LONG, args=("--session", "running", "-n", "60"))
+    first = chat(env, *LONG[:2], args=("--session", "r", "-n", "60"))
     kv = tmp_path / "cache" / "kv" / "sessions" / "r.kv"
-    assert kv.stat().st_size > 100_000
-    resumed = chat(env, "And the mill?", args=("--resume",))
+    assert kv.stat().st_size > 1_000_000
+    resumed = chat(env, LONG[2], args=("--resume", "-n", "60"))
     assert "kv state: restored" in resumed.stderr and "ignoring the saved KV state" not in resumed.stderr
     reused = re.findall(r"prompt (\d+) tok \((\d+) reused\)", resumed.stderr)
     running_reuse = re.findall(r"prompt (\d+) tok \((\d+) reused\)", running.stderr)
-    assert reused and reused == running_reuse  # the same cached/new split as the running process
+    assert reused and reused[0] == running_reuse[-1]  # the same cached/new split as the running process
+    assert int(reused[0][1]) > 512
     assert first.stdout + resumed.stdout == running.stdout  # so the same text
+
+
+def test_a_prefix_shorter_than_the_state_is_exact(env):
+    """Reusing less than the saved tokens needs the cells a sliding-window layer had stopped
+    attending to: the state holds them, so the answer is a fresh prefill's."""
+    from llmcli.engine import state
+    from llmcli.engine.base import EngineOptions, SamplingParams
+    from llmcli.engine.llama import LlamaEngine
+
+    def new():
+        return LlamaEngine(env["GEMMA"], EngineOptions(ctx_size=4096, threads=2))
+
+    params = SamplingParams(temperature=0, max_tokens=16)
+    a = new()
+    tokens = a.tokenize(DOC * 8, add_bos=True)[:2000]
+    list(a.stream(tokens, params))
+    path = Path(env["LLMCLI_CACHE_DIR"]) / "long.kv"
+    state.save(a, path)
+    short = tokens[:1000] + a.tokenize(" Once upon a time", add_bos=False)
+    a.close()
+    b = new()
+    assert state.restore(b, path, short).tokens == 1000
+    restored = list(b.stream(short, params))[-1]
+    fresh = list(new().stream(short, params))[-1]
+    assert restored.stats.cached_tokens == 1000 and restored.text == fresh.text
 
 
 def test_prompt_cache_reuses_the_document_and_a_bad_file_gives_a_fresh_answer(env, tmp_path):

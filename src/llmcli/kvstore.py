@@ -46,16 +46,17 @@ class SaveResult:
     skipped: str | None = None  # why nothing was written
 
 
-def save(engine, path: Path, *, cap: int | None) -> SaveResult:
+def save(engine, path: Path, *, cap: int | None, reload: bool = False) -> SaveResult:
     """Save `engine`'s cache to `path` atomically; with a `cap` (bytes, for states under the cache
-    directory) the oldest states are then removed down to it, and a cap of 0 saves nothing."""
+    directory) the oldest states are then removed down to it, and a cap of 0 saves nothing.
+    `reload`: see `engine.state.save` (a chat that goes on after saving)."""
     from llmcli.engine.state import save as save_state
 
     started = time.perf_counter()
     if cap is not None and cap <= 0:
         return SaveResult(skipped="kv_cache_max_mb is 0")
     try:
-        written, n_tokens = save_state(engine, path)
+        written, n_tokens = save_state(engine, path, reload=reload)
     except Exception as exc:  # a state that cannot be saved is never an error
         render.warn(f"could not save the KV state to {path}: {getattr(exc, 'strerror', None) or exc}")
         return SaveResult(skipped=str(exc))

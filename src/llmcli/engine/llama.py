@@ -443,12 +443,15 @@ class LlamaEngine:
         return self._identity
 
     def state_payload(self) -> tuple[list[int], memoryview]:
-        """The cached tokens and sequence 0's KV state, as `llama_state_seq_get_data` writes it."""
+        """The cached tokens and the KV state, as `llama_state_seq_get_data` writes it for seq_id -1
+        (the whole cache, which here is sequence 0 alone): for seq 0 it would leave out the cells a
+        sliding-window layer no longer attends to, and a prompt that shares less than all of the
+        saved tokens needs them."""
         L = self._L
         self._sync_cache()
-        size = L.llama_state_seq_get_size(self._ctx, 0)
+        size = L.llama_state_seq_get_size(self._ctx, -1)
         buf = (ctypes.c_uint8 * size)()
-        written = L.llama_state_seq_get_data(self._ctx, buf, size, 0)
+        written = L.llama_state_seq_get_data(self._ctx, buf, size, -1)
         if written == 0 and self._cached:
             raise LlmcliError("llama.cpp could not copy the KV state")
         return list(self._cached), memoryview(buf).cast("B")[:written]
@@ -459,7 +462,7 @@ class LlamaEngine:
         L = self._L
         self.reset()
         buf = (ctypes.c_uint8 * len(payload)).from_buffer(payload)
-        read = L.llama_state_seq_set_data(self._ctx, buf, len(payload), 0)
+        read = L.llama_state_seq_set_data(self._ctx, buf, len(payload), -1)
         del buf  # release the export of `payload`
         in_cache = L.llama_memory_seq_pos_max(L.llama_get_memory(self._ctx), 0) + 1
         if read != len(payload) or in_cache != len(tokens):

@@ -147,14 +147,21 @@ class Restored:
     saved: int  # tokens the file held
 
 
-def save(engine, path: Path) -> tuple[int, int]:
-    """Write `engine`'s sequence 0 to `path` atomically (under its lock); returns the bytes written
-    and the tokens saved."""
+def save(engine, path: Path, *, reload: bool = False) -> tuple[int, int]:
+    """Write `engine`'s cache to `path` atomically (under its lock); returns the bytes written and
+    the tokens saved.
+
+    `reload` then loads the saved state back into `engine`: llama.cpp restores cells in order,
+    while a cache that lived through several turns has them where earlier turns left room, and
+    the order changes the float rounding of attention. After a reload the running process holds
+    exactly what a process resuming from the file will hold, so both answer the next turn alike."""
     from llmcli.atomic import write_atomic
 
     tokens, payload = engine.state_payload()
     parts = file_parts(engine.state_identity(), tokens, payload)
     write_atomic(path, parts)
+    if reload and not engine.load_state_payload(tokens, bytearray(payload)):
+        engine.reset()  # the next turn prefills from scratch: slower, never wrong
     return sum(memoryview(p).nbytes for p in parts), len(tokens)
 
 

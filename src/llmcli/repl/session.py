@@ -163,9 +163,9 @@ class ChatSession:
         """Save the KV cache beside the session `name` (see kvstore); never raises."""
         from llmcli import kvstore
 
-        return kvstore.save(
-            self.engine, kvstore.session_state_path(name), cap=kvstore.cap_bytes(self.kv_cap_mb)
-        )
+        path = kvstore.session_state_path(name)
+        # reload: the chat goes on from exactly what a resuming process will load (engine/state.py)
+        return kvstore.save(self.engine, path, cap=kvstore.cap_bytes(self.kv_cap_mb), reload=True)
 
     def clear(self) -> None:
         self.conversation.clear()
