@@ -91,7 +91,7 @@ def part_resume(path: str, runs: int) -> None:
         a = engine(path, ctx)
         s = session(a, msgs)
         s.send("What happened at the mill?", lambda e: None)
-        saved = kvstore.save(a, tmp / "s.kv", cap=None)
+        saved = kvstore.save(a, tmp / "s.kv", cap=None, reload=True)  # as a session chat does
         state_bytes = saved.bytes
         turn_n = list(s.conversation.messages)
         r = s.send("And at the bridge?", lambda e: None)
@@ -174,7 +174,7 @@ def part_save(path: str, runs: int) -> None:
         turn_ms = (time.perf_counter() - started) * 1000
         times, size = [], 0
         for _ in range(runs):
-            saved = kvstore.save(e, tmp / f"s{n}.kv", cap=None)
+            saved = kvstore.save(e, tmp / f"s{n}.kv", cap=None, reload=True)
             times.append(saved.ms)
             size = saved.bytes
         ms = statistics.median(times)

@@ -376,3 +376,19 @@ def test_concurrent_writers_never_leave_a_half_file(tmp_path):
     assert all(p.wait() == 0 for p in procs)
     assert state.peek(path)
     assert checked > 0
+
+
+def test_sigterm_mid_save_is_not_swallowed_and_keeps_the_previous_state(tmp_path, monkeypatch):
+    from llmcli.errors import TerminatedError
+
+    path = tmp_path / "s.kv"
+    kvstore.save(warm_engine("old"), path, cap=None)
+    before = path.read_bytes()
+
+    def term(fd):
+        raise TerminatedError("received SIGTERM")
+
+    monkeypatch.setattr(os, "fsync", term)
+    with pytest.raises(TerminatedError):
+        kvstore.save(warm_engine("new"), path, cap=None)
+    assert path.read_bytes() == before

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from llmcli import paths, render
+from llmcli.errors import TerminatedError
 
 SUFFIX = ".kv"
 
@@ -57,6 +58,8 @@ def save(engine, path: Path, *, cap: int | None, reload: bool = False) -> SaveRe
         return SaveResult(skipped="kv_cache_max_mb is 0")
     try:
         written, n_tokens = save_state(engine, path, reload=reload)
+    except TerminatedError:
+        raise  # SIGTERM ends the command; the previous state stays whole
     except Exception as exc:  # a state that cannot be saved is never an error
         render.warn(f"could not save the KV state to {path}: {getattr(exc, 'strerror', None) or exc}")
         return SaveResult(skipped=str(exc))
@@ -87,6 +90,9 @@ def restore(engine, path: Path, prompt: list[int], *, what: str) -> int:
         else:
             render.warn(f"ignoring the saved KV state {path}: {exc.reason}; prefilling from scratch")
         return 0
+    except TerminatedError:
+        engine.reset()
+        raise
     except Exception as exc:  # never trust a state that broke the loader
         engine.reset()
         render.warn(f"ignoring the saved KV state {path}: {exc}; prefilling from scratch")
