@@ -4,9 +4,10 @@
 
 __llmcli_commands() {  # PATH: REPLY = its subcommands
     case $1 in
-        '') REPLY='generate pull chat doctor models bench config' ;;
+        '') REPLY='generate pull chat doctor models bench kv config' ;;
         'models') REPLY='list show rm alias path verify' ;;
         'bench') REPLY='compare' ;;
+        'kv') REPLY='list clear' ;;
         'config') REPLY='show path set unset' ;;
         *) REPLY='' ;;
     esac
@@ -15,9 +16,9 @@ __llmcli_commands() {  # PATH: REPLY = its subcommands
 __llmcli_options() {  # PATH: REPLY = its options
     case $1 in
         '') REPLY='--color --debug --help --no-color --quiet --version -V -h -q' ;;
-        'generate') REPLY='--batch-size --ctx-size --fallback-template --file --flash-attn --force --gpu-layers --grammar-file --help --json --json-schema --max-tokens --min-p --model --no-flash-attn --offline --raw --repeat-penalty --seed --stats --stop --system --temp --temperature --threads --top-k --top-p -b -c -f -fa -h -m -n -nfa -ngl -s -t' ;;
+        'generate') REPLY='--batch-size --ctx-size --fallback-template --file --flash-attn --force --gpu-layers --grammar-file --help --json --json-schema --max-tokens --min-p --model --no-flash-attn --offline --prompt-cache --prompt-cache-ro --raw --repeat-penalty --seed --stats --stop --system --temp --temperature --threads --top-k --top-p -b -c -f -fa -h -m -n -nfa -ngl -s -t' ;;
         'pull') REPLY='--force --help --json --list --offline -f -h -l' ;;
-        'chat') REPLY='--batch-size --ctx-size --fallback-template --flash-attn --force --gpu-layers --grammar-file --help --json-schema --max-tokens --min-p --model --no-flash-attn --offline --on-overflow --repeat-penalty --resume --seed --session --stop --system --temp --temperature --threads --top-k --top-p -b -c -fa -h -m -n -nfa -ngl -s -t' ;;
+        'chat') REPLY='--batch-size --ctx-size --fallback-template --flash-attn --force --gpu-layers --grammar-file --help --json-schema --kv-cache-max-mb --max-tokens --min-p --model --no-flash-attn --offline --on-overflow --repeat-penalty --resume --seed --session --stop --system --temp --temperature --threads --top-k --top-p -b -c -fa -h -m -n -nfa -ngl -s -t' ;;
         'doctor') REPLY='--help --json --offline -h' ;;
         'models') REPLY='--help -h' ;;
         'models list') REPLY='--help --json -h' ;;
@@ -28,6 +29,9 @@ __llmcli_options() {  # PATH: REPLY = its options
         'models verify') REPLY='--help -h' ;;
         'bench') REPLY='--batch-size --busy --cache-type-k --cache-type-v --ctx-size --delay --flash-attn --help --model --n-depth --n-gen --n-gpu-layers --n-prompt --no-warmup --offline --output --pg --repetitions --roofline --scenario --seed --threads --ubatch-size -b -c -ctk -ctv -d -fa -h -m -n -ngl -o -p -pg -r -t -ub' ;;
         'bench compare') REPLY='--alpha --help --output -h -o' ;;
+        'kv') REPLY='--help -h' ;;
+        'kv list') REPLY='--help --json -h' ;;
+        'kv clear') REPLY='--help -h' ;;
         'config') REPLY='--help -h' ;;
         'config show') REPLY='--help --json -h' ;;
         'config path') REPLY='--help -h' ;;
@@ -56,10 +60,12 @@ __llmcli_option_kind() {  # PATH OPTION: REPLY = what its value is (empty: a fla
         'generate/--stop') REPLY='text' ;;
         'generate/--grammar-file') REPLY='file' ;;
         'generate/--json-schema') REPLY='file' ;;
+        'generate/--prompt-cache') REPLY='file' ;;
         'chat/-m'|'chat/--model') REPLY='dynamic model' ;;
         'chat/--system') REPLY='text' ;;
         'chat/--session') REPLY='text' ;;
         'chat/--on-overflow') REPLY='choice drop-oldest error' ;;
+        'chat/--kv-cache-max-mb') REPLY='text' ;;
         'chat/-c'|'chat/--ctx-size') REPLY='text' ;;
         'chat/-ngl'|'chat/--gpu-layers') REPLY='text' ;;
         'chat/-t'|'chat/--threads') REPLY='text' ;;
@@ -111,7 +117,8 @@ __llmcli_argument_kind() {  # PATH N: REPLY = what the Nth argument is
         'models verify/1') REPLY='dynamic ref' ;;
         'bench compare/1') REPLY='file' ;;
         'bench compare/2') REPLY='file' ;;
-        'config set/1') REPLY='choice model ctx_size gpu_layers threads batch_size temperature top_k top_p min_p repeat_penalty max_tokens system on_overflow color' ;;
+        'kv clear/'*) REPLY='text' ;;
+        'config set/1') REPLY='choice model ctx_size gpu_layers threads batch_size temperature top_k top_p min_p repeat_penalty max_tokens system on_overflow kv_cache_max_mb color' ;;
         'config set/2') REPLY='text' ;;
         'config unset/1') REPLY='dynamic key' ;;
         *) REPLY='' ;;

@@ -5,11 +5,13 @@
 function __llmcli_commands --argument-names path --description 'Subcommands of a command path'
     switch $path
         case ''
-            printf '%s\n' generate pull chat doctor models bench config
+            printf '%s\n' generate pull chat doctor models bench kv config
         case 'models'
             printf '%s\n' list show rm alias path verify
         case 'bench'
             printf '%s\n' compare
+        case 'kv'
+            printf '%s\n' list clear
         case 'config'
             printf '%s\n' show path set unset
     end
@@ -18,7 +20,7 @@ end
 # Whether OPTION takes a value at command PATH.
 function __llmcli_takes_value --argument-names path option
     switch "$path/$option"
-        case 'generate/-f' 'generate/--file' 'generate/-m' 'generate/--model' 'generate/--system' 'generate/-c' 'generate/--ctx-size' 'generate/-ngl' 'generate/--gpu-layers' 'generate/-t' 'generate/--threads' 'generate/-b' 'generate/--batch-size' 'generate/--temperature' 'generate/--temp' 'generate/--top-k' 'generate/--top-p' 'generate/--min-p' 'generate/--repeat-penalty' 'generate/-s' 'generate/--seed' 'generate/-n' 'generate/--max-tokens' 'generate/--stop' 'generate/--grammar-file' 'generate/--json-schema' 'chat/-m' 'chat/--model' 'chat/--system' 'chat/--session' 'chat/--on-overflow' 'chat/-c' 'chat/--ctx-size' 'chat/-ngl' 'chat/--gpu-layers' 'chat/-t' 'chat/--threads' 'chat/-b' 'chat/--batch-size' 'chat/--temperature' 'chat/--temp' 'chat/--top-k' 'chat/--top-p' 'chat/--min-p' 'chat/--repeat-penalty' 'chat/-s' 'chat/--seed' 'chat/-n' 'chat/--max-tokens' 'chat/--stop' 'chat/--grammar-file' 'chat/--json-schema' 'bench/-m' 'bench/--model' 'bench/-p' 'bench/--n-prompt' 'bench/-n' 'bench/--n-gen' 'bench/-pg' 'bench/--pg' 'bench/-d' 'bench/--n-depth' 'bench/-t' 'bench/--threads' 'bench/-ngl' 'bench/--n-gpu-layers' 'bench/-b' 'bench/--batch-size' 'bench/-ub' 'bench/--ubatch-size' 'bench/-fa' 'bench/--flash-attn' 'bench/-ctk' 'bench/--cache-type-k' 'bench/-ctv' 'bench/--cache-type-v' 'bench/-r' 'bench/--repetitions' 'bench/-o' 'bench/--output' 'bench/--scenario' 'bench/-c' 'bench/--ctx-size' 'bench/--delay' 'bench/--seed' 'bench/--busy' 'bench compare/--alpha' 'bench compare/-o' 'bench compare/--output'
+        case 'generate/-f' 'generate/--file' 'generate/-m' 'generate/--model' 'generate/--system' 'generate/-c' 'generate/--ctx-size' 'generate/-ngl' 'generate/--gpu-layers' 'generate/-t' 'generate/--threads' 'generate/-b' 'generate/--batch-size' 'generate/--temperature' 'generate/--temp' 'generate/--top-k' 'generate/--top-p' 'generate/--min-p' 'generate/--repeat-penalty' 'generate/-s' 'generate/--seed' 'generate/-n' 'generate/--max-tokens' 'generate/--stop' 'generate/--grammar-file' 'generate/--json-schema' 'generate/--prompt-cache' 'chat/-m' 'chat/--model' 'chat/--system' 'chat/--session' 'chat/--on-overflow' 'chat/--kv-cache-max-mb' 'chat/-c' 'chat/--ctx-size' 'chat/-ngl' 'chat/--gpu-layers' 'chat/-t' 'chat/--threads' 'chat/-b' 'chat/--batch-size' 'chat/--temperature' 'chat/--temp' 'chat/--top-k' 'chat/--top-p' 'chat/--min-p' 'chat/--repeat-penalty' 'chat/-s' 'chat/--seed' 'chat/-n' 'chat/--max-tokens' 'chat/--stop' 'chat/--grammar-file' 'chat/--json-schema' 'bench/-m' 'bench/--model' 'bench/-p' 'bench/--n-prompt' 'bench/-n' 'bench/--n-gen' 'bench/-pg' 'bench/--pg' 'bench/-d' 'bench/--n-depth' 'bench/-t' 'bench/--threads' 'bench/-ngl' 'bench/--n-gpu-layers' 'bench/-b' 'bench/--batch-size' 'bench/-ub' 'bench/--ubatch-size' 'bench/-fa' 'bench/--flash-attn' 'bench/-ctk' 'bench/--cache-type-k' 'bench/-ctv' 'bench/--cache-type-v' 'bench/-r' 'bench/--repetitions' 'bench/-o' 'bench/--output' 'bench/--scenario' 'bench/-c' 'bench/--ctx-size' 'bench/--delay' 'bench/--seed' 'bench/--busy' 'bench compare/--alpha' 'bench compare/-o' 'bench compare/--output'
             return 0
     end
     return 1
@@ -77,6 +79,7 @@ complete -c llmcli -n '__llmcli_at "" 1' -a chat -d 'Chat with a model; the whol
 complete -c llmcli -n '__llmcli_at "" 1' -a doctor -d 'Check this installation: versions, compute backend and GPU, directories, hub, default model'
 complete -c llmcli -n '__llmcli_at "" 1' -a models -d 'Manage downloaded models: list, show, rm, alias, path, verify'
 complete -c llmcli -n '__llmcli_at "" 1' -a bench -d 'Measure prefill (pp) and decode (tg) speed, as llama-bench does: mean ± sd over repetitions'
+complete -c llmcli -n '__llmcli_at "" 1' -a kv -d 'Saved KV states of chat sessions (warm resume): list, clear'
 complete -c llmcli -n '__llmcli_at "" 1' -a config -d 'Show and change the configuration file (flag > LLMCLI_* variable > file > default)'
 complete -c llmcli -n '__llmcli_at ""' -s V -l version -d 'Print the version and exit'
 complete -c llmcli -n '__llmcli_at ""' -l debug -d 'Show tracebacks and llama.cpp logs'
@@ -107,6 +110,8 @@ complete -c llmcli -n '__llmcli_at "generate"' -l grammar-file -r -F -d 'Constra
 complete -c llmcli -n '__llmcli_at "generate"' -l json-schema -r -F -d 'Constrain the output to JSON matching this schema (a file or inline JSON)'
 complete -c llmcli -n '__llmcli_at "generate"' -l stats -d 'Print speed figures on stderr after the text'
 complete -c llmcli -n '__llmcli_at "generate"' -l json -d 'Print one JSON document instead of the text'
+complete -c llmcli -n '__llmcli_at "generate"' -l prompt-cache -r -F -d 'Reuse the KV state saved in FILE for the longest common prompt prefix, and update FILE after the run'
+complete -c llmcli -n '__llmcli_at "generate"' -l prompt-cache-ro -d 'Use --prompt-cache FILE but never write it'
 complete -c llmcli -n '__llmcli_at "generate"' -l offline -d 'Never touch the network; use only models already downloaded'
 complete -c llmcli -n '__llmcli_at "generate"' -l force -d 'Load even when the weights and KV cache look too big for the free memory'
 complete -c llmcli -n '__llmcli_at "generate"' -o h -l help -d 'Show the help and exit'
@@ -125,6 +130,7 @@ complete -c llmcli -n '__llmcli_at "chat"' -l system -x -d 'System prompt'
 complete -c llmcli -n '__llmcli_at "chat"' -l session -x -d 'Save the conversation under NAME after every turn (and continue it if it exists)'
 complete -c llmcli -n '__llmcli_at "chat"' -l resume -d 'Continue the most recent session'
 complete -c llmcli -n '__llmcli_at "chat"' -l on-overflow -x -a 'drop-oldest error' -d 'When the history outgrows the context: drop-oldest (default) or error'
+complete -c llmcli -n '__llmcli_at "chat"' -l kv-cache-max-mb -x -d 'Megabytes of saved KV states (a session\'s warm resume) under the cache directory, oldest removed first; 0: save none'
 complete -c llmcli -n '__llmcli_at "chat"' -o c -l ctx-size -x -d 'Context size in tokens (default: the model\'s trained context, capped at 4096; rounded up to 256)'
 complete -c llmcli -n '__llmcli_at "chat"' -o ngl -l gpu-layers -x -d 'Layers to offload to the GPU (default: all when this build can offload, else 0)'
 complete -c llmcli -n '__llmcli_at "chat"' -o t -l threads -x -d 'CPU threads (default: physical cores)'
@@ -221,6 +227,18 @@ complete -c llmcli -n '__llmcli_at "bench compare"' -s h -l help -d 'Show the he
 complete -c llmcli -n '__llmcli_at "bench compare" 1' -F -d 'The baseline: llmcli bench -o json/jsonl, or llama-bench -o json'
 complete -c llmcli -n '__llmcli_at "bench compare" 2' -F -d 'The run to compare against it'
 
+# llmcli kv
+complete -c llmcli -n '__llmcli_at "kv" 1' -a list -d 'List saved KV states: name, tokens, size, age; the total against kv_cache_max_mb'
+complete -c llmcli -n '__llmcli_at "kv" 1' -a clear -d 'Remove saved KV states (all, or the named sessions\'); sessions themselves are kept'
+complete -c llmcli -n '__llmcli_at "kv"' -s h -l help -d 'Show the help and exit'
+
+# llmcli kv list
+complete -c llmcli -n '__llmcli_at "kv list"' -l json -d 'Print one JSON document instead of a table'
+complete -c llmcli -n '__llmcli_at "kv list"' -s h -l help -d 'Show the help and exit'
+
+# llmcli kv clear
+complete -c llmcli -n '__llmcli_at "kv clear"' -s h -l help -d 'Show the help and exit'
+
 # llmcli config
 complete -c llmcli -n '__llmcli_at "config" 1' -a show -d 'Print every setting\'s effective value and where it came from (default, file or environment)'
 complete -c llmcli -n '__llmcli_at "config" 1' -a path -d 'Print the configuration file\'s path (LLMCLI_CONFIG, else the user config directory)'
@@ -237,7 +255,7 @@ complete -c llmcli -n '__llmcli_at "config path"' -s h -l help -d 'Show the help
 
 # llmcli config set
 complete -c llmcli -n '__llmcli_at "config set"' -s h -l help -d 'Show the help and exit'
-complete -c llmcli -n '__llmcli_at "config set" 1' -a 'model ctx_size gpu_layers threads batch_size temperature top_k top_p min_p repeat_penalty max_tokens system on_overflow color' -d 'The setting, as `config show` names it'
+complete -c llmcli -n '__llmcli_at "config set" 1' -a 'model ctx_size gpu_layers threads batch_size temperature top_k top_p min_p repeat_penalty max_tokens system on_overflow kv_cache_max_mb color' -d 'The setting, as `config show` names it'
 
 # llmcli config unset
 complete -c llmcli -n '__llmcli_at "config unset"' -s h -l help -d 'Show the help and exit'

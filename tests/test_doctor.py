@@ -122,7 +122,7 @@ def test_directories(isolated):
     (isolated / "data").mkdir()
     (isolated / "data" / "aliases.json").write_text("{}" * 50)
     dirs = doc("--offline")[1]["directories"]
-    assert set(dirs) == {"config", "data", "cache", "models"}
+    assert set(dirs) == {"config", "data", "cache", "kv", "models"}
     assert dirs["config"]["path"] == str(isolated)
     assert dirs["data"] == {**dirs["data"], "path": str(isolated / "data"), "exists": True, "used_bytes": 100}
     assert dirs["models"]["path"] == str(isolated / "hf" / "hub")

@@ -62,6 +62,15 @@ def test_an_engine_without_interrupt_is_refused(tmp_path):
 
                 def reset(self) -> None: ...
 
+                def state_identity(self) -> dict:
+                    return {}
+
+                def state_payload(self) -> tuple[list[int], memoryview]:
+                    return [], memoryview(b"")
+
+                def load_state_payload(self, tokens: list[int], payload: bytearray) -> bool:
+                    return False
+
                 def close(self) -> None: ...
 
 

@@ -12,7 +12,7 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,18 +27,23 @@ def locked(path: Path, timeout: float = 30.0) -> Iterator[None]:
         yield
 
 
-def write_atomic(path: Path, data: bytes | str, *, mode: int | None = None, lock: bool = True) -> None:
+def write_atomic(
+    path: Path, data: bytes | str | Sequence[Any], *, mode: int | None = None, lock: bool = True
+) -> None:
     """Replace `path` with `data` atomically; `lock=False` where a lock file beside it would be
-    mistaken for data (e.g. `refs/` in the Hugging Face cache, where every file is a ref)."""
+    mistaken for data (e.g. `refs/` in the Hugging Face cache, where every file is a ref). A list
+    of buffers is written in order without joining them (large KV states are not copied)."""
     path = Path(path)
     if isinstance(data, str):
         data = data.encode("utf-8")
+    parts = [data] if isinstance(data, bytes | bytearray | memoryview) else list(data)
     path.parent.mkdir(parents=True, exist_ok=True)
     with locked(path) if lock else contextlib.nullcontext():
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                for part in parts:
+                    f.write(part)
                 f.flush()
                 os.fsync(f.fileno())
             if mode is not None:

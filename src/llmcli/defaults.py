@@ -20,3 +20,6 @@ MIN_P = 0.05
 REPEAT_PENALTY = 1.0
 REPEAT_LAST_N = 64
 MAX_TOKENS = 512  # 0 means: until end of generation or the context is full
+
+# Saved KV states (chat sessions) under the cache directory: at most this many megabytes.
+KV_CACHE_MAX_MB = 2000

@@ -21,6 +21,7 @@ _DIR_LABELS = {
     "config": "config dir",
     "data": "data dir",
     "cache": "cache dir",
+    "kv": "KV states",
     "models": "models (HF cache)",
 }
 
@@ -177,16 +178,19 @@ def config() -> dict[str, Any]:
 
 
 def directories() -> dict[str, Any]:
-    from llmcli import paths
+    from llmcli import kvstore, paths
     from llmcli.hub import env
 
     places = {
         "config": paths.config_file().parent,
         "data": paths.data_dir(),
         "cache": paths.cache_dir(),
+        "kv": kvstore.kv_dir(),
         "models": env.hub_cache(),
     }
-    return {name: usage(path) for name, path in places.items()}
+    found = {name: usage(path) for name, path in places.items()}
+    found["kv"]["cap_bytes"] = kvstore.cap_bytes()
+    return found
 
 
 def usage(path: Path) -> dict[str, Any]:
@@ -443,6 +447,8 @@ def _config_state(conf: dict[str, Any]) -> str:
 
 def _usage_line(info: dict[str, Any]) -> str:
     used = f"{_size(info['used_bytes'])} used" if info.get("exists") else "not created yet"
+    if "cap_bytes" in info:  # KV states: `llmcli kv list` and `kv clear`
+        used += f" of {_size(info['cap_bytes'])} (kv_cache_max_mb)"
     return f"{info['path']} ({used}, {_size(info['free_bytes'])} free)"
 
 

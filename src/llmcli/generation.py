@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from contextlib import closing
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from llmcli import __version__, prompting, render, signals
 from llmcli.engine.base import Done, SamplingParams, ThreadsChanged
@@ -24,6 +25,7 @@ class Result:
     prompt_format: str
     extra: dict = field(default_factory=dict)
     constraint: str | None = None  # "grammar" or "json_schema" when the output was constrained
+    prompt_cache: dict | None = None  # --prompt-cache: the file, what it gave, what was written
 
     def stats_line(self) -> str:
         from llmcli.render.stats import stats_line
@@ -85,6 +87,7 @@ class Result:
                 "total_ms": round(s.total_ms, 3),
             },
             "threads": s.threads,
+            "prompt_cache": self.prompt_cache,
             "versions": versions(info.backend),
         }
 
@@ -127,9 +130,13 @@ def run_generate(
     raw: bool = False,
     stream_stdout: bool = True,
     constraint: str | None = None,
+    prompt_cache: Path | None = None,
+    prompt_cache_ro: bool = False,
 ) -> Result:
     """Run one prompt; `raw` continues it as plain text, else it becomes a user turn (the caller
-    decides between the two with `prompting.generate_format`)."""
+    decides between the two with `prompting.generate_format`). With `prompt_cache`, the KV state
+    in that file is reused for the longest common prefix and (unless `prompt_cache_ro`) the file
+    is rewritten with this run's state afterwards."""
     engine = loaded.engine
     if raw:
         tokens, fmt_name = prompting.raw_tokens(engine, text), "raw"
@@ -137,8 +144,26 @@ def run_generate(
         fmt = prompting.prompt_format(engine)
         tokens = prompting.chat_tokens(engine, prompting.messages_for(text, system), fmt)
         fmt_name = fmt.source
+    cache: dict | None = None
+    if prompt_cache is not None:
+        import time
+
+        from llmcli import kvstore
+
+        started = time.perf_counter()
+        restored = kvstore.restore(engine, prompt_cache, tokens, what="--prompt-cache")
+        restore_ms = (time.perf_counter() - started) * 1000
+        cache = {"path": str(prompt_cache), "restored_tokens": restored, "restore_ms": round(restore_ms, 3),
+                 "read_only": prompt_cache_ro, "saved_bytes": 0}  # fmt: skip
     done = consume(engine, tokens, params, stream_stdout=stream_stdout)
-    return Result(loaded, done, params, fmt_name, constraint=constraint if params.grammar else None)
+    if cache is not None:
+        done.stats.ttft_ms += cache["restore_ms"]  # the wait for the first token includes the read
+        done.stats.total_ms += cache["restore_ms"]
+        if not prompt_cache_ro and done.finish_reason != "interrupted":
+            saved = kvstore.save(engine, Path(cache["path"]), cap=None)
+            cache.update(saved_bytes=saved.bytes, save_ms=round(saved.ms, 3))
+    return Result(loaded, done, params, fmt_name, constraint=constraint if params.grammar else None,
+                  prompt_cache=cache)  # fmt: skip
 
 
 def threads_changed(event: ThreadsChanged) -> str:

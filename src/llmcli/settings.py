@@ -75,6 +75,14 @@ SETTINGS: dict[str, Setting] = {
             ("drop-oldest", "error"),
         ),
         Setting(
+            "kv_cache_max_mb",
+            int,
+            defaults.KV_CACHE_MAX_MB,
+            "Megabytes of saved KV states (chat sessions) kept under the cache directory, oldest "
+            "removed first (0: save none).",
+            minimum=0,
+        ),
+        Setting(
             "color",
             str,
             "auto",

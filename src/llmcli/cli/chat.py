@@ -34,6 +34,17 @@ def chat(
             show_default=False,
         ),
     ] = None,  # fmt: skip
+    kv_cache_max_mb: Annotated[
+        int | None,
+        typer.Option(
+            "--kv-cache-max-mb",
+            help="Megabytes of saved KV states (a session's warm resume) under the cache directory, "
+            "oldest removed first; 0: save none.",
+            envvar="LLMCLI_KV_CACHE_MAX_MB",
+            min=0,
+            show_default=False,
+        ),
+    ] = None,
     ctx_size: o.CtxSize = None,
     gpu_layers: o.GpuLayers = None,
     threads: o.Threads = None,
@@ -82,7 +93,8 @@ def chat(
     loaded = load(model)
     constraint = "json_schema" if json_schema is not None else "grammar" if grammar_file else None
     chat_session = ChatSession(loaded, params, on_overflow=policy, session_name=name, load_model=load,
-                               allow_base=fallback_template, constraint=constraint)  # fmt: skip
+                               allow_base=fallback_template, constraint=constraint,
+                               kv_cap_mb=kv_cache_max_mb)  # fmt: skip
     try:
         chat_session.check_model(loaded)
     except UsageError:
@@ -93,6 +105,9 @@ def chat(
     if saved:
         assert name is not None  # a saved session always has its name
         chat_session.conversation = _conversation(saved, name)
+        from llmcli import kvstore
+
+        chat_session.kv_restore = kvstore.session_state_path(name)
     system = settings.resolve("system", system)
     if system:
         chat_session.conversation.system = system

@@ -47,6 +47,20 @@ def generate(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON document instead of the text.")
     ] = False,
+    prompt_cache: Annotated[
+        Path | None,
+        typer.Option(
+            "--prompt-cache",
+            help="Reuse the KV state saved in FILE for the longest common prompt prefix, and update "
+            "FILE after the run.",
+            dir_okay=False,
+            metavar="FILE",
+            show_default=False,
+        ),
+    ] = None,
+    prompt_cache_ro: Annotated[
+        bool, typer.Option("--prompt-cache-ro", help="Use --prompt-cache FILE but never write it.")
+    ] = False,
     offline: o.Offline = False,
     force: o.Force = False,
 ) -> None:
@@ -56,6 +70,8 @@ def generate(
     """
     from llmcli import render, settings
 
+    if prompt_cache_ro and prompt_cache is None:
+        raise UsageError("--prompt-cache-ro needs --prompt-cache FILE")
     text = read_prompt(prompt, file)
     params = o.sampling_params(
         temperature, top_k, top_p, min_p, repeat_penalty, seed, max_tokens, stop, grammar_file, json_schema
@@ -79,8 +95,9 @@ def generate(
     raw = how == "raw"
     constraint = "json_schema" if json_schema is not None else "grammar" if grammar_file else None
     result = run_generate(
-        loaded, text, params, system=system, raw=raw, stream_stdout=not as_json, constraint=constraint
-    )
+        loaded, text, params, system=system, raw=raw, stream_stdout=not as_json, constraint=constraint,
+        prompt_cache=prompt_cache, prompt_cache_ro=prompt_cache_ro,
+    )  # fmt: skip
     if as_json:
         render.out_json(result.record())
     if stats and not as_json:

@@ -217,6 +217,18 @@ class Engine(Protocol):
         """Forget the KV cache."""
         ...
 
+    def state_identity(self) -> dict:
+        """What a saved KV state must match to be loaded by this engine (engine/state.py)."""
+        ...
+
+    def state_payload(self) -> tuple[list[int], memoryview]:
+        """The tokens in the cache and the bytes of their keys and values, to save."""
+        ...
+
+    def load_state_payload(self, tokens: list[int], payload: bytearray) -> bool:
+        """Load a checked payload into an empty cache; False (cache left empty) when refused."""
+        ...
+
     def close(self) -> None:
         """Free the model and its context; the engine is unusable afterwards."""
         ...

@@ -59,6 +59,7 @@ class FakeEngine:
         self.threads = 1
         self.n_batch = 512
         self.options = EngineOptions()
+        self.restored: list[int] = []  # token counts of each KV state loaded
 
     @classmethod
     def factory(cls, **kwargs):
@@ -104,6 +105,31 @@ class FakeEngine:
 
     def reset(self) -> None:
         self._cached = []
+
+    # The simulated KV state: the cached tokens as little-endian u32s, then a trailer that
+    # depends on the context size (so a state from another context shape is refused).
+
+    def state_identity(self) -> dict:
+        return {"engine": "fake", "model": {"path": self.info.path}, "llama_cpp": "fake",
+                "n_ctx": self.n_ctx, "type_k": "f16", "type_v": "f16", "swa_full": True,
+                "flash_attn": "auto"}  # fmt: skip
+
+    def state_payload(self) -> tuple[list[int], memoryview]:
+        import struct
+
+        data = struct.pack(f"<{len(self._cached)}I", *self._cached) + b"KV" * 16
+        return list(self._cached), memoryview(data)
+
+    def load_state_payload(self, tokens: list[int], payload: bytearray) -> bool:
+        import struct
+
+        self._cached = []
+        n = len(tokens)
+        if len(payload) != 4 * n + 32 or list(struct.unpack_from(f"<{n}I", payload)) != tokens:
+            return False
+        self._cached = list(tokens)
+        self.restored.append(len(tokens))
+        return True
 
     def interrupt(self) -> None:
         self._interrupted = True

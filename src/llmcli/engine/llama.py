@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from llmcli import defaults
-from llmcli.engine.backend import backend_name
+from llmcli.engine.backend import backend_name, llama_cpp_version
 from llmcli.engine.base import (
     Done,
     EngineOptions,
@@ -417,6 +417,60 @@ class LlamaEngine:
             del self._cached[in_cache:]
         elif in_cache > len(self._cached) and not self._L.llama_memory_seq_rm(mem, 0, len(self._cached), -1):
             self.reset()
+
+    # -- saved state (engine/state.py has the file format and its checks) ------------------------
+
+    def state_identity(self) -> dict:
+        """What a saved KV state must match to be loaded here: the model file, the llama.cpp build
+        and every setting that shapes the cache's layout or contents."""
+        if getattr(self, "_identity", None) is None:
+            from llmcli.engine.state import model_identity
+
+            L, opts = self._L, self.options
+            self._identity = {
+                "engine": "llama.cpp",
+                "model": model_identity(self.path),
+                "llama_cpp": llama_cpp_version(),
+                "system_info": L.llama_print_system_info().decode("utf-8", "replace").strip(),
+                "backend": self.info.backend,
+                "gpu_layers": self.info.gpu_layers,
+                "n_ctx": self.n_ctx,
+                "type_k": (opts.type_k or "f16").lower(),
+                "type_v": (opts.type_v or "f16").lower(),
+                "swa_full": bool(opts.swa_full),
+                "flash_attn": {None: "auto", True: "on", False: "off"}[opts.flash_attn],
+                "n_seq_max": 1,
+            }
+        return self._identity
+
+    def state_payload(self) -> tuple[list[int], memoryview]:
+        """The cached tokens and the KV state, as `llama_state_seq_get_data` writes it for seq_id -1
+        (the whole cache, which here is sequence 0 alone): for seq 0 it would leave out the cells a
+        sliding-window layer no longer attends to, and a prompt that shares less than all of the
+        saved tokens needs them."""
+        L = self._L
+        self._sync_cache()
+        size = L.llama_state_seq_get_size(self._ctx, -1)
+        buf = (ctypes.c_uint8 * size)()
+        written = L.llama_state_seq_get_data(self._ctx, buf, size, -1)
+        if written == 0 and self._cached:
+            raise LlmcliError("llama.cpp could not copy the KV state")
+        return list(self._cached), memoryview(buf).cast("B")[:written]
+
+    def load_state_payload(self, tokens: list[int], payload: bytearray) -> bool:
+        """Load what `state_payload` gave into sequence 0 of an empty cache; False when llama.cpp
+        refuses it or it does not hold exactly `tokens` positions (the cache is then empty)."""
+        L = self._L
+        self.reset()
+        buf = (ctypes.c_uint8 * len(payload)).from_buffer(payload)
+        read = L.llama_state_seq_set_data(self._ctx, buf, len(payload), -1)
+        del buf  # release the export of `payload`
+        in_cache = L.llama_memory_seq_pos_max(L.llama_get_memory(self._ctx), 0) + 1
+        if read != len(payload) or in_cache != len(tokens):
+            self.reset()
+            return False
+        self._cached = list(tokens)
+        return True
 
     # -- generation ------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any, Protocol
 
 from llmcli import prompting, signals, templates
@@ -60,6 +61,8 @@ class ChatSession:
     allow_base: bool = False  # --fallback-template: chat with a base model in its fallback format
     constraint: str | None = None  # "grammar" or "json_schema": every reply is constrained
     recommended: dict[str, Any] = field(default_factory=dict)  # the model's sampling, applied
+    kv_restore: Path | None = None  # a saved KV state to try before the next turn (kvstore)
+    kv_cap_mb: int | None = None  # --kv-cache-max-mb (None: the setting)
 
     def apply_recommended(self) -> dict[str, Any]:
         """Use the loaded model's recommended sampling where the user set nothing (again after a
@@ -117,6 +120,7 @@ class ChatSession:
         fitted = self.conversation.fit(
             self.render_tokens, self.engine.n_ctx, self.answer_reserve(), self.on_overflow
         )
+        restore_ms = self._restore_kv(fitted.tokens)
         done = None
         with (
             signals.interrupt_on_sigint(self.engine.interrupt),
@@ -133,12 +137,35 @@ class ChatSession:
                     done = event
         assert done is not None
         stats = done.stats
+        stats.ttft_ms += restore_ms  # the wait for the first token includes reading the state
+        stats.total_ms += restore_ms
         self.conversation.add_assistant(
             done.text, interrupted=done.finish_reason == "interrupted", stats=stats_record(done)
         )
         self.last = stats
         self.totals.add(stats)
         return TurnResult(done, fitted.dropped_messages, fitted.dropped_tokens)
+
+    def _restore_kv(self, prompt: list[int]) -> float:
+        """Load the session's saved KV state (once, before the first turn); returns the ms spent."""
+        if self.kv_restore is None:
+            return 0.0
+        import time
+
+        from llmcli import kvstore
+
+        path, self.kv_restore = self.kv_restore, None
+        started = time.perf_counter()
+        kvstore.restore(self.engine, path, prompt, what=f"session {self.session_name!r}")
+        return (time.perf_counter() - started) * 1000
+
+    def save_kv(self, name: str):
+        """Save the KV cache beside the session `name` (see kvstore); never raises."""
+        from llmcli import kvstore
+
+        path = kvstore.session_state_path(name)
+        # reload: the chat goes on from exactly what a resuming process will load (engine/state.py)
+        return kvstore.save(self.engine, path, cap=kvstore.cap_bytes(self.kv_cap_mb), reload=True)
 
     def clear(self) -> None:
         self.conversation.clear()

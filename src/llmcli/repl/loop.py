@@ -105,7 +105,9 @@ class Repl:
     # -- sessions ----------------------------------------------------------------------------
 
     def save(self, name: str):
-        return sessions.save(name, self.session.to_record())
+        path = sessions.save(name, self.session.to_record())
+        self.session.save_kv(name)  # after the session file: a state is only ever an optimisation
+        return path
 
     def load(self, name: str) -> None:
         from llmcli.conversation import Conversation
@@ -118,8 +120,11 @@ class Repl:
                 f"{sessions.session_path(name)} has a malformed conversation ({exc})",
                 hint="the file was left untouched",
             ) from None
+        from llmcli import kvstore
+
         self.session.conversation = conversation
         self.session.session_name = name
+        self.session.kv_restore = kvstore.session_state_path(name)
         self.info(f"loaded session {name!r}: {len(conversation.messages)} messages")
 
     # -- loops -------------------------------------------------------------------------------
