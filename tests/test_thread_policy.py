@@ -150,3 +150,20 @@ def test_explicit_threads_turn_adaptation_off():
 
     assert o.engine_options(None, None, 3, None, None).threads == 3
     assert o.engine_options(None, None, None, None, None).threads is None
+
+
+def test_a_count_that_only_looks_fast_right_after_the_switch_is_given_up():
+    """Next to a busy process, threads that just woke get the scheduler's favour for a few steps:
+    two threads look as fast as on a quiet machine, then fall to their steady pace."""
+    since: dict[str, int] = {"switch": 0, "threads": 1}
+
+    def cost(n, step):
+        if n != since["threads"]:
+            since.update(switch=step, threads=n)
+        fresh = step - since["switch"] < 8
+        return QUIET[2] if (n == 2 and fresh) else ONE_BUSY[n]
+
+    p = policy(busy=1)
+    total = simulate(p, cost, 2000)
+    assert p.current == 1
+    assert best_fixed(lambda n, s: ONE_BUSY[n], 2000) / total >= 0.9

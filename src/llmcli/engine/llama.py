@@ -45,7 +45,9 @@ from llmcli.errors import ContextOverflowError, InvalidModelError, LlmcliError, 
 
 DEFAULT_CTX_CAP = defaults.CTX_CAP
 MIN_PREFILL_SAMPLE = 32  # prefill batches smaller than this say little about thread speed
-PROBE_CHUNK = 48  # prefill batch size while the thread policy compares thread counts
+PROBE_CHUNK = 32  # prefill batch size while the thread policy compares thread counts
+PROBE_PROMPT = 2048  # ... on prompts this long, where comparing costs a small share; shorter ones
+# run at the count the policy starts from (all cores, or fewer when others are runnable)
 _log_callback = None  # keeps the ctypes callback alive for the life of the process
 
 
@@ -597,12 +599,14 @@ class _Generation:
         i = 0
         while i < len(todo):
             # while the thread policy measures, small batches: a count that loses costs little
-            probing = e.adaptive and e.thread_policy["prefill"].probing and len(todo) - i >= 4 * PROBE_CHUNK
+            probing = e.adaptive and e.thread_policy["prefill"].probing and len(todo) - i >= PROBE_PROMPT
             chunk = todo[i : i + (PROBE_CHUNK if probing else e.n_batch)]
             i += len(chunk)
             started = time.perf_counter()
             rc = e.decode(chunk)
-            if rc == 0 and e.adaptive and len(chunk) >= MIN_PREFILL_SAMPLE:
+            # a full batch never serves as a probe: the policy measures on small batches only
+            measuring = e.adaptive and (probing or not e.thread_policy["prefill"].probing)
+            if rc == 0 and measuring and len(chunk) >= MIN_PREFILL_SAMPLE:
                 changed = e._observe("prefill", (time.perf_counter() - started) / len(chunk))
                 if changed:
                     yield ThreadsChanged("prefill", *changed)

@@ -81,6 +81,7 @@ class ThreadPolicy:
         self._reference: float | None = None
         self._recent: list[float] = []
         self._probing = False
+        self._confirm: tuple[int, float] | None = None  # (count left, its measured median)
         if len(self.options) > 1:
             self._probe("probe", others_only=False)
 
@@ -95,6 +96,8 @@ class ThreadPolicy:
         if len(self._recent) >= max(2, self.window // 2):
             if self._reference is None:  # the settled count's own pace, measured in normal steps
                 self._reference = statistics.median(self._recent)
+                if self._confirm is not None:
+                    return self._check_switch()
             elif self._drifted():
                 return self._probe("drift", others_only=False)
         if self.step - self._settled_at >= self._interval:
@@ -147,11 +150,32 @@ class ThreadPolicy:
         self._reference = None
         self._settled_at = self.step
         self._recent = []
+        self._confirm = None
+        if best != self._before:  # to be confirmed at its steady pace (see _check_switch)
+            self._confirm = (self._before, statistics.median(self._samples[self._before] or [float("inf")]))
         if best != self.current:
             self.current = best
             self.used.add(best)
         self.decisions.append(Decision(self.step, best, "settled"))
         return best
+
+    def _check_switch(self) -> int:
+        """A few steps after switching, a count can look faster than it is: threads that just woke
+        get the scheduler's favour over a busy process for a moment. So a switch stands only if the
+        new count's steady pace still beats what the old one measured; else go back, and re-check
+        less often."""
+        assert self._confirm is not None and self._reference is not None
+        old, old_median = self._confirm
+        self._confirm = None
+        if self._reference <= old_median * 1.02:
+            return self.current
+        self._interval = min(self.max_recheck, self._interval * 2)
+        self.current = old
+        self._reference = None
+        self._recent = []
+        self._settled_at = self.step
+        self.decisions.append(Decision(self.step, old, "settled"))
+        return old
 
     def _switch(self, threads: int, reason: str) -> int:
         self.current = threads
