@@ -167,3 +167,25 @@ def test_a_count_that_only_looks_fast_right_after_the_switch_is_given_up():
     total = simulate(p, cost, 2000)
     assert p.current == 1
     assert best_fixed(lambda n, s: ONE_BUSY[n], 2000) / total >= 0.9
+
+
+def test_prefill_follows_the_run_queue_and_looks_again_on_drift():
+    from llmcli.engine.threads import LoadFollower
+
+    busy = {"n": 0}
+    f = LoadFollower(2, read_busy=lambda cores: busy["n"])
+    assert f.begin() == 2
+    assert f.observe(1 / 600) == 2 and f.observe(1 / 590) == 2  # steady: nothing re-read
+    busy["n"] = 1
+    assert f.observe(1 / 590) == 2  # the queue is only read when the pace changes
+    assert f.observe(1 / 250) == 1  # a batch much slower: a busy process came
+    assert f.summary() == {"threads": 1, "used": [1, 2], "changes": [{"step": 4, "threads": 1}]}
+    busy["n"] = 0
+    assert f.begin() == 2  # the next prompt starts from the queue as it is then
+
+
+def test_busy_others_leaves_out_this_processes_own_threads(tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text("procs_running 4\n")
+    assert busy_others(2, str(stat), own=3) == 1
+    assert busy_others(2, str(stat), own=1) == 2  # capped at the cores

@@ -45,9 +45,6 @@ from llmcli.errors import ContextOverflowError, InvalidModelError, LlmcliError, 
 
 DEFAULT_CTX_CAP = defaults.CTX_CAP
 MIN_PREFILL_SAMPLE = 32  # prefill batches smaller than this say little about thread speed
-PROBE_CHUNK = 32  # prefill batch size while the thread policy compares thread counts
-PROBE_PROMPT = 2048  # ... on prompts this long, where comparing costs a small share; shorter ones
-# run at the count the policy starts from (all cores, or fewer when others are runnable)
 _log_callback = None  # keeps the ctypes callback alive for the life of the process
 
 
@@ -254,34 +251,34 @@ class LlamaEngine:
         cores = physical_cores()
         start = policy.start_for(cores, policy.busy_others(cores))
         options = policy.candidates(cores)
-        # decode: one token a step, many steps; prefill: one batch a step, each a big sample
-        self.thread_policy = {
-            "decode": policy.ThreadPolicy(options, start),
-            "prefill": policy.ThreadPolicy(
-                options, start, probe_steps=1, window=2, recheck=6, max_recheck=48
-            ),
-        }
+        # decode: measured, one token a step; prefill: from the run queue, a few big batches
+        self.decode_policy = policy.ThreadPolicy(options, start)
+        self.prefill_policy = policy.LoadFollower(cores)
         return start
 
     @property
     def adaptive(self) -> bool:
-        return bool(getattr(self, "thread_policy", None))
+        return getattr(self, "decode_policy", None) is not None
 
-    def _observe(self, phase: str, seconds_per_token: float) -> tuple[int, str] | None:
-        """Feed one measured step to the phase's policy; apply and return (threads, reason) when
-        it changes the count."""
-        used = self.threads if phase == "decode" else self.threads_batch
-        policy = self.thread_policy[phase]
-        before = len(policy.decisions)
-        wanted = policy.observe(used, seconds_per_token)
-        if wanted == used:
-            return None
+    def _observe(self, phase: str, seconds_per_token: float | None) -> tuple[int, str] | None:
+        """Feed one measured step to the phase's policy (None: a new prompt begins); apply and
+        return (threads, reason) when it changes the count."""
         if phase == "decode":
+            policy = self.decode_policy
+            before = len(policy.decisions)
+            wanted = policy.observe(self.threads, seconds_per_token or 0.0)
+            reason = policy.decisions[-1].reason if len(policy.decisions) > before else "settled"
+            if wanted == self.threads:
+                return None
             self.threads = wanted
         else:
+            follower = self.prefill_policy
+            wanted = follower.begin() if seconds_per_token is None else follower.observe(seconds_per_token)
+            reason = "load"
+            if wanted == self.threads_batch:
+                return None
             self.threads_batch = wanted
         self._L.llama_set_n_threads(self._ctx, self.threads, self.threads_batch)
-        reason = policy.decisions[-1].reason if len(policy.decisions) > before else "settled"
         return wanted, reason
 
     def thread_report(self) -> dict:
@@ -292,7 +289,11 @@ class LlamaEngine:
                 "decode": {"threads": self.threads},
                 "prefill": {"threads": self.threads_batch},
             }
-        return {"adaptive": True, **{phase: p.summary() for phase, p in self.thread_policy.items()}}
+        return {
+            "adaptive": True,
+            "decode": self.decode_policy.summary(),
+            "prefill": self.prefill_policy.summary(),
+        }
 
     def _model_info(self) -> ModelInfo:
         L = self._L
@@ -596,17 +597,13 @@ class _Generation:
         stats.prefill_tokens = len(todo)
         done = 0
         yield PrefillProgress(0, len(todo), 0.0)
-        i = 0
-        while i < len(todo):
-            # while the thread policy measures, small batches: a count that loses costs little
-            probing = e.adaptive and e.thread_policy["prefill"].probing and len(todo) - i >= PROBE_PROMPT
-            chunk = todo[i : i + (PROBE_CHUNK if probing else e.n_batch)]
-            i += len(chunk)
+        if e.adaptive and len(todo) > 1 and (changed := e._observe("prefill", None)):
+            yield ThreadsChanged("prefill", *changed)
+        for i in range(0, len(todo), e.n_batch):
+            chunk = todo[i : i + e.n_batch]
             started = time.perf_counter()
             rc = e.decode(chunk)
-            # a full batch never serves as a probe: the policy measures on small batches only
-            measuring = e.adaptive and (probing or not e.thread_policy["prefill"].probing)
-            if rc == 0 and measuring and len(chunk) >= MIN_PREFILL_SAMPLE:
+            if rc == 0 and e.adaptive and len(chunk) >= MIN_PREFILL_SAMPLE:
                 changed = e._observe("prefill", (time.perf_counter() - started) / len(chunk))
                 if changed:
                     yield ThreadsChanged("prefill", *changed)
