@@ -77,7 +77,8 @@ def main() -> None:
     from llmcli.engine.base import EngineOptions
     from llmcli.engine.llama import LlamaEngine
     from llmcli.hub import default_model
-    from llmcli.repl.readout import LiveReadout, PlainSink
+    from llmcli.render.stream import PlainSink
+    from llmcli.repl.readout import LiveReadout
 
     engine = LlamaEngine(default_model.model_path("gemma3-270m"), EngineOptions(ctx_size=4096))
     conversation_ttfts(engine, 2, 8, reuse=True)  # warm-up: first-use costs stay out of turn 1

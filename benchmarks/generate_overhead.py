@@ -85,7 +85,7 @@ def llmcli_timeline(engine, tokens: list[int], n_gen: int, sink_file) -> tuple[f
     """The start time and the time each Token event reached the consumer."""
     from llmcli import signals
     from llmcli.engine.base import SamplingParams, Token
-    from llmcli.repl.readout import PlainSink
+    from llmcli.render.stream import PlainSink
 
     engine.reset()
     params = SamplingParams(temperature=0, max_tokens=n_gen, seed=1)
