@@ -45,7 +45,8 @@ def list_states(
         for r in rows
     ]  # fmt: skip
     render.out_text(plain(["NAME", "KIND", "TOKENS", "SIZE", "UPDATED"], table))
-    render.info(f"{len(rows)} states, {human_size(total)} of {human_size(cap)} (kv_cache_max_mb) in "
+    states = f"{len(rows)} state{'' if len(rows) == 1 else 's'}"
+    render.info(f"{states}, {human_size(total)} of {human_size(cap)} (kv_cache_max_mb) in "
                 f"{kvstore.kv_dir()}")  # fmt: skip
 
 
