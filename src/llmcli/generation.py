@@ -179,6 +179,15 @@ def consume(engine, tokens: list[int], params: SamplingParams, *, stream_stdout:
     from llmcli.render.stream import PlainSink
 
     sink = PlainSink(sys.stdout) if stream_stdout else None
+    done = drive(engine, tokens, params, sink)
+    if sink is not None:
+        sink.stop()
+    return done
+
+
+def drive(engine, tokens: list[int], params: SamplingParams, sink=None) -> Done:
+    """One request, as generate and each chat turn run it: Ctrl-C through the signal watcher, every
+    event to `sink`, the thread policy's decisions to --debug; returns the final Done."""
     done: Done | None = None
     with signals.interrupt_on_sigint(engine.interrupt), closing(engine.stream(tokens, params)) as events:
         for event in events:
@@ -189,6 +198,4 @@ def consume(engine, tokens: list[int], params: SamplingParams, *, stream_stdout:
             elif isinstance(event, Done):
                 done = event
     assert done is not None
-    if sink is not None:
-        sink.stop()
     return done

@@ -9,14 +9,13 @@ answer. The REPL loop and the tests drive it the same way.
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import closing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
 
-from llmcli import prompting, signals, templates
+from llmcli import prompting, templates
 from llmcli.conversation import Conversation
-from llmcli.engine.base import Done, Event, SamplingParams, Stats, ThreadsChanged
+from llmcli.engine.base import Done, Event, SamplingParams, Stats
 from llmcli.loader import Loaded
 
 
@@ -121,21 +120,9 @@ class ChatSession:
             self.render_tokens, self.engine.n_ctx, self.answer_reserve(), self.on_overflow
         )
         restore_ms = self._restore_kv(fitted.tokens)
-        done = None
-        with (
-            signals.interrupt_on_sigint(self.engine.interrupt),
-            closing(self.engine.stream(fitted.tokens, self.params)) as events,
-        ):
-            for event in events:
-                sink(event)
-                if isinstance(event, ThreadsChanged):
-                    from llmcli import render
-                    from llmcli.generation import threads_changed
+        from llmcli.generation import drive
 
-                    render.debug_log(threads_changed(event))
-                elif isinstance(event, Done):
-                    done = event
-        assert done is not None
+        done = drive(self.engine, fitted.tokens, self.params, sink)
         stats = done.stats
         stats.ttft_ms += restore_ms  # the wait for the first token includes reading the state
         stats.total_ms += restore_ms
