@@ -431,9 +431,9 @@ def _threads_line(p: dict[str, Any]) -> str:
     if p.get("threads_policy") == "fixed":
         return f"{p.get('threads', '?')}, fixed by -t/threads/LLMCLI_THREADS ({cores})"
     return (
-        f"adaptive, up to {p.get('threads', '?')} ({cores}): decode and prefill each start where no "
-        "thread waits for a busy core, measure each count and keep the fastest, and measure again "
-        "when the step time drifts (another process started or stopped); -t N fixes it"
+        f"adaptive, up to {p.get('threads', '?')} ({cores}): decode measures each count and keeps the "
+        "fastest, again when the step time drifts (another process started or stopped); prefill takes "
+        "the count that leaves no thread waiting for a busy core; -t N fixes it"
     )
 
 

@@ -640,11 +640,9 @@ class _Generation:
             if rc == 2 or e._abort.is_set():
                 e._sync_cache()
                 return "interrupted"
-            if adaptive:
-                changed = e._observe("decode", time.perf_counter() - started)
-                if changed:
-                    yield ThreadsChanged("decode", *changed)
             _check_decode(rc, len(e._cached), e.n_ctx)
+            if adaptive and (changed := e._observe("decode", time.perf_counter() - started)):
+                yield ThreadsChanged("decode", *changed)
             if stopped:
                 return "stop"
             if len(self.generated) >= max_tokens:

@@ -3,8 +3,8 @@
 llama.cpp's compute threads meet at a barrier after every graph node, so one thread that the OS
 preempts (another process wants the core) stalls them all: next to one busy process, two threads
 on two cores decode slower than one. No fixed count is right on a shared machine, so when the user
-gave none, `ThreadPolicy` picks one per phase (decode: one token per step; prefill: one batch per
-step) from measured seconds per token, and checks again when the machine changes.
+gave none, `ThreadPolicy` picks decode's count from measured seconds per token and checks again
+when the machine changes; `LoadFollower` picks prefill's from the run queue (see there why).
 
 The policy is a pure function of the step times it is shown (`observe`), so its decisions are
 tested without timing anything:
@@ -88,8 +88,6 @@ class ThreadPolicy:
     drift: float = 0.5  # relative change of that median that means the machine changed
     recheck: int = 128  # steps between re-checks of the other candidates, at first
     max_recheck: int = 1024  # ... doubling up to this while they keep confirming the choice
-    warmup: bool = True  # the first step after a switch is not counted (it wakes the threads)
-    recheck_all: bool = False  # re-checks measure the current count again too (not its recent window)
     decisions: list[Decision] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -121,13 +119,8 @@ class ThreadPolicy:
             elif self._drifted():
                 return self._probe("drift", others_only=False)
         if self.step - self._settled_at >= self._interval:
-            return self._probe("recheck", others_only=not self.recheck_all)
+            return self._probe("recheck", others_only=True)
         return self.current
-
-    @property
-    def probing(self) -> bool:
-        """Whether it is measuring candidates now (a caller may make its steps smaller meanwhile)."""
-        return self._probing
 
     # -- measuring ---------------------------------------------------------------------------
 
@@ -200,7 +193,7 @@ class ThreadPolicy:
     def _switch(self, threads: int, reason: str) -> int:
         self.current = threads
         self.used.add(threads)
-        self._skip = self.warmup
+        self._skip = True  # the first step after a switch is not counted (it wakes the threads)
         self.decisions.append(Decision(self.step, threads, reason))
         return threads
 
