@@ -431,9 +431,10 @@ def _threads_line(p: dict[str, Any]) -> str:
     if p.get("threads_policy") == "fixed":
         return f"{p.get('threads', '?')}, fixed by -t/threads/LLMCLI_THREADS ({cores})"
     return (
-        f"adaptive, up to {p.get('threads', '?')} ({cores}): decode measures each count and keeps the "
-        "fastest, again when the step time drifts (another process started or stopped); prefill takes "
-        "the count that leaves no thread waiting for a busy core; -t N fixes it"
+        f"adaptive, up to {p.get('threads', '?')} ({cores}): decode measures each count the run queue "
+        "leaves a core for and keeps the lowest mean step time, again when the step time drifts "
+        "(another process started or stopped); prefill takes the count that leaves no thread waiting "
+        "for a busy core; -t N fixes it"
     )
 
 

@@ -52,7 +52,7 @@ SETTINGS: dict[str, Setting] = {
             minimum=0,
         ),
         Setting("gpu_layers", int, -1, "Layers to offload to the GPU (-1: all when the build supports it)."),
-        Setting("threads", int, 0, "CPU threads (0: the number of physical cores).", minimum=0),
+        Setting("threads", int, 0, "CPU threads, fixed (0: adaptive, up to the physical cores).", minimum=0),
         Setting("batch_size", int, defaults.BATCH_SIZE, "Prompt tokens evaluated per batch.", minimum=1),
         Setting("temperature", float, defaults.TEMPERATURE, "Sampling temperature (0: greedy).", minimum=0),
         Setting("top_k", int, defaults.TOP_K, "Top-k sampling (0: off).", minimum=0),

@@ -99,7 +99,7 @@ Threads = Annotated[
     typer.Option(
         "--threads",
         "-t",
-        help="CPU threads (default: physical cores).",
+        help="CPU threads, fixed (default: adaptive, up to the physical cores; see doctor).",
         envvar="LLMCLI_THREADS",
         rich_help_panel=MODEL_PANEL,
         show_default=False,

@@ -252,7 +252,7 @@ class LlamaEngine:
         start = policy.start_for(cores, policy.busy_others(cores))
         options = policy.candidates(cores)
         # decode: measured, one token a step; prefill: from the run queue, a few big batches
-        self.decode_policy = policy.ThreadPolicy(options, start)
+        self.decode_policy = policy.ThreadPolicy(options, start, read_busy=lambda: policy.busy_others(cores))
         self.prefill_policy = policy.LoadFollower(cores)
         return start
 

@@ -10,11 +10,16 @@ The policy is a pure function of the step times it is shown (`observe`), so its 
 tested without timing anything:
 - it starts from `start` (all cores, or fewer when other processes are already runnable);
 - it probes: each candidate in turn for `probe_steps` steps, the first step after a switch not
-  counted (thread start-up), and settles on the fastest median;
-- settled, it keeps a short window of recent step times; when their median drifts from the one it
+  counted (thread start-up), and settles on the lowest mean; a candidate whose steps already add up
+  to more than the best one's whole probe is dropped at once (it cannot win);
+- settled, it keeps a short window of recent step times; when their mean drifts from the one it
   settled on by more than `drift` (a busy process started or stopped), it probes again at once;
 - otherwise it re-checks the other candidates every `recheck` steps, and doubles that interval
   (up to `max_recheck`) each time the check confirms its choice, so a quiet machine pays little.
+Means, not medians: next to busy processes a thread count's step times have a heavy tail. Measured
+here with two busy processes on two cores, two threads took a median 31 ms per token against one
+thread's 25 ms, but a mean 96 ms against 29 ms: one step in five waits for a preempted thread, for
+up to two seconds. Tokens per second is one over the mean, so the mean is what is compared.
 Candidates are all cores, all but one, half, and one: on a machine with many cores a busy
 process costs one core, not all of them, and "all but one" is what then wins.
 """
@@ -84,10 +89,12 @@ class ThreadPolicy:
     options: list[int]  # candidate thread counts (`candidates`)
     start: int  # the first choice (`start_for`)
     probe_steps: int = 4  # steps measured per candidate in a full probe (half that in a re-check)
-    window: int = 16  # recent steps whose median is watched for drift
-    drift: float = 0.5  # relative change of that median that means the machine changed
+    window: int = 16  # recent steps whose mean is watched for drift
+    drift: float = 0.5  # relative change of that mean that means the machine changed
     recheck: int = 128  # steps between re-checks of the other candidates, at first
     max_recheck: int = 1024  # ... doubling up to this while they keep confirming the choice
+    # other processes' runnable threads, read when a probe begins (`busy_others`); None: not read
+    read_busy: Callable[[], int] | None = None
     decisions: list[Decision] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -99,7 +106,7 @@ class ThreadPolicy:
         self._reference: float | None = None
         self._recent: list[float] = []
         self._probing = False
-        self._confirm: tuple[int, float] | None = None  # (count left, its measured median)
+        self._confirm: tuple[int, float] | None = None  # (count left, its measured mean)
         if len(self.options) > 1:
             self._probe("probe", others_only=False)
 
@@ -113,7 +120,7 @@ class ThreadPolicy:
         self._recent = [*self._recent, seconds_per_token][-self.window :]
         if len(self._recent) >= max(2, self.window // 2):
             if self._reference is None:  # the settled count's own pace, measured in normal steps
-                self._reference = statistics.median(self._recent)
+                self._reference = statistics.fmean(self._recent)
                 if self._confirm is not None:
                     return self._check_switch()
             elif self._drifted():
@@ -124,18 +131,35 @@ class ThreadPolicy:
 
     # -- measuring ---------------------------------------------------------------------------
 
+    def _worth_trying(self) -> list[int]:
+        """The candidates that leave no thread waiting for a core a busy process holds. Trying one
+        that does is what costs: with two busy processes on two cores, a two-thread step took up
+        to two seconds. The run queue says so before any step is paid for."""
+        if self.read_busy is None:
+            return self.options
+        free = max(1, max(self.options) - self.read_busy())
+        return [n for n in self.options if n <= free]
+
     def _probe(self, reason: str, *, others_only: bool) -> int:
         """Measure the candidates, the current one first (it needs no switch). A re-check measures
-        only the others, for fewer steps, against the current one's recent window."""
+        only the others, for fewer steps, against the current one's recent window; so does a
+        probe when the run queue rules the current count out. Candidates the run queue rules
+        out are not measured."""
+        allowed = self._worth_trying()
         self._probing, self._reason, self._before = True, reason, self.current
         self._samples: dict[int, list[float]] = {}
-        if others_only:
+        if others_only or self.current not in allowed:
             self._samples[self.current] = list(self._recent)
         self._need = max(1, self.probe_steps // 2) if reason == "recheck" else self.probe_steps
-        order = [self.current] + [n for n in self.options if n != self.current]
+        order = [self.current] + [n for n in allowed if n != self.current]
         self._queue = [n for n in order if n not in self._samples]
         self._skip = False
         self._recent = []
+        if not self._queue:  # nothing else worth a step: keep the count, look again later
+            self._probing = False
+            self._reference = None
+            self._settled_at = self.step
+            return self.current
         return self.current if self._queue[0] == self.current else self._switch(self._queue[0], reason)
 
     def _probe_step(self, threads: int, t: float) -> int:
@@ -144,7 +168,7 @@ class ThreadPolicy:
             return self.current
         measured = self._samples.setdefault(threads, [])
         measured.append(t)
-        if len(measured) < self._need:
+        if len(measured) < self._need and not self._beaten(threads):
             return self.current
         if threads in self._queue:
             self._queue.remove(threads)
@@ -152,9 +176,18 @@ class ThreadPolicy:
             return self._switch(self._queue[0], self._reason)
         return self._settle()
 
+    def _beaten(self, threads: int) -> bool:
+        """The steps measured for `threads` already cost more than a whole probe of a candidate
+        measured before: its mean can only lose, so stop paying for it."""
+        spent = sum(self._samples[threads])
+        return any(
+            n != threads and len(ts) >= self._need and spent > statistics.fmean(ts) * self._need
+            for n, ts in self._samples.items()
+        )
+
     def _settle(self) -> int:
         def cost(n: int) -> tuple[float, int]:
-            return statistics.median(self._samples[n]), -n  # a tie goes to more threads
+            return statistics.fmean(self._samples[n]), -n  # a tie goes to more threads
 
         best = min((n for n in self._samples if self._samples[n]), key=cost)
         kept = self._reason == "recheck" and best == self._before
@@ -165,7 +198,7 @@ class ThreadPolicy:
         self._recent = []
         self._confirm = None
         if best != self._before:  # to be confirmed at its steady pace (see _check_switch)
-            self._confirm = (self._before, statistics.median(self._samples[self._before] or [float("inf")]))
+            self._confirm = (self._before, statistics.fmean(self._samples[self._before] or [float("inf")]))
         if best != self.current:
             self.current = best
             self.used.add(best)
@@ -178,9 +211,9 @@ class ThreadPolicy:
         new count's steady pace still beats what the old one measured; else go back, and re-check
         less often."""
         assert self._confirm is not None and self._reference is not None
-        old, old_median = self._confirm
+        old, old_mean = self._confirm
         self._confirm = None
-        if self._reference <= old_median * 1.02:
+        if self._reference <= old_mean * 1.02:
             return self.current
         self._interval = min(self.max_recheck, self._interval * 2)
         self.current = old
@@ -199,7 +232,7 @@ class ThreadPolicy:
 
     def _drifted(self) -> bool:
         reference = self._reference or 0.0
-        return abs(statistics.median(self._recent) - reference) > self.drift * reference
+        return abs(statistics.fmean(self._recent) - reference) > self.drift * reference
 
     # -- reporting ---------------------------------------------------------------------------
 
