@@ -243,6 +243,20 @@ def test_a_busy_process_that_starts_at_two_threads_is_left_without_measuring_two
     assert best / total >= 0.95
 
 
+def test_on_many_cores_the_free_cores_are_a_candidate():
+    """16 cores, four taken by a build: 12 threads each get a core; the fixed candidates (16, 15,
+    8, 1) would leave a thread waiting (16, 15) or cores idle (8)."""
+    p = ThreadPolicy(candidates(16), start_for(16, 4), read_busy=lambda: 4)
+    tried: set[int] = set()
+
+    def cost(n, step):
+        tried.add(n)
+        return 0.010 * 12 / n if n <= 12 else 0.050
+
+    simulate(p, cost, 420)
+    assert tried == {12, 8, 1} and p.current == 12
+
+
 def test_prefill_follows_the_run_queue_and_looks_again_on_drift():
     from llmcli.engine.threads import LoadFollower
 

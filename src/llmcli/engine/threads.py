@@ -138,7 +138,8 @@ class ThreadPolicy:
         if self.read_busy is None:
             return self.options
         free = max(1, max(self.options) - self.read_busy())
-        return [n for n in self.options if n <= free]
+        # the free cores themselves are a candidate too: 12 of 16 when four are busy
+        return sorted({n for n in self.options if n <= free} | {free}, reverse=True)
 
     def _probe(self, reason: str, *, others_only: bool) -> int:
         """Measure the candidates, the current one first (it needs no switch). A re-check measures
