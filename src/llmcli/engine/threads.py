@@ -20,8 +20,9 @@ Means, not medians: next to busy processes a thread count's step times have a he
 here with two busy processes on two cores, two threads took a median 31 ms per token against one
 thread's 25 ms, but a mean 96 ms against 29 ms: one step in five waits for a preempted thread, for
 up to two seconds. Tokens per second is one over the mean, so the mean is what is compared.
-Candidates are all cores, all but one, half, and one: on a machine with many cores a busy
-process costs one core, not all of them, and "all but one" is what then wins.
+Candidates are all cores, all but one, half, and one, and as many as the run queue leaves free
+(`read_busy`): on a machine with many cores a busy process costs one core, not all of them. Those
+the run queue leaves no core for are not measured at all.
 """
 
 from __future__ import annotations
