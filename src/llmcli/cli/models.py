@@ -97,9 +97,9 @@ def _list_served(text: str, as_json: bool) -> None:
         raise UsageError(f"{endpoint.url}/models is not an OpenAI-compatible model list")
     models = [m for m in listed if isinstance(m, dict) and isinstance(m.get("id"), str)]
     if as_json:
-        rows = [{"id": m["id"], "owned_by": m.get("owned_by"), "ref": endpoint.with_model(m["id"]).ref}
-                for m in models]  # fmt: skip
-        return render.out_json(rows)
+        listing = [{"id": m["id"], "owned_by": m.get("owned_by"), "ref": endpoint.with_model(m["id"]).ref}
+                   for m in models]  # fmt: skip
+        return render.out_json(listing)
     if not models:
         render.info(f"{endpoint.url} serves no models")
         return

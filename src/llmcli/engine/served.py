@@ -221,9 +221,9 @@ class ServedEngine:
     """A served model: the `Engine` contract over an OpenAI-compatible HTTP API (plus
     `stream_messages`, see `base.MessagesEngine`)."""
 
-    def __init__(self, endpoint: Endpoint, *, debug: bool = False) -> None:
+    def __init__(self, endpoint: Endpoint, *, connections: int = 4, debug: bool = False) -> None:
         self.endpoint = endpoint
-        self.client = Client(endpoint, debug=debug)
+        self.client = Client(endpoint, connections=connections, debug=debug)
         self._cancel = threading.Event()
         self._response: httpx.Response | None = None
         self._lock = threading.Lock()
