@@ -39,6 +39,9 @@ class Totals:
         self.turns += 1
         for name in self._SUMMED:
             setattr(self.stats, name, getattr(self.stats, name) + getattr(s, name))
+        for name, source in s.sources.items():  # a served model's unknown or estimated counts stay so
+            if source in ("unknown", "chunks") or name not in self.stats.sources:
+                self.stats.sources[name] = source
 
 
 @dataclass
