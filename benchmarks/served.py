@@ -335,7 +335,7 @@ def main() -> None:
         "--requests", type=int, default=16, help="requests per serving case (and overhead runs)"
     )
     parser.add_argument(
-        "--rounds", type=int, default=3, help="alternations of llmcli bench and the minimal client"
+        "--rounds", type=int, default=5, help="alternations of llmcli bench and the minimal client"
     )
     parser.add_argument("-p", type=int, default=128, help="prompt tokens")
     parser.add_argument("-n", type=int, default=64, help="output tokens")
