@@ -269,10 +269,20 @@ def test_malformed_streams(fault_server, mode, says):
     assert says in one_error_line(result.stderr)
 
 
-def test_a_stalled_stream_times_out(fault_server, monkeypatch):
+@pytest.mark.parametrize("how", ["env", "flag", "endpoint"])
+def test_a_stalled_stream_times_out(fault_server, monkeypatch, isolated, how):
     fault_server.state.behaviour = Behaviour(mode="stall", chunks=1)
-    monkeypatch.setenv("LLMCLI_TIMEOUT", "1")
-    result = run("generate", "-m", fault_server.ref, "hi")
+    ref, extra = fault_server.ref, []
+    if how == "env":
+        monkeypatch.setenv("LLMCLI_TIMEOUT", "1")
+    elif how == "flag":
+        extra = ["--timeout", "1"]
+    else:
+        (isolated / "config.toml").write_text(
+            f'timeout = 600\n[endpoints.slow]\nurl = "{fault_server.url}"\ntimeout = 1\n', encoding="utf-8"
+        )
+        ref = "slow/m"
+    result = run("generate", "-m", ref, "hi", *extra)
     assert result.exit_code == 6
     assert result.stdout == "Hello\n"
     assert "stalled: nothing for 1 s" in one_error_line(result.stderr)

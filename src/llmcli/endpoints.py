@@ -56,6 +56,7 @@ class Endpoint:
     key_env: str | None = None  # a named endpoint's api_key_env
     config_key: str | None = field(default=None, repr=False)  # a named endpoint's api_key
     verify: bool | str = True  # True, False, or a CA bundle path
+    timeout_flag: float | None = None  # --timeout, which comes before every other source
 
     @property
     def ref(self) -> str:
@@ -214,11 +215,11 @@ def _kind_name(kind: type) -> str:
 
 
 def stall_timeout(endpoint: Endpoint | None = None) -> float:
-    """Seconds without a byte before a stream counts as stalled: LLMCLI_TIMEOUT, else the named
-    endpoint's `timeout`, else the config file's `timeout`, else the default."""
+    """Seconds without a byte before a stream counts as stalled: --timeout, else LLMCLI_TIMEOUT,
+    else the named endpoint's `timeout`, else the config file's `timeout`, else the default."""
     from llmcli import settings
 
-    value, source = settings.resolve_with_source("timeout")
-    if source == "env" or endpoint is None or endpoint.name is None:
+    value, source = settings.resolve_with_source("timeout", endpoint.timeout_flag if endpoint else None)
+    if source in ("flag", "env") or endpoint is None or endpoint.name is None:
         return float(value)
     return float(configured()[endpoint.name].get("timeout", value))

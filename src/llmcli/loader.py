@@ -6,7 +6,7 @@ which tests replace with a fake engine so every CLI path runs without a model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from llmcli import environment
@@ -71,13 +71,14 @@ def load_engine(
     offline: bool = False,
     debug: bool = False,
     force: bool = False,
+    timeout: float | None = None,
 ) -> Loaded:
     from llmcli import endpoints, settings
     from llmcli.hub.resolve import resolve_model
 
     text = ref or settings.resolve("model") or None
     if (endpoint := endpoints.lookup(text)) is not None:
-        return load_served(endpoint, debug=debug)
+        return load_served(replace(endpoint, timeout_flag=timeout), debug=debug)
     resolved = resolve_model(text, offline=offline)
     env = environment.current()
     if env.checks_model_files:

@@ -7,6 +7,7 @@ CSV / JSON / JSON lines) to stdout. Measurement lives in `llmcli.bench`.
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -187,6 +188,7 @@ def bench(
     busy: Busy = 0,
     concurrency: Concurrency = None,
     requests: Requests = None,
+    timeout: o.Timeout = None,
     offline: o.Offline = False,
 ) -> None:
     """Measure prefill (pp) and decode (tg) speed, as llama-bench does: mean ± sd over repetitions.
@@ -211,6 +213,7 @@ def bench(
         if given:
             raise UsageError(f"{', '.join(given)}: not for a served model (the serving benchmark takes "
                              "-p, -n, -c, --requests, -r, --no-warmup, --delay, --seed and -o)")  # fmt: skip
+        served = [replace(e, timeout_flag=timeout) for e in served]
         return _bench_served(served, n_prompt, n_gen, concurrency, requests, repetitions, not no_warmup,
                              output, seed, delay)  # fmt: skip
     if concurrency or requests:

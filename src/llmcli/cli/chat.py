@@ -61,6 +61,7 @@ def chat(
     grammar_file: o.GrammarFile = None,
     json_schema: o.JsonSchema = None,
     fallback_template: o.FallbackTemplate = False,
+    timeout: o.Timeout = None,
     offline: o.Offline = False,
     force: o.Force = False,
 ) -> None:
@@ -88,7 +89,8 @@ def chat(
     engine_opts = o.engine_options(ctx_size, gpu_layers, threads, batch_size, flash_attn)
 
     def load(ref: str | None):
-        return load_engine(ref, engine_opts, offline=offline, force=force, debug=render.debug())
+        return load_engine(ref, engine_opts, offline=offline, force=force, debug=render.debug(),
+                           timeout=timeout)  # fmt: skip
 
     loaded = load(model)
     if loaded.path is None:  # a served model

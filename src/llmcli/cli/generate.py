@@ -61,6 +61,7 @@ def generate(
     prompt_cache_ro: Annotated[
         bool, typer.Option("--prompt-cache-ro", help="Use --prompt-cache FILE but never write it.")
     ] = False,
+    timeout: o.Timeout = None,
     offline: o.Offline = False,
     force: o.Force = False,
 ) -> None:
@@ -80,7 +81,8 @@ def generate(
     from llmcli.loader import load_engine
 
     engine_opts = o.engine_options(ctx_size, gpu_layers, threads, batch_size, flash_attn)
-    loaded = load_engine(model, engine_opts, offline=offline, force=force, debug=render.debug())
+    loaded = load_engine(model, engine_opts, offline=offline, force=force, debug=render.debug(),
+                         timeout=timeout)  # fmt: skip
     if loaded.path is None:  # a served model
         if prompt_cache is not None:
             raise UsageError("--prompt-cache needs a local model: a served model's cache lives on its server")

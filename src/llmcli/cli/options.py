@@ -45,6 +45,15 @@ Model = Annotated[
         show_default=False,
     ),
 ]
+Timeout = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout", metavar="SECONDS", min=0.001, envvar="LLMCLI_TIMEOUT", rich_help_panel=MODEL_PANEL,
+        show_default=False,
+        help="A served model: seconds its server may stay silent (connecting, or mid-stream) before "
+        "the request fails as stalled (default 120).",
+    ),
+]  # fmt: skip
 Offline = Annotated[
     bool,
     typer.Option(
