@@ -227,12 +227,17 @@ def consume(
     """Drive the stream; print text pieces to stdout (ending with a newline) if asked."""
     from llmcli.render.stream import PlainSink
 
+    from llmcli.errors import StreamBrokenError
+
     sink = PlainSink(sys.stdout) if stream_stdout else None
     try:
         done = drive(engine, tokens, params, sink, messages=messages)
-    finally:  # a served model's stream that broke off: its partial text still ends its line
+    except StreamBrokenError:  # a served model's stream broke off: its partial text ends its line
         if sink is not None:
             sink.stop()
+        raise
+    if sink is not None:
+        sink.stop()
     return done
 
 
