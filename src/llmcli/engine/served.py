@@ -138,6 +138,13 @@ class Client:
             )
             try:
                 response = self._http.send(request, stream=True)
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+                if cancel.is_set():
+                    return None
+                try:  # a kept-alive connection the server had closed (a chat idle for a while): once more
+                    response = self._http.send(request, stream=True)
+                except httpx.HTTPError:
+                    raise _transport_error(exc, url, self.stall_s) from None
             except httpx.HTTPError as exc:
                 if cancel.is_set():
                     return None
