@@ -225,9 +225,8 @@ def consume(
     messages: list[dict[str, str]] | None = None,
 ) -> Done:  # fmt: skip
     """Drive the stream; print text pieces to stdout (ending with a newline) if asked."""
-    from llmcli.render.stream import PlainSink
-
     from llmcli.errors import StreamBrokenError
+    from llmcli.render.stream import PlainSink
 
     sink = PlainSink(sys.stdout) if stream_stdout else None
     try:
