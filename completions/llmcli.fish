@@ -20,7 +20,7 @@ end
 # Whether OPTION takes a value at command PATH.
 function __llmcli_takes_value --argument-names path option
     switch "$path/$option"
-        case 'generate/-f' 'generate/--file' 'generate/-m' 'generate/--model' 'generate/--system' 'generate/-c' 'generate/--ctx-size' 'generate/-ngl' 'generate/--gpu-layers' 'generate/-t' 'generate/--threads' 'generate/-b' 'generate/--batch-size' 'generate/--temperature' 'generate/--temp' 'generate/--top-k' 'generate/--top-p' 'generate/--min-p' 'generate/--repeat-penalty' 'generate/-s' 'generate/--seed' 'generate/-n' 'generate/--max-tokens' 'generate/--stop' 'generate/--grammar-file' 'generate/--json-schema' 'generate/--prompt-cache' 'chat/-m' 'chat/--model' 'chat/--system' 'chat/--session' 'chat/--on-overflow' 'chat/--kv-cache-max-mb' 'chat/-c' 'chat/--ctx-size' 'chat/-ngl' 'chat/--gpu-layers' 'chat/-t' 'chat/--threads' 'chat/-b' 'chat/--batch-size' 'chat/--temperature' 'chat/--temp' 'chat/--top-k' 'chat/--top-p' 'chat/--min-p' 'chat/--repeat-penalty' 'chat/-s' 'chat/--seed' 'chat/-n' 'chat/--max-tokens' 'chat/--stop' 'chat/--grammar-file' 'chat/--json-schema' 'bench/-m' 'bench/--model' 'bench/-p' 'bench/--n-prompt' 'bench/-n' 'bench/--n-gen' 'bench/-pg' 'bench/--pg' 'bench/-d' 'bench/--n-depth' 'bench/-t' 'bench/--threads' 'bench/-ngl' 'bench/--n-gpu-layers' 'bench/-b' 'bench/--batch-size' 'bench/-ub' 'bench/--ubatch-size' 'bench/-fa' 'bench/--flash-attn' 'bench/-ctk' 'bench/--cache-type-k' 'bench/-ctv' 'bench/--cache-type-v' 'bench/-r' 'bench/--repetitions' 'bench/-o' 'bench/--output' 'bench/--scenario' 'bench/-c' 'bench/--ctx-size' 'bench/--delay' 'bench/--seed' 'bench/--busy' 'bench compare/--alpha' 'bench compare/-o' 'bench compare/--output'
+        case 'generate/-f' 'generate/--file' 'generate/-m' 'generate/--model' 'generate/--system' 'generate/-c' 'generate/--ctx-size' 'generate/-ngl' 'generate/--gpu-layers' 'generate/-t' 'generate/--threads' 'generate/-b' 'generate/--batch-size' 'generate/--temperature' 'generate/--temp' 'generate/--top-k' 'generate/--top-p' 'generate/--min-p' 'generate/--repeat-penalty' 'generate/-s' 'generate/--seed' 'generate/-n' 'generate/--max-tokens' 'generate/--stop' 'generate/--grammar-file' 'generate/--json-schema' 'generate/--prompt-cache' 'generate/--timeout' 'chat/-m' 'chat/--model' 'chat/--system' 'chat/--session' 'chat/--on-overflow' 'chat/--kv-cache-max-mb' 'chat/-c' 'chat/--ctx-size' 'chat/-ngl' 'chat/--gpu-layers' 'chat/-t' 'chat/--threads' 'chat/-b' 'chat/--batch-size' 'chat/--temperature' 'chat/--temp' 'chat/--top-k' 'chat/--top-p' 'chat/--min-p' 'chat/--repeat-penalty' 'chat/-s' 'chat/--seed' 'chat/-n' 'chat/--max-tokens' 'chat/--stop' 'chat/--grammar-file' 'chat/--json-schema' 'chat/--timeout' 'models list/--endpoint' 'bench/-m' 'bench/--model' 'bench/-p' 'bench/--n-prompt' 'bench/-n' 'bench/--n-gen' 'bench/-pg' 'bench/--pg' 'bench/-d' 'bench/--n-depth' 'bench/-t' 'bench/--threads' 'bench/-ngl' 'bench/--n-gpu-layers' 'bench/-b' 'bench/--batch-size' 'bench/-ub' 'bench/--ubatch-size' 'bench/-fa' 'bench/--flash-attn' 'bench/-ctk' 'bench/--cache-type-k' 'bench/-ctv' 'bench/--cache-type-v' 'bench/-r' 'bench/--repetitions' 'bench/-o' 'bench/--output' 'bench/--scenario' 'bench/--ctx-size' 'bench/--delay' 'bench/--seed' 'bench/--busy' 'bench/-c' 'bench/--concurrency' 'bench/--requests' 'bench/--timeout' 'bench compare/--alpha' 'bench compare/-o' 'bench compare/--output'
             return 0
     end
     return 1
@@ -112,6 +112,7 @@ complete -c llmcli -n '__llmcli_at "generate"' -l stats -d 'Print speed figures 
 complete -c llmcli -n '__llmcli_at "generate"' -l json -d 'Print one JSON document instead of the text'
 complete -c llmcli -n '__llmcli_at "generate"' -l prompt-cache -r -F -d 'Reuse the KV state saved in FILE for the longest common prompt prefix, and update FILE after the run'
 complete -c llmcli -n '__llmcli_at "generate"' -l prompt-cache-ro -d 'Use --prompt-cache FILE but never write it'
+complete -c llmcli -n '__llmcli_at "generate"' -l timeout -x -d 'A served model: seconds its server may stay silent (connecting, or mid-stream) before the request fails as stalled (default 120)'
 complete -c llmcli -n '__llmcli_at "generate"' -l offline -d 'Never touch the network; use only models already downloaded'
 complete -c llmcli -n '__llmcli_at "generate"' -l force -d 'Load even when the weights and KV cache look too big for the free memory'
 complete -c llmcli -n '__llmcli_at "generate"' -o h -l help -d 'Show the help and exit'
@@ -147,6 +148,7 @@ complete -c llmcli -n '__llmcli_at "chat"' -l stop -x -d 'Stop when this text ap
 complete -c llmcli -n '__llmcli_at "chat"' -l grammar-file -r -F -d 'Constrain the output with a GBNF grammar file'
 complete -c llmcli -n '__llmcli_at "chat"' -l json-schema -r -F -d 'Constrain the output to JSON matching this schema (a file or inline JSON)'
 complete -c llmcli -n '__llmcli_at "chat"' -l fallback-template -d 'Use the architecture\'s fallback turn format even for a base model (one with no chat template and no instruct fine-tune), which otherwise gets plain continuation (generate) or is refused (chat)'
+complete -c llmcli -n '__llmcli_at "chat"' -l timeout -x -d 'A served model: seconds its server may stay silent (connecting, or mid-stream) before the request fails as stalled (default 120)'
 complete -c llmcli -n '__llmcli_at "chat"' -l offline -d 'Never touch the network; use only models already downloaded'
 complete -c llmcli -n '__llmcli_at "chat"' -l force -d 'Load even when the weights and KV cache look too big for the free memory'
 complete -c llmcli -n '__llmcli_at "chat"' -o h -l help -d 'Show the help and exit'
@@ -167,6 +169,7 @@ complete -c llmcli -n '__llmcli_at "models"' -s h -l help -d 'Show the help and 
 
 # llmcli models list
 complete -c llmcli -n '__llmcli_at "models list"' -l json -d 'Print one JSON document instead of a table'
+complete -c llmcli -n '__llmcli_at "models list"' -l endpoint -x -d 'List what an OpenAI-compatible server serves (/v1/models): its URL, or the name of an [endpoints.NAME] table in the config file'
 complete -c llmcli -n '__llmcli_at "models list"' -s h -l help -d 'Show the help and exit'
 
 # llmcli models show
@@ -213,10 +216,13 @@ complete -c llmcli -n '__llmcli_at "bench"' -l no-warmup -d 'Skip the untimed wa
 complete -c llmcli -n '__llmcli_at "bench"' -o o -l output -x -a 'md csv json jsonl' -d 'Output format: md, csv, json or jsonl'
 complete -c llmcli -n '__llmcli_at "bench"' -l scenario -x -d 'tests: llama-bench\'s pp/tg/pg tests; chat: a scripted conversation through the chat template, time to first token and decode speed per turn, KV cache reused and not'
 complete -c llmcli -n '__llmcli_at "bench"' -l roofline -d 'Measure this machine\'s memory bandwidth and show decode traffic as a fraction of it'
-complete -c llmcli -n '__llmcli_at "bench"' -o c -l ctx-size -x -d 'Context size; a test that does not fit is an error (default: sized to fit each test; for --scenario chat the model\'s trained context, capped at 4096)'
+complete -c llmcli -n '__llmcli_at "bench"' -l ctx-size -x -d 'Context size; a test that does not fit is an error (default: sized to fit each test; for --scenario chat the model\'s trained context, capped at 4096)'
 complete -c llmcli -n '__llmcli_at "bench"' -l delay -x -d 'Seconds to pause between tests'
 complete -c llmcli -n '__llmcli_at "bench"' -l seed -x -d 'Seed of the synthetic token ids'
 complete -c llmcli -n '__llmcli_at "bench"' -l busy -x -d 'Start N busy processes (each keeps a core busy) for the run and stop them after: decode and prefill next to other work, at the thread counts given'
+complete -c llmcli -n '__llmcli_at "bench"' -o c -l concurrency -x -d 'Requests in flight at once, swept like the other lists (default 1); served models only'
+complete -c llmcli -n '__llmcli_at "bench"' -l requests -x -d 'Requests per repetition (default: 4 per unit of concurrency, at least 8)'
+complete -c llmcli -n '__llmcli_at "bench"' -l timeout -x -d 'A served model: seconds its server may stay silent (connecting, or mid-stream) before the request fails as stalled (default 120)'
 complete -c llmcli -n '__llmcli_at "bench"' -l offline -d 'Never touch the network; use only models already downloaded'
 complete -c llmcli -n '__llmcli_at "bench"' -o h -l help -d 'Show the help and exit'
 
@@ -255,7 +261,7 @@ complete -c llmcli -n '__llmcli_at "config path"' -s h -l help -d 'Show the help
 
 # llmcli config set
 complete -c llmcli -n '__llmcli_at "config set"' -s h -l help -d 'Show the help and exit'
-complete -c llmcli -n '__llmcli_at "config set" 1' -a 'model ctx_size gpu_layers threads batch_size temperature top_k top_p min_p repeat_penalty max_tokens system on_overflow kv_cache_max_mb color' -d 'The setting, as `config show` names it'
+complete -c llmcli -n '__llmcli_at "config set" 1' -a 'model ctx_size gpu_layers threads batch_size temperature top_k top_p min_p repeat_penalty max_tokens system on_overflow kv_cache_max_mb timeout color' -d 'The setting, as `config show` names it'
 
 # llmcli config unset
 complete -c llmcli -n '__llmcli_at "config unset"' -s h -l help -d 'Show the help and exit'

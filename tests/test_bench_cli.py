@@ -264,7 +264,7 @@ def test_ranges_expand(backend):
 
 
 def test_depth_beyond_the_context(backend):
-    result = run("bench", "-p", "512", "-n", "128", "-d", "4096", "-c", "4096")
+    result = run("bench", "-p", "512", "-n", "128", "-d", "4096", "--ctx-size", "4096")
     assert result.exit_code == 2
     assert result.stderr == (
         "llmcli: usage error: pp512 @ d4096 needs 4608 tokens of context "

@@ -18,7 +18,7 @@ class ExitCode(IntEnum):
     MODEL_NOT_FOUND = 3  # no such file, alias, repository, quantization or default model
     CONTEXT_OVERFLOW = 4  # the prompt does not fit the context window
     INVALID_MODEL = 5  # the file is not a usable GGUF (corrupt, truncated, hostile, hash mismatch)
-    NETWORK = 6  # the hub or mirror could not be reached, or refused access
+    NETWORK = 6  # the hub, a mirror or a served model's server: unreachable, refused access, broke off
     INCOMPLETE = 7  # constrained output (grammar, JSON schema) cut short before the grammar accepts
     INTERRUPTED = 130  # SIGINT (Ctrl-C)
     BROKEN_PIPE = 141  # the reader of stdout went away (`| head`); nothing is printed
@@ -96,3 +96,17 @@ class TerminatedError(LlmcliError):
 
     exit_code = ExitCode.TERMINATED
     label = "terminated"
+
+
+class RequestRefusedError(LlmcliError):
+    """A served model's server refused the request itself (HTTP 400 or 422): its message says why."""
+
+    label = "request refused"
+
+
+class StreamBrokenError(NetworkError):
+    """A served model's stream ended in the middle of an answer; `text` is what arrived before."""
+
+    def __init__(self, message: str, hint: str | None = None, *, text: str = "") -> None:
+        super().__init__(message, hint)
+        self.text = text

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmcli import __version__, prompting, render, signals
-from llmcli.engine.base import Done, SamplingParams, ThreadsChanged
+from llmcli.engine.base import Done, SamplingParams, ThreadsChanged, takes_messages
 from llmcli.loader import Loaded
 
 
@@ -49,6 +49,8 @@ class Result:
         s, info = self.done.stats, self.loaded.engine.info
         params = self.params.as_dict()
         params["seed"] = self.done.seed
+        if s.sources:  # a served model: its own record, saying where each figure came from
+            return served_record(self, params)
         return {
             "text": self.done.text,
             "finish_reason": self.done.finish_reason,
@@ -90,6 +92,45 @@ class Result:
             "prompt_cache": self.prompt_cache,
             "versions": versions(info.backend),
         }
+
+
+def served_record(result: Result, params: dict) -> dict:
+    """The `--json` document for a served model (engine/served.py): the endpoint instead of a file,
+    unknown counts as null, `sources` naming where each figure came from ("usage": the server's
+    usage; "chunks": counted streamed text chunks, an estimate; "timings": llama-server's timings;
+    "client": measured here on the monotonic clock), and the server's own `server_timings`."""
+    s, engine = result.done.stats, result.loaded.engine
+    known = lambda name, value: None if s.sources.get(name) == "unknown" else value  # noqa: E731
+    return {
+        "text": result.done.text,
+        "finish_reason": result.done.finish_reason,
+        "model": {"ref": result.loaded.ref, "endpoint": engine.info.path, "name": engine.info.name,
+                  "server": engine.info.architecture, "context_size": s.context_size or None},  # fmt: skip
+        "prompt_format": result.prompt_format,
+        "constraint": None
+        if result.constraint is None
+        else {"kind": result.constraint, "complete": not result.incomplete},
+        "params": params,
+        "usage": {
+            "prompt_tokens": known("prompt_tokens", s.prompt_tokens),
+            "cached_tokens": known("cached_tokens", s.cached_tokens),
+            "prefill_tokens": known("prompt_tokens", s.prefill_tokens),
+            "completion_tokens": s.completion_tokens,
+            "decode_tokens": s.decode_tokens,
+            "total_tokens": known("prompt_tokens", s.prompt_tokens + s.completion_tokens),
+        },
+        "timings": {
+            "ttft_ms": round(s.ttft_ms, 3),
+            "prefill_ms": round(s.prefill_ms, 3),
+            "prefill_tokens_per_s": known("prompt_tokens", round(s.prefill_tps, 3)),
+            "decode_ms": round(s.decode_ms, 3),
+            "decode_tokens_per_s": round(s.decode_tps, 3),
+            "total_ms": round(s.total_ms, 3),
+        },
+        "sources": {**s.sources, "prefill_tokens_per_s": "client", "decode_tokens_per_s": "client"},
+        "server_timings": s.server or None,
+        "versions": {"llmcli": __version__, "server": engine.info.architecture},
+    }
 
 
 def versions(backend: str) -> dict:
@@ -138,6 +179,11 @@ def run_generate(
     in that file is reused for the longest common prefix and (unless `prompt_cache_ro`) the file
     is rewritten with this run's state afterwards."""
     engine = loaded.engine
+    if takes_messages(engine):  # a served model: the server applies the template (engine/served.py)
+        messages = None if raw else prompting.messages_for(text, system)
+        done = consume(engine, text, params, stream_stdout=stream_stdout, messages=messages)
+        return Result(loaded, done, params, "raw" if raw else "server",
+                      constraint=constraint if params.grammar else None)  # fmt: skip
     if raw:
         tokens, fmt_name = prompting.raw_tokens(engine, text), "raw"
     else:
@@ -174,22 +220,39 @@ def threads_changed(event: ThreadsChanged) -> str:
     return f"threads: {event.phase} now {event.threads} ({why})"
 
 
-def consume(engine, tokens: list[int], params: SamplingParams, *, stream_stdout: bool) -> Done:
+def consume(
+    engine, tokens: str | list[int], params: SamplingParams, *, stream_stdout: bool,
+    messages: list[dict[str, str]] | None = None,
+) -> Done:  # fmt: skip
     """Drive the stream; print text pieces to stdout (ending with a newline) if asked."""
+    from llmcli.errors import StreamBrokenError
     from llmcli.render.stream import PlainSink
 
     sink = PlainSink(sys.stdout) if stream_stdout else None
-    done = drive(engine, tokens, params, sink)
+    try:
+        done = drive(engine, tokens, params, sink, messages=messages)
+    except StreamBrokenError:  # a served model's stream broke off: its partial text ends its line
+        if sink is not None:
+            sink.stop()
+        raise
     if sink is not None:
         sink.stop()
     return done
 
 
-def drive(engine, tokens: list[int], params: SamplingParams, sink=None) -> Done:
+def drive(
+    engine, tokens: str | list[int], params: SamplingParams, sink=None, *,
+    messages: list[dict[str, str]] | None = None,
+) -> Done:  # fmt: skip
     """One request, as generate and each chat turn run it: Ctrl-C through the signal watcher, every
-    event to `sink`, the thread policy's decisions to --debug; returns the final Done."""
+    event to `sink`, the thread policy's decisions to --debug; returns the final Done. With
+    `messages` (a served model, see `base.takes_messages`) the conversation is sent instead."""
     done: Done | None = None
-    with signals.interrupt_on_sigint(engine.interrupt), closing(engine.stream(tokens, params)) as events:
+    if messages is not None:
+        stream = engine.stream_messages(messages, params)
+    else:
+        stream = engine.stream(tokens, params)
+    with signals.interrupt_on_sigint(engine.interrupt), closing(stream) as events:
         for event in events:
             if sink is not None:
                 sink(event)

@@ -6,7 +6,7 @@ which tests replace with a fake engine so every CLI path runs without a model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from llmcli import environment
@@ -17,7 +17,7 @@ from llmcli.engine.base import Engine, EngineOptions
 class Loaded:
     engine: Engine
     ref: str
-    path: Path
+    path: Path | None  # None for a served model (engine/served.py): its file is on the server
 
 
 def validate_file(path: Path, options: EngineOptions | None = None, *, force: bool = False) -> None:
@@ -71,13 +71,25 @@ def load_engine(
     offline: bool = False,
     debug: bool = False,
     force: bool = False,
+    timeout: float | None = None,
 ) -> Loaded:
-    from llmcli import settings
+    from llmcli import endpoints, settings
     from llmcli.hub.resolve import resolve_model
 
-    resolved = resolve_model(ref or settings.resolve("model") or None, offline=offline)
+    text = ref or settings.resolve("model") or None
+    if (endpoint := endpoints.lookup(text)) is not None:
+        return load_served(replace(endpoint, timeout_flag=timeout), debug=debug)
+    resolved = resolve_model(text, offline=offline)
     env = environment.current()
     if env.checks_model_files:
         validate_file(resolved.path, options, force=force)
     engine = env.engine_factory(resolved.path, options, debug)
     return Loaded(engine, resolved.ref, resolved.path)
+
+
+def load_served(endpoint, *, debug: bool = False) -> Loaded:
+    """A served model: ask the server what it serves, and talk to it (engine/served.py)."""
+    from llmcli.engine.served import ServedEngine
+
+    engine = ServedEngine(endpoint, debug=debug)
+    return Loaded(engine, endpoint.with_model(engine.model).ref, None)

@@ -83,6 +83,14 @@ SETTINGS: dict[str, Setting] = {
             minimum=0,
         ),
         Setting(
+            "timeout",
+            float,
+            120.0,
+            "Seconds a served model's server may stay silent (connecting, or mid-stream) before the "
+            "request fails as stalled.",
+            minimum=0.001,
+        ),
+        Setting(
             "color",
             str,
             "auto",
@@ -100,6 +108,8 @@ ENVIRONMENT: dict[str, str] = {
     "LLMCLI_CACHE_DIR": "Re-creatable files: the assembled default model, hash records "
     "(default: the user cache directory).",
     "LLMCLI_DEBUG": "Set to 1 for tracebacks and llama.cpp logs, like --debug.",
+    "LLMCLI_API_KEY": "API key for served models (after a named endpoint's api_key_env and api_key).",
+    "OPENAI_API_KEY": "API key for served models when LLMCLI_API_KEY is not set.",
     "HF_ENDPOINT": "The Hugging Face Hub or a mirror to download from (default: https://huggingface.co).",
     "HF_TOKEN": "Access token for gated and private repositories (also HUGGING_FACE_HUB_TOKEN).",
     "HUGGING_FACE_HUB_TOKEN": "Older name of HF_TOKEN.",
@@ -199,6 +209,11 @@ def validate(path: Path, text: str) -> dict[str, Any]:
         raise ConfigError(message) from None
     values: dict[str, Any] = {}
     for key, raw in data.items():
+        if key == "endpoints":  # [endpoints.NAME] tables: served models (llmcli.endpoints)
+            from llmcli.endpoints import validate_table
+
+            values[key] = validate_table(raw, _where(path, text, key))
+            continue
         if key not in SETTINGS:
             raise ConfigError(f"{_where(path, text, key)}: unknown key {key!r}", hint=_unknown_key_hint(key))
         try:

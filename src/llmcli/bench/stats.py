@@ -26,6 +26,18 @@ def stdev(values: Sequence[float]) -> float:
     return math.sqrt(math.fsum((v - m) ** 2 for v in values) / (n - 1))
 
 
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile with linear interpolation between order statistics (numpy's default, as
+    `vllm bench serve` reports them); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
 def cv(values: Sequence[float]) -> float:
     """Coefficient of variation: standard deviation over mean (0 when the mean is 0)."""
     m = mean(values)

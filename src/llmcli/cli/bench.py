@@ -7,6 +7,7 @@ CSV / JSON / JSON lines) to stdout. Measurement lives in `llmcli.bench`.
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -110,7 +111,7 @@ Roofline = Annotated[
 CtxSize = Annotated[
     int | None,
     typer.Option(
-        "--ctx-size", "-c", min=1, show_default=False, rich_help_panel=RUN_PANEL, metavar="TOKENS",
+        "--ctx-size", min=1, show_default=False, rich_help_panel=RUN_PANEL, metavar="TOKENS",
         help="Context size; a test that does not fit is an error (default: sized to fit each test; "
         f"for --scenario chat the model's trained context, capped at {defaults.CTX_CAP}).",
     ),
@@ -133,6 +134,22 @@ Seed = Annotated[
     int,
     typer.Option("--seed", metavar="N", help="Seed of the synthetic token ids.", rich_help_panel=RUN_PANEL),
 ]
+
+SERVE_PANEL = "Served model (bench -m URL#MODEL or NAME/MODEL: the serving benchmark)"
+Concurrency = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--concurrency", "-c", metavar="LIST", show_default=False, rich_help_panel=SERVE_PANEL,
+        help="Requests in flight at once, swept like the other lists (default 1); served models only.",
+    ),
+]  # fmt: skip
+Requests = Annotated[
+    int | None,
+    typer.Option(
+        "--requests", min=1, metavar="N", show_default=False, rich_help_panel=SERVE_PANEL,
+        help="Requests per repetition (default: 4 per unit of concurrency, at least 8).",
+    ),
+]  # fmt: skip
 
 bench_app = typer.Typer(
     name="bench",
@@ -169,6 +186,9 @@ def bench(
     delay: Delay = 0.0,
     seed: Seed = 1234,
     busy: Busy = 0,
+    concurrency: Concurrency = None,
+    requests: Requests = None,
+    timeout: o.Timeout = None,
     offline: o.Offline = False,
 ) -> None:
     """Measure prefill (pp) and decode (tg) speed, as llama-bench does: mean ± sd over repetitions.
@@ -183,6 +203,24 @@ def bench(
 
     _check_choice("--output", output, formats.FORMATS)
     _check_choice("--scenario", scenario, session.SCENARIOS)
+    served = _served_models(model)
+    if served:
+        local_only = {"-pg": pg, "-d": depth, "-t": threads, "-ngl": gpu_layers, "-b": batch_size,
+                      "-ub": ubatch_size, "-fa": flash_attn, "-ctk": cache_type_k, "-ctv": cache_type_v,
+                      "--roofline": roofline or None, "--busy": busy or None, "--ctx-size": ctx_size,
+                      "--scenario": None if scenario == "tests" else scenario}  # fmt: skip
+        given = [flag for flag, value in local_only.items() if value]
+        if given:
+            raise UsageError(f"{', '.join(given)}: not for a served model (the serving benchmark takes "
+                             "-p, -n, -c, --requests, -r, --no-warmup, --delay, --seed and -o)")  # fmt: skip
+        served = [replace(e, timeout_flag=timeout) for e in served]
+        return _bench_served(served, n_prompt, n_gen, concurrency, requests, repetitions, not no_warmup,
+                             output, seed, delay)  # fmt: skip
+    if concurrency or requests:
+        raise UsageError(
+            "-c/--concurrency and --requests are for a served model (the serving benchmark)",
+            hint="a local model's context size is --ctx-size",
+        )
     sweep = _sweep(model, n_prompt, n_gen, pg, depth, threads, gpu_layers, batch_size, ubatch_size,
                    flash_attn, cache_type_k, cache_type_v)  # fmt: skip
     if scenario == "chat" and (n_prompt or pg or depth):
@@ -239,6 +277,80 @@ def compare(
         render.out_json(result.document())
     else:
         sys.stdout.write(comparison(result))
+
+
+def _served_models(model: list[str] | None):
+    """The endpoints `-m` names, or [] for local models; a mix of both is refused."""
+    from llmcli import endpoints, settings
+    from llmcli.bench import sweep as s
+
+    refs = s.parse_models(model)
+    found = [endpoints.lookup(ref or settings.resolve("model") or None) for ref in refs]
+    if any(e is None for e in found) and any(e is not None for e in found):
+        raise UsageError("bench measures local models or served ones, not both in one run")
+    return [e for e in found if e is not None]
+
+
+def _bench_served(found, n_prompt, n_gen, concurrency, requests, reps, warmup, output, seed, delay) -> None:
+    """The serving benchmark (llmcli.bench.serve): every -p, -n and -c combination, per endpoint."""
+    from llmcli import render
+    from llmcli.bench import serve
+    from llmcli.bench import sweep as s
+    from llmcli.bench.results import BenchRun
+    from llmcli.bench.runner import now_iso
+    from llmcli.engine.served import ServedEngine
+    from llmcli.render import bench as formats
+
+    prompts = s.parse_ints("-p", n_prompt, s.DEFAULT_N_PROMPT, minimum=1)
+    gens = s.parse_ints("-n", n_gen, s.DEFAULT_N_GEN, minimum=1)
+    levels = s.parse_ints("-c", concurrency, [1], minimum=1)
+    cases = [serve.Case(p, n, c, requests or max(8, 4 * c)) for p in prompts for n in gens for c in levels]
+    engines: list[ServedEngine] = []
+    try:
+        for endpoint in found:  # a connection pool as large as the highest concurrency
+            engines.append(ServedEngine(endpoint, connections=max(levels), debug=render.debug()))
+        settings = {"scenario": "serve", "repetitions": reps, "warmup": warmup, "seed": seed,
+                    "delay_s": delay, "sweep": {"n_prompt": prompts, "n_gen": gens, "concurrency": levels,
+                                                "requests": requests}}  # fmt: skip
+        run = BenchRun(serve.environment(engines[0]), settings, len(cases) * len(engines), now_iso())
+        for engine in engines:
+            serve.run_serve(engine, cases, run, reps, warmup, seed, delay, ServeProgress())
+            if run.interrupted:
+                break
+    finally:
+        for engine in engines:
+            engine.close()
+    sys.stdout.write(formats.render(run, output))
+    sys.stdout.flush()
+    if run.interrupted:
+        render.warn(
+            f"interrupted: {len(run.results)} of {run.planned} results finished; they are marked incomplete"
+        )
+        raise typer.Exit(int(ExitCode.INTERRUPTED))
+
+
+class ServeProgress:
+    """The serving benchmark's progress on stderr."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, event) -> None:
+        from llmcli import render
+
+        if render.quiet():
+            return
+        where = f"[{event.index + 1}/{event.total}] {event.name}"
+        if event.phase == "done" and event.result is not None:
+            r = event.result.record()
+            errors = f", {r['errors']} errors" if r["errors"] else ""
+            line = (f"llmcli bench: {where}: {r['request_throughput']:.2f} req/s, "
+                    f"{r['output_throughput']:.1f} output tok/s{errors}")  # fmt: skip
+            sys.stderr.write(("\r\033[K" if self.tty else "") + line + "\n")
+        elif self.tty:
+            step = "warm-up" if event.phase == "warmup" else f"run {event.rep}/{event.reps}"
+            sys.stderr.write(f"\r\033[K{where}: {step}")
+        sys.stderr.flush()
 
 
 def _check_choice(flag: str, value: str, choices: tuple[str, ...]) -> None:

@@ -61,6 +61,7 @@ def chat(
     grammar_file: o.GrammarFile = None,
     json_schema: o.JsonSchema = None,
     fallback_template: o.FallbackTemplate = False,
+    timeout: o.Timeout = None,
     offline: o.Offline = False,
     force: o.Force = False,
 ) -> None:
@@ -88,9 +89,13 @@ def chat(
     engine_opts = o.engine_options(ctx_size, gpu_layers, threads, batch_size, flash_attn)
 
     def load(ref: str | None):
-        return load_engine(ref, engine_opts, offline=offline, force=force, debug=render.debug())
+        return load_engine(ref, engine_opts, offline=offline, force=force, debug=render.debug(),
+                           timeout=timeout)  # fmt: skip
 
     loaded = load(model)
+    if loaded.path is None:  # a served model
+        o.warn_local_only(ctx_size=ctx_size, gpu_layers=gpu_layers, threads=threads, batch_size=batch_size,
+                          flash_attn=flash_attn)  # fmt: skip
     constraint = "json_schema" if json_schema is not None else "grammar" if grammar_file else None
     chat_session = ChatSession(loaded, params, on_overflow=policy, session_name=name, load_model=load,
                                allow_base=fallback_template, constraint=constraint,
@@ -156,6 +161,14 @@ def _banner(repl, saved: dict | None) -> None:
     from llmcli import prompting
 
     s = repl.session
+    if s.served:
+        context = f"context {s.engine.n_ctx}" if s.engine.n_ctx else "context: the server's"
+        repl.info(f"llmcli chat · {s.loaded.ref} · {context} · template: the server's")
+        if saved:
+            repl.info(f"continuing session {s.session_name!r}: {len(s.conversation.messages)} messages")
+        if repl.interactive:
+            repl.info('/help for commands, """ for multiline, Ctrl-C stops a reply, Ctrl-D exits')
+        return
     fmt = s.prompt_format
     note = " (the model has no chat template: using this fallback)" if fmt.is_fallback else ""
     if prompting.is_base(s.engine):

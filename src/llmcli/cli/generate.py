@@ -61,6 +61,7 @@ def generate(
     prompt_cache_ro: Annotated[
         bool, typer.Option("--prompt-cache-ro", help="Use --prompt-cache FILE but never write it.")
     ] = False,
+    timeout: o.Timeout = None,
     offline: o.Offline = False,
     force: o.Force = False,
 ) -> None:
@@ -80,7 +81,13 @@ def generate(
     from llmcli.loader import load_engine
 
     engine_opts = o.engine_options(ctx_size, gpu_layers, threads, batch_size, flash_attn)
-    loaded = load_engine(model, engine_opts, offline=offline, force=force, debug=render.debug())
+    loaded = load_engine(model, engine_opts, offline=offline, force=force, debug=render.debug(),
+                         timeout=timeout)  # fmt: skip
+    if loaded.path is None:  # a served model
+        if prompt_cache is not None:
+            raise UsageError("--prompt-cache needs a local model: a served model's cache lives on its server")
+        o.warn_local_only(ctx_size=ctx_size, gpu_layers=gpu_layers, threads=threads, batch_size=batch_size,
+                          flash_attn=flash_attn)  # fmt: skip
     from llmcli.generation import run_generate
     from llmcli.prompting import generate_format
     from llmcli.sampling import apply_recommended
@@ -94,10 +101,18 @@ def generate(
         render.info(f"{loaded.ref}: {notice}{ignored}")
     raw = how == "raw"
     constraint = "json_schema" if json_schema is not None else "grammar" if grammar_file else None
-    result = run_generate(
-        loaded, text, params, system=system, raw=raw, stream_stdout=not as_json, constraint=constraint,
-        prompt_cache=prompt_cache, prompt_cache_ro=prompt_cache_ro,
-    )  # fmt: skip
+    from llmcli.errors import StreamBrokenError
+
+    try:
+        result = run_generate(
+            loaded, text, params, system=system, raw=raw, stream_stdout=not as_json, constraint=constraint,
+            prompt_cache=prompt_cache, prompt_cache_ro=prompt_cache_ro,
+        )  # fmt: skip
+    except StreamBrokenError as exc:  # a served model broke off: the partial text was printed
+        if as_json:
+            render.out_json({"text": exc.text, "finish_reason": "error", "error": exc.message,
+                             "model": {"ref": loaded.ref, "endpoint": loaded.engine.info.path}})  # fmt: skip
+        raise
     if as_json:
         render.out_json(result.record())
     if stats and not as_json:

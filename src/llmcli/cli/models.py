@@ -44,11 +44,25 @@ def register(app: typer.Typer) -> None:
 
 
 @models_app.command("list")
-def list_models(as_json: Json = False) -> None:
+def list_models(
+    as_json: Json = False,
+    endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--endpoint",
+            metavar="URL|NAME",
+            show_default=False,
+            help="List what an OpenAI-compatible server serves (/v1/models): its URL, or the name of "
+            "an [endpoints.NAME] table in the config file.",
+        ),
+    ] = None,  # fmt: skip
+) -> None:
     """List downloaded models: name, quantization, size, architecture, parameters, context, source.
 
     Example: llmcli models list --json
     """
+    if endpoint is not None:
+        return _list_served(endpoint, as_json)
     from llmcli.hub import store
 
     infos = [store.describe(m) for m in store.all_models()]
@@ -59,6 +73,39 @@ def list_models(as_json: Json = False) -> None:
         return
     rows = [_model_row(i) for i in infos]
     _table(["NAME", "QUANT", "SIZE", "ARCH", "PARAMS", "CTX", "SOURCE"], rows)
+
+
+def _list_served(text: str, as_json: bool) -> None:
+    from llmcli import endpoints
+    from llmcli.engine.served import Client
+
+    if "/" in text and not endpoints.is_url(text):
+        raise UsageError(f"--endpoint takes a URL or an endpoint name, got {text!r}")
+    endpoint = endpoints.lookup(text, aliases=False)
+    if endpoint is None:
+        raise UsageError(
+            f"no endpoint named {text!r} in the config file",
+            hint="give a URL (http://HOST:PORT/v1) or add an [endpoints.NAME] table",
+        )
+    client = Client(endpoint)
+    try:
+        data = client.get_json("/models")
+    finally:
+        client.close()
+    listed = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(listed, list):
+        raise UsageError(f"{endpoint.url}/models is not an OpenAI-compatible model list")
+    models = [m for m in listed if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    if as_json:
+        listing = [{"id": m["id"], "owned_by": m.get("owned_by"), "ref": endpoint.with_model(m["id"]).ref}
+                   for m in models]  # fmt: skip
+        return render.out_json(listing)
+    if not models:
+        render.info(f"{endpoint.url} serves no models")
+        return
+    rows = [[endpoint.with_model(m["id"]).ref, str(m.get("owned_by") or ""),
+             _count((m.get("meta") or {}).get("n_ctx_train"), plain=True)] for m in models]  # fmt: skip
+    _table(["MODEL", "OWNED BY", "CTX"], rows)
 
 
 def _model_row(info: dict[str, Any]) -> list[str]:

@@ -45,6 +45,15 @@ Model = Annotated[
         show_default=False,
     ),
 ]
+Timeout = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout", metavar="SECONDS", min=0.001, envvar="LLMCLI_TIMEOUT", rich_help_panel=MODEL_PANEL,
+        show_default=False,
+        help="A served model: seconds its server may stay silent (connecting, or mid-stream) before "
+        "the request fails as stalled (default 120).",
+    ),
+]  # fmt: skip
 Offline = Annotated[
     bool,
     typer.Option(
@@ -234,6 +243,8 @@ def sampling_params(
     )
     params.validate()
     params.grammar = load_grammar(grammar_file, json_schema)
+    if json_schema is not None:
+        params.json_schema = read_schema(json_schema)  # a served model sends the schema itself
     return params
 
 
@@ -261,6 +272,21 @@ def schema_to_grammar(value: str) -> str:
 
     from llmcli.errors import UsageError
 
+    schema = read_schema(value)
+    from llmcli.engine.grammar import json_schema_to_gbnf
+
+    try:
+        return json_schema_to_gbnf(json.dumps(schema))
+    except Exception as exc:  # the converter raises plain exceptions on unsupported schemas
+        raise UsageError(f"--json-schema could not be converted to a grammar: {exc}") from None
+
+
+def read_schema(value: str) -> dict | bool:
+    """The --json-schema value (a file path or inline JSON), parsed and checked."""
+    import json
+
+    from llmcli.errors import UsageError
+
     text = value
     path = Path(value).expanduser()
     if not value.lstrip().startswith(("{", "[")) and len(value) < 4096:
@@ -276,15 +302,19 @@ def schema_to_grammar(value: str) -> str:
         ) from None
     if not isinstance(schema, (dict, bool)):
         raise UsageError("--json-schema must be a JSON object")
-    from llmcli.engine.grammar import json_schema_to_gbnf
-
-    try:
-        return json_schema_to_gbnf(json.dumps(schema))
-    except Exception as exc:  # the converter raises plain exceptions on unsupported schemas
-        raise UsageError(f"--json-schema could not be converted to a grammar: {exc}") from None
+    return schema
 
 
 def _reason(exc: Exception) -> str:
     if isinstance(exc, UnicodeDecodeError):
         return "not UTF-8 text"
     return getattr(exc, "strerror", None) or str(exc)
+
+
+def warn_local_only(**flags) -> None:
+    """A served model has no local context, threads or layers: flags for them are said to be ignored."""
+    from llmcli import render
+
+    given = ["--" + name.replace("_", "-") for name, value in flags.items() if value is not None]
+    if given:
+        render.warn(f"{', '.join(given)}: ignored for a served model (its server decides)")

@@ -31,6 +31,7 @@ class SamplingParams:
     max_tokens: int = defaults.MAX_TOKENS  # 0 means: until end of generation or the context is full
     stop: list[str] = field(default_factory=list)
     grammar: str | None = None  # GBNF text (from --grammar-file or --json-schema)
+    json_schema: dict | bool | None = None  # the --json-schema itself (a served model sends it, not GBNF)
     # Settings the user left at the built-in default (a model's recommendation may replace them).
     defaulted: frozenset[str] = field(default_factory=frozenset, repr=False, compare=False)
 
@@ -58,6 +59,7 @@ class SamplingParams:
         d = asdict(self)
         d.pop("defaulted")
         d["grammar"] = self.grammar is not None
+        d["json_schema"] = self.json_schema is not None
         return d
 
 
@@ -107,6 +109,11 @@ class Stats:
     context_used: int = 0
     # Thread counts: {"adaptive": bool, "decode": {...}, "prefill": {...}} (see engine/threads.py)
     threads: dict = field(default_factory=dict)
+    # A served model (engine/served.py): where each figure came from, for those not measured by
+    # llama.cpp in this process ({"completion_tokens": "usage" | "chunks", ...}), and the server's
+    # own figures (llama-server's `timings`). Both empty for a local engine.
+    sources: dict = field(default_factory=dict)
+    server: dict = field(default_factory=dict)
 
     @property
     def prefill_tps(self) -> float:
@@ -170,6 +177,22 @@ def check_prompt(tokens: list[int], n_ctx: int) -> None:
             f"the prompt is {len(tokens)} tokens but the context holds {n_ctx}",
             hint="shorten the prompt or raise --ctx-size",
         )
+
+
+class MessagesEngine(Protocol):
+    """What an engine behind a server adds (engine/served.py): the server applies the model's chat
+    template, so a chat turn or a templated `generate` sends the messages themselves, the whole
+    history each time, and `Engine.stream` is a plain-text completion. Callers ask
+    `takes_messages(engine)` and then use `stream_messages` instead of building tokens."""
+
+    def stream_messages(self, messages: list[dict[str, str]], params: SamplingParams) -> Iterator[Event]:
+        """Like `Engine.stream`, for a conversation: Token..., one Done."""
+        ...
+
+
+def takes_messages(engine: object) -> bool:
+    """Whether `engine` wants messages rather than tokens (a served model)."""
+    return callable(getattr(engine, "stream_messages", None))
 
 
 class Engine(Protocol):

@@ -69,7 +69,13 @@ def delete(name: str) -> str:
 
 
 def normalise(target: str) -> str:
-    """A reference worth storing: hub references canonical, paths absolute, aliases flattened."""
+    """A reference worth storing: hub references canonical, paths absolute, aliases flattened; a
+    served model (llmcli.endpoints) as its URL#MODEL or NAME/MODEL, never with a key."""
+    from llmcli import endpoints
+
+    endpoint = endpoints.lookup(target, aliases=False)
+    if endpoint is not None:
+        return endpoint.ref
     ref = refs.parse(target)
     if isinstance(ref, refs.PathRef):
         if not ref.path.is_file():

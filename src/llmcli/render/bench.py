@@ -77,6 +77,10 @@ def markdown(run: BenchRun) -> str:
     records = run.records()
     tests = [r for r in records if r["scenario"] == "tests"]
     chats = [r for r in records if r["scenario"] == "chat"]
+    if run.settings.get("scenario") == "serve":
+        serves = [r for r in records if r["scenario"] == "serve"]
+        body = tables.markdown(*_serve_table(serves)) if serves else "No test finished.\n"
+        return body + "\n" + serve_footer(run)
     roofline = run.bandwidth is not None
     backend = run.environment.get("backends") or "CPU"
     parts = []
@@ -123,6 +127,52 @@ def _chat_table(rows: list[dict], roofline: bool) -> tuple[list[str], list[list[
         body.append(row)
     right = [h not in ("model", "cache") for h in head]
     return head, body, right
+
+
+def _serve_table(rows: list[dict]) -> tuple[list[str], list[list[str]], list[bool]]:
+    """The serving benchmark: throughputs (mean ± sd over repetitions), then TTFT, TPOT and ITL as
+    mean / median / p90 / p99 in milliseconds over every request."""
+    head = ["model", "p", "n", "c", "requests", "errors", "req/s", "output t/s"]
+    head += [f"{name} ms (mean/med/p90/p99)" for name in ("TTFT", "TPOT", "ITL")]
+    body = []
+    for r in rows:
+        req = r["samples_request_throughput"]
+        row = [r["model_type"], str(r["n_prompt"]), str(r["n_gen"]), str(r["concurrency"]),
+               str(r["completed"] + r["errors"]), str(r["errors"]),
+               f"{stats.mean(req):.2f} ± {stats.stdev(req):.2f}", _ts(r)]  # fmt: skip
+        row += [_quartet(r, metric) for metric in ("ttft", "tpot", "itl")]
+        body.append(row)
+    right = [h != "model" for h in head]
+    return head, body, right
+
+
+def _quartet(r: dict, metric: str) -> str:
+    values = [r.get(f"{kind}_{metric}_ms") for kind in ("mean", "median", "p90", "p99")]
+    if any(v is None for v in values):
+        return "n/a"
+    return "/".join(f"{v:.1f}" for v in values)
+
+
+def serve_footer(run: BenchRun) -> str:
+    env, settings = run.environment, run.settings
+    warmup = "yes" if settings.get("warmup") else "no"
+    slots = f", {env['server_slots']} slots" if env.get("server_slots") else ""
+    build = f" {env['server_build']}" if env.get("server_build") else ""
+    lines = [
+        f"server: {env.get('server')}{build} at {env.get('endpoint')}{slots}; "
+        f"llmcli {env.get('llmcli_version')}",
+        f"repetitions: {settings.get('repetitions')}, warm-up: {warmup}, started {run.started_at}; "
+        "closed loop: c requests in flight; times on the client's monotonic clock",
+    ]
+    records = run.records()
+    if any("chunks" in (r.get("tokens_source") or "") for r in records):
+        lines.append("output tokens estimated from streamed chunks: the server reports no usage")
+    failed = [m for r in records for m in r.get("error_messages") or []]
+    if failed:
+        lines.append(f"errors: {'; '.join(sorted(set(failed))[:3])}")
+    if not run.complete:
+        lines.append(f"**incomplete**: interrupted after {len(run.results)} of {run.planned} results")
+    return "\n".join(lines) + "\n"
 
 
 def footer(run: BenchRun) -> str:

@@ -14,18 +14,27 @@ if TYPE_CHECKING:
 
 def stats_line(s: Stats, *, context: int | None = None, ttft: bool = True, load: bool = False) -> str:
     """prompt (reused), prefill speed, generated, decode speed; then, as asked, time to first
-    token, context used of `context`, and load time."""
+    token, context used of `context`, and load time. A served model's figures (`s.sources` set) show
+    "?" where the server gave no count, "~" where it is estimated from streamed chunks, and the
+    server's own speeds (llama-server's timings) after "server"."""
     reused = f" ({s.cached_tokens} reused)" if s.cached_tokens else ""
+    unknown = s.sources.get("prompt_tokens") == "unknown"
+    approx = "~" if s.sources.get("completion_tokens") == "chunks" else ""
     parts = [
-        f"prompt {s.prompt_tokens} tok{reused}",
-        f"prefill {s.prefill_tps:.1f} tok/s",
-        f"generated {s.completion_tokens} tok",
-        f"decode {s.decode_tps:.1f} tok/s",
+        "prompt ? tok" if unknown else f"prompt {s.prompt_tokens} tok{reused}",
+        "prefill ? tok/s" if unknown else f"prefill {s.prefill_tps:.1f} tok/s",
+        f"generated {approx}{s.completion_tokens} tok",
+        f"decode {approx}{s.decode_tps:.1f} tok/s",
     ]
     if ttft:
         parts.append(f"ttft {s.ttft_ms / 1000:.2f} s")
-    if context is not None:
+    if context and not unknown:
         parts.append(f"context {s.context_used}/{context}")
-    if load:
+    if load and not s.sources:
         parts.append(f"load {s.load_ms / 1000:.2f} s")
+    if s.server.get("predicted_per_second") is not None:
+        parts.append(
+            f"server prefill {s.server.get('prompt_per_second', 0.0):.1f} tok/s, "
+            f"decode {s.server['predicted_per_second']:.1f} tok/s"
+        )
     return " · ".join(parts)

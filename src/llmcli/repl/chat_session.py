@@ -15,7 +15,8 @@ from typing import Any, Protocol
 
 from llmcli import prompting, templates
 from llmcli.conversation import Conversation
-from llmcli.engine.base import Done, Event, SamplingParams, Stats
+from llmcli.engine.base import Done, Event, SamplingParams, Stats, takes_messages
+from llmcli.errors import StreamBrokenError
 from llmcli.loader import Loaded
 
 
@@ -38,6 +39,9 @@ class Totals:
         self.turns += 1
         for name in self._SUMMED:
             setattr(self.stats, name, getattr(self.stats, name) + getattr(s, name))
+        for name, source in s.sources.items():  # a served model's unknown or estimated counts stay so
+            if source in ("unknown", "chunks") or name not in self.stats.sources:
+                self.stats.sources[name] = source
 
 
 @dataclass
@@ -103,6 +107,8 @@ class ChatSession:
         self.conversation.add_user(text)
         try:
             return self._answer(sink)
+        except StreamBrokenError:
+            raise  # a served model broke off: its partial answer is in the history (see _answer)
         except BaseException:
             self.conversation.undo()
             raise
@@ -115,7 +121,31 @@ class ChatSession:
             return None
         return self._answer(sink)
 
+    @property
+    def served(self) -> bool:
+        """A served model: the server applies the template and keeps the cache (engine/served.py)."""
+        return takes_messages(self.engine)
+
+    def _answer_served(self, sink: Sink) -> TurnResult:
+        """The whole history as messages, every turn (the server reuses its cached prefix and says
+        how much in its usage); a context overflow is the server's to report."""
+        from llmcli.generation import drive
+
+        try:
+            done = drive(self.engine, [], self.params, sink, messages=self.conversation.template_messages())
+        except StreamBrokenError as exc:
+            self.conversation.add_assistant(exc.text, interrupted=True)
+            raise
+        self.conversation.add_assistant(
+            done.text, interrupted=done.finish_reason == "interrupted", stats=stats_record(done)
+        )
+        self.last = done.stats
+        self.totals.add(done.stats)
+        return TurnResult(done)
+
     def _answer(self, sink: Sink) -> TurnResult:
+        if self.served:
+            return self._answer_served(sink)
         fitted = self.conversation.fit(
             self.render_tokens, self.engine.n_ctx, self.answer_reserve(), self.on_overflow
         )
@@ -142,6 +172,8 @@ class ChatSession:
         from llmcli import kvstore
 
         path, self.kv_restore = self.kv_restore, None
+        if self.served:
+            return 0.0
         started = time.perf_counter()
         kvstore.restore(self.engine, path, prompt, what=f"session {self.session_name!r}")
         return (time.perf_counter() - started) * 1000
@@ -150,6 +182,8 @@ class ChatSession:
         """Save the KV cache beside the session `name` (see kvstore); never raises."""
         from llmcli import kvstore
 
+        if self.served:
+            return kvstore.SaveResult(skipped="a served model's cache lives on its server")
         path = kvstore.session_state_path(name)
         # reload: the chat goes on from exactly what a resuming process will load (engine/state.py)
         return kvstore.save(self.engine, path, cap=kvstore.cap_bytes(self.kv_cap_mb), reload=True)

@@ -95,6 +95,8 @@ class LiveReadout:
 
     def status_text(self) -> str:
         now = time.perf_counter()
+        if self.phase == "prefill" and not self.prefill_total:  # a served model: no progress to show
+            return f"waiting for the first token · {now - self.started:.1f} s"
         if self.phase == "prefill":
             elapsed = now - self.started
             rate = self.prefill_done / self.prefill_elapsed if self.prefill_elapsed > 0 else 0.0

@@ -1,0 +1,371 @@
+"""Servers for the served-model tests: a real llama-server (built from the installed release's
+vendored llama.cpp through `llamacpp_tools`, cached outside the checkout), llama-cpp-python's own
+server, and a small misbehaving server of our own for the faults (stdlib, in a thread).
+
+The real servers run the bundled SmolLM2-135M-Instruct on a free loopback port and are started once
+per test session (`-np 4`: four parallel slots, as the serving benchmark expects)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+MODEL_ALIAS = "smollm2"
+START_TIMEOUT_S = 300  # a loaded two-core machine may take a while to map the model
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def smollm2_path() -> Path:
+    from llmcli.hub.default_model import model_path
+
+    return model_path("smollm2-135m")
+
+
+@dataclass
+class Running:
+    url: str  # the API base, .../v1
+    model: str
+    process: subprocess.Popen
+    log: Path
+
+    @property
+    def root(self) -> str:
+        return self.url.removesuffix("/v1")
+
+    @property
+    def ref(self) -> str:
+        return f"{self.url}#{self.model}"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
+def _wait_ready(url: str, process: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited with {process.returncode}: {log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    process.terminate()
+    raise RuntimeError(f"the server did not become ready in {START_TIMEOUT_S} s: {log.read_text()[-2000:]}")
+
+
+def start_llama_server(
+    log_dir: Path, *, slots: int = 4, ctx: int = 8192, threads: int = 2, extra: list[str] | None = None
+) -> Running:
+    """llama-server on a free port with the bundled model; raises ToolsUnavailable when it cannot build."""
+    import llamacpp_tools
+
+    binary = llamacpp_tools.ensure("llama-server")["llama-server"]
+    port = free_port()
+    log = log_dir / f"llama-server-{port}.log"
+    cmd = [
+        str(binary),
+        "-m",
+        str(smollm2_path()),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-np",
+        str(slots),
+        "-c",
+        str(ctx),
+        "-t",
+        str(threads),
+        "--alias",
+        MODEL_ALIAS,
+        "--metrics",
+        *(extra or []),
+    ]
+    with log.open("wb") as out:
+        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    _wait_ready(f"http://127.0.0.1:{port}/health", process, log)
+    return Running(f"http://127.0.0.1:{port}/v1", MODEL_ALIAS, process, log)
+
+
+def start_python_server(log_dir: Path) -> Running:
+    """llama-cpp-python's own OpenAI-compatible server (the `server` extra) with the bundled model."""
+    port = free_port()
+    log = log_dir / f"llama-cpp-python-server-{port}.log"
+    cmd = [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(smollm2_path()),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--model_alias",
+        MODEL_ALIAS,
+        "--n_ctx",
+        "2048",
+        "--n_threads",
+        "2",
+    ]
+    with log.open("wb") as out:
+        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    _wait_ready(f"http://127.0.0.1:{port}/v1/models", process, log)
+    return Running(f"http://127.0.0.1:{port}/v1", MODEL_ALIAS, process, log)
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory):
+    """A real llama-server, -np 4, built once and cached (skipped only where it cannot build)."""
+    import llamacpp_tools
+
+    try:
+        server = start_llama_server(tmp_path_factory.mktemp("llama-server"))
+    except llamacpp_tools.ToolsUnavailable as exc:
+        pytest.skip(f"llama-server cannot be built here: {exc}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def python_server(tmp_path_factory):
+    try:
+        import llama_cpp.server.app  # noqa: F401
+    except ImportError as exc:
+        pytest.skip(f"llama-cpp-python's server extra is not installed: {exc}")
+    server = start_python_server(tmp_path_factory.mktemp("llama-cpp-python-server"))
+    yield server
+    server.stop()
+
+
+# -- the misbehaving server ---------------------------------------------------------------------
+
+
+@dataclass
+class Behaviour:
+    """What the fault server does with the next chat or completion request."""
+
+    mode: str = "ok"  # ok, status, die, malformed, html, stall, slow, error_event
+    status: int = 200
+    retry_after: str | None = None
+    failures: int = 0  # for "status": answer `status` this many times, then stream normally
+    chunks: int = 3  # text chunks before dying / stalling
+    delay_s: float = 0.05  # between chunks (slow: 0.1 s for a long time)
+    usage: bool = True
+    message: str = "nope"
+    key: str | None = None  # when set, a request without `Authorization: Bearer KEY` gets auth_status
+    auth_status: int = 401
+
+
+@dataclass
+class FaultState:
+    behaviour: Behaviour = field(default_factory=Behaviour)
+    requests: list[dict] = field(default_factory=list)  # each request's path, headers and body
+    disconnected: threading.Event = field(default_factory=threading.Event)
+    disconnected_at: float | None = None
+    first_chunk_sent: threading.Event = field(default_factory=threading.Event)
+
+
+def _chunk(text: str | None = None, finish: str | None = None, usage: dict | None = None) -> bytes:
+    doc: dict = {
+        "object": "chat.completion.chunk",
+        "model": "m",
+        "choices": []
+        if usage
+        else [{"index": 0, "delta": {"content": text} if text else {}, "finish_reason": finish}],
+    }
+    if usage:
+        doc["usage"] = usage
+    return f"data: {json.dumps(doc)}\n\n".encode()
+
+
+class FaultHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    state: FaultState
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def _json(self, status: int, doc: dict, headers: dict | None = None) -> None:
+        body = json.dumps(doc).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _refused(self) -> bool:
+        b = self.state.behaviour
+        if b.key is not None and self.headers.get("Authorization") != f"Bearer {b.key}":
+            self._json(b.auth_status, {"error": {"message": "invalid api key"}})
+            return True
+        return False
+
+    def do_GET(self) -> None:
+        self.state.requests.append({"path": self.path, "headers": dict(self.headers), "body": None})
+        if self._refused():
+            return
+        if self.path.endswith("/models"):
+            models = [
+                {"id": "m", "object": "model", "owned_by": "test"},
+                {"id": "other", "object": "model", "owned_by": "test"},
+            ]
+            return self._json(200, {"object": "list", "data": models})
+        self._json(404, {"error": {"message": "not found"}})
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length) or b"{}")
+        self.state.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+        if self._refused():
+            return
+        b = self.state.behaviour
+        if b.mode == "status" and b.failures != 0:
+            b.failures -= 1
+            headers = {"Retry-After": b.retry_after} if b.retry_after is not None else {}
+            return self._json(b.status, {"error": {"message": b.message}}, headers)
+        if b.mode == "html":
+            page = b"<html><body>Bad gateway</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        try:
+            self._stream(b)
+        except (BrokenPipeError, ConnectionResetError):
+            self.state.disconnected_at = time.monotonic()
+            self.state.disconnected.set()
+        self.close_connection = True
+
+    def _send(self, data: bytes) -> None:
+        self.wfile.write(data)
+        self.wfile.flush()
+
+    def _stream(self, b: Behaviour) -> None:
+        words = ["Hello", " there", ",", " friend", "."]
+        if b.mode == "malformed":
+            self._send(_chunk("Hello"))
+            self._send(b"data: {this is not json\n\n")
+            return
+        if b.mode == "error_event":
+            self._send(b'data: {"error": {"message": "the model crashed"}}\n\n')
+            return
+        if b.mode == "slow":
+            for i in range(600):  # a minute of text unless the client goes away
+                self._send(_chunk(f" w{i}"))
+                self.state.first_chunk_sent.set()
+                time.sleep(0.1)
+            return
+        for i in range(b.chunks if b.mode in ("die", "stall") else len(words)):
+            self._send(_chunk(words[i % len(words)]))
+            self.state.first_chunk_sent.set()
+            time.sleep(b.delay_s)
+        if b.mode == "die":
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        if b.mode == "stall":
+            time.sleep(30)
+            return
+        self._send(_chunk(finish="stop"))
+        if b.usage:
+            self._send(
+                _chunk(usage={"prompt_tokens": 7, "completion_tokens": len(words), "total_tokens": 12})
+            )
+        self._send(b"data: [DONE]\n\n")
+
+
+@dataclass
+class FaultServer:
+    url: str
+    state: FaultState
+    server: ThreadingHTTPServer
+
+    @property
+    def ref(self) -> str:
+        return f"{self.url}#m"
+
+
+def start_fault_server(tls_context=None) -> FaultServer:
+    state = FaultState()
+    handler = type("Handler", (FaultHandler,), {"state": state})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    scheme = "http"
+    if tls_context is not None:
+        server.socket = tls_context.wrap_socket(server.socket, server_side=True)
+        scheme = "https"
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return FaultServer(f"{scheme}://127.0.0.1:{server.server_address[1]}/v1", state, server)
+
+
+@pytest.fixture
+def fault_server():
+    server = start_fault_server()
+    yield server
+    server.server.shutdown()
+    server.server.server_close()
+
+
+def self_signed_cert(directory: Path) -> tuple[Path, Path] | None:
+    """A throwaway certificate for 127.0.0.1 made with the openssl command (None without it)."""
+    import shutil
+
+    if shutil.which("openssl") is None:
+        return None
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    result = subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        capture_output=True,
+        env={**os.environ, "OPENSSL_CONF": os.environ.get("OPENSSL_CONF", "")},
+    )
+    return (cert, key) if result.returncode == 0 else None
