@@ -87,9 +87,24 @@ class Result:
                 "total_ms": round(s.total_ms, 3),
             },
             "threads": s.threads,
+            "speculative": speculative_record(s),
             "prompt_cache": self.prompt_cache,
             "versions": versions(info.backend),
         }
+
+
+def speculative_record(s) -> dict | None:
+    """Which proposer ran with which settings, and what it gave (None without speculation)."""
+    if not s.speculative:
+        return None
+    return {
+        **s.speculative,
+        "drafted_tokens": s.drafted_tokens,
+        "accepted_tokens": s.accepted_tokens,
+        "acceptance": round(s.acceptance, 4),
+        "target_passes": s.target_passes,
+        "tokens_per_pass": round(s.tokens_per_pass, 4),
+    }
 
 
 def versions(backend: str) -> dict:
