@@ -20,7 +20,7 @@ end
 # Whether OPTION takes a value at command PATH.
 function __llmcli_takes_value --argument-names path option
     switch "$path/$option"
-        case 'generate/-f' 'generate/--file' 'generate/-m' 'generate/--model' 'generate/--system' 'generate/-c' 'generate/--ctx-size' 'generate/-ngl' 'generate/--gpu-layers' 'generate/-t' 'generate/--threads' 'generate/-b' 'generate/--batch-size' 'generate/--temperature' 'generate/--temp' 'generate/--top-k' 'generate/--top-p' 'generate/--min-p' 'generate/--repeat-penalty' 'generate/-s' 'generate/--seed' 'generate/-n' 'generate/--max-tokens' 'generate/--stop' 'generate/--grammar-file' 'generate/--json-schema' 'generate/--prompt-cache' 'chat/-m' 'chat/--model' 'chat/--system' 'chat/--session' 'chat/--on-overflow' 'chat/--kv-cache-max-mb' 'chat/-c' 'chat/--ctx-size' 'chat/-ngl' 'chat/--gpu-layers' 'chat/-t' 'chat/--threads' 'chat/-b' 'chat/--batch-size' 'chat/--temperature' 'chat/--temp' 'chat/--top-k' 'chat/--top-p' 'chat/--min-p' 'chat/--repeat-penalty' 'chat/-s' 'chat/--seed' 'chat/-n' 'chat/--max-tokens' 'chat/--stop' 'chat/--grammar-file' 'chat/--json-schema' 'bench/-m' 'bench/--model' 'bench/-p' 'bench/--n-prompt' 'bench/-n' 'bench/--n-gen' 'bench/-pg' 'bench/--pg' 'bench/-d' 'bench/--n-depth' 'bench/-t' 'bench/--threads' 'bench/-ngl' 'bench/--n-gpu-layers' 'bench/-b' 'bench/--batch-size' 'bench/-ub' 'bench/--ubatch-size' 'bench/-fa' 'bench/--flash-attn' 'bench/-ctk' 'bench/--cache-type-k' 'bench/-ctv' 'bench/--cache-type-v' 'bench/-r' 'bench/--repetitions' 'bench/-o' 'bench/--output' 'bench/--scenario' 'bench/-c' 'bench/--ctx-size' 'bench/--delay' 'bench/--seed' 'bench/--busy' 'bench compare/--alpha' 'bench compare/-o' 'bench compare/--output'
+        case 'generate/-f' 'generate/--file' 'generate/-m' 'generate/--model' 'generate/--system' 'generate/-c' 'generate/--ctx-size' 'generate/-ngl' 'generate/--gpu-layers' 'generate/-t' 'generate/--threads' 'generate/-b' 'generate/--batch-size' 'generate/--temperature' 'generate/--temp' 'generate/--top-k' 'generate/--top-p' 'generate/--min-p' 'generate/--repeat-penalty' 'generate/-s' 'generate/--seed' 'generate/-n' 'generate/--max-tokens' 'generate/--stop' 'generate/--grammar-file' 'generate/--json-schema' 'generate/--spec-type' 'generate/--spec-draft-n-max' 'generate/--spec-draft-n-min' 'generate/--spec-ngram-max' 'generate/--spec-ngram-min' 'generate/-md' 'generate/--model-draft' 'generate/-ngld' 'generate/--gpu-layers-draft' 'generate/-cd' 'generate/--ctx-size-draft' 'generate/--prompt-cache' 'chat/-m' 'chat/--model' 'chat/--system' 'chat/--session' 'chat/--on-overflow' 'chat/--kv-cache-max-mb' 'chat/-c' 'chat/--ctx-size' 'chat/-ngl' 'chat/--gpu-layers' 'chat/-t' 'chat/--threads' 'chat/-b' 'chat/--batch-size' 'chat/--temperature' 'chat/--temp' 'chat/--top-k' 'chat/--top-p' 'chat/--min-p' 'chat/--repeat-penalty' 'chat/-s' 'chat/--seed' 'chat/-n' 'chat/--max-tokens' 'chat/--stop' 'chat/--grammar-file' 'chat/--json-schema' 'chat/--spec-type' 'chat/--spec-draft-n-max' 'chat/--spec-draft-n-min' 'chat/--spec-ngram-max' 'chat/--spec-ngram-min' 'chat/-md' 'chat/--model-draft' 'chat/-ngld' 'chat/--gpu-layers-draft' 'chat/-cd' 'chat/--ctx-size-draft' 'bench/-m' 'bench/--model' 'bench/-p' 'bench/--n-prompt' 'bench/-n' 'bench/--n-gen' 'bench/-pg' 'bench/--pg' 'bench/-d' 'bench/--n-depth' 'bench/-t' 'bench/--threads' 'bench/-ngl' 'bench/--n-gpu-layers' 'bench/-b' 'bench/--batch-size' 'bench/-ub' 'bench/--ubatch-size' 'bench/-fa' 'bench/--flash-attn' 'bench/-ctk' 'bench/--cache-type-k' 'bench/-ctv' 'bench/--cache-type-v' 'bench/-r' 'bench/--repetitions' 'bench/-o' 'bench/--output' 'bench/--scenario' 'bench/-c' 'bench/--ctx-size' 'bench/--delay' 'bench/--seed' 'bench/--busy' 'bench compare/--alpha' 'bench compare/-o' 'bench compare/--output'
             return 0
     end
     return 1
@@ -108,6 +108,16 @@ complete -c llmcli -n '__llmcli_at "generate"' -o n -l max-tokens -x -d 'Generat
 complete -c llmcli -n '__llmcli_at "generate"' -l stop -x -d 'Stop when this text appears (not included in the output); repeatable'
 complete -c llmcli -n '__llmcli_at "generate"' -l grammar-file -r -F -d 'Constrain the output with a GBNF grammar file'
 complete -c llmcli -n '__llmcli_at "generate"' -l json-schema -r -F -d 'Constrain the output to JSON matching this schema (a file or inline JSON)'
+complete -c llmcli -n '__llmcli_at "generate"' -l spec-type -x -a 'none lookup draft ngram-simple draft-simple' -d 'Speculative decoding: none, lookup (prompt lookup: copy n-grams from the prompt and answer) or draft (a draft model, -md)'
+complete -c llmcli -n '__llmcli_at "generate"' -l spec-draft-n-max -x -d 'Most tokens proposed per verification batch (default 8)'
+complete -c llmcli -n '__llmcli_at "generate"' -l spec-draft-n-min -x -d 'Fewest tokens worth a verification batch (default 1)'
+complete -c llmcli -n '__llmcli_at "generate"' -l spec-ngram-max -x -d 'Prompt lookup: longest n-gram matched (default 3)'
+complete -c llmcli -n '__llmcli_at "generate"' -l spec-ngram-min -x -d 'Prompt lookup: shortest n-gram matched (default 1)'
+complete -c llmcli -n '__llmcli_at "generate"' -l spec-adaptive -l no-spec-adaptive -d 'Choose how many tokens to draft (down to none) from measured batch costs and acceptance (default: on); off: always --spec-draft-n-max'
+complete -c llmcli -n '__llmcli_at "generate"' -l spec-exact -l no-spec-exact -d 'Verify only in batch sizes whose logits are bit-identical to plain decoding on this build and model (probed once), so temperature 0 gives exactly the plain text (default: on)'
+complete -c llmcli -n '__llmcli_at "generate"' -o md -l model-draft -x -a '(__llmcli_dynamic "generate" model_draft)' -d 'Draft model for speculative decoding (a path, hub reference or alias, like -m); it must share the target\'s vocabulary'
+complete -c llmcli -n '__llmcli_at "generate"' -o ngld -l gpu-layers-draft -x -d 'Draft model layers to offload to the GPU (default: all when this build can offload, else 0)'
+complete -c llmcli -n '__llmcli_at "generate"' -o cd -l ctx-size-draft -x -d 'Draft model context size (default: the target\'s)'
 complete -c llmcli -n '__llmcli_at "generate"' -l stats -d 'Print speed figures on stderr after the text'
 complete -c llmcli -n '__llmcli_at "generate"' -l json -d 'Print one JSON document instead of the text'
 complete -c llmcli -n '__llmcli_at "generate"' -l prompt-cache -r -F -d 'Reuse the KV state saved in FILE for the longest common prompt prefix, and update FILE after the run'
@@ -146,6 +156,16 @@ complete -c llmcli -n '__llmcli_at "chat"' -o n -l max-tokens -x -d 'Generate at
 complete -c llmcli -n '__llmcli_at "chat"' -l stop -x -d 'Stop when this text appears (not included in the output); repeatable'
 complete -c llmcli -n '__llmcli_at "chat"' -l grammar-file -r -F -d 'Constrain the output with a GBNF grammar file'
 complete -c llmcli -n '__llmcli_at "chat"' -l json-schema -r -F -d 'Constrain the output to JSON matching this schema (a file or inline JSON)'
+complete -c llmcli -n '__llmcli_at "chat"' -l spec-type -x -a 'none lookup draft ngram-simple draft-simple' -d 'Speculative decoding: none, lookup (prompt lookup: copy n-grams from the prompt and answer) or draft (a draft model, -md)'
+complete -c llmcli -n '__llmcli_at "chat"' -l spec-draft-n-max -x -d 'Most tokens proposed per verification batch (default 8)'
+complete -c llmcli -n '__llmcli_at "chat"' -l spec-draft-n-min -x -d 'Fewest tokens worth a verification batch (default 1)'
+complete -c llmcli -n '__llmcli_at "chat"' -l spec-ngram-max -x -d 'Prompt lookup: longest n-gram matched (default 3)'
+complete -c llmcli -n '__llmcli_at "chat"' -l spec-ngram-min -x -d 'Prompt lookup: shortest n-gram matched (default 1)'
+complete -c llmcli -n '__llmcli_at "chat"' -l spec-adaptive -l no-spec-adaptive -d 'Choose how many tokens to draft (down to none) from measured batch costs and acceptance (default: on); off: always --spec-draft-n-max'
+complete -c llmcli -n '__llmcli_at "chat"' -l spec-exact -l no-spec-exact -d 'Verify only in batch sizes whose logits are bit-identical to plain decoding on this build and model (probed once), so temperature 0 gives exactly the plain text (default: on)'
+complete -c llmcli -n '__llmcli_at "chat"' -o md -l model-draft -x -a '(__llmcli_dynamic "chat" model_draft)' -d 'Draft model for speculative decoding (a path, hub reference or alias, like -m); it must share the target\'s vocabulary'
+complete -c llmcli -n '__llmcli_at "chat"' -o ngld -l gpu-layers-draft -x -d 'Draft model layers to offload to the GPU (default: all when this build can offload, else 0)'
+complete -c llmcli -n '__llmcli_at "chat"' -o cd -l ctx-size-draft -x -d 'Draft model context size (default: the target\'s)'
 complete -c llmcli -n '__llmcli_at "chat"' -l fallback-template -d 'Use the architecture\'s fallback turn format even for a base model (one with no chat template and no instruct fine-tune), which otherwise gets plain continuation (generate) or is refused (chat)'
 complete -c llmcli -n '__llmcli_at "chat"' -l offline -d 'Never touch the network; use only models already downloaded'
 complete -c llmcli -n '__llmcli_at "chat"' -l force -d 'Load even when the weights and KV cache look too big for the free memory'
@@ -255,7 +275,7 @@ complete -c llmcli -n '__llmcli_at "config path"' -s h -l help -d 'Show the help
 
 # llmcli config set
 complete -c llmcli -n '__llmcli_at "config set"' -s h -l help -d 'Show the help and exit'
-complete -c llmcli -n '__llmcli_at "config set" 1' -a 'model ctx_size gpu_layers threads batch_size temperature top_k top_p min_p repeat_penalty max_tokens system on_overflow kv_cache_max_mb color' -d 'The setting, as `config show` names it'
+complete -c llmcli -n '__llmcli_at "config set" 1' -a 'model ctx_size gpu_layers threads batch_size temperature top_k top_p min_p repeat_penalty max_tokens system spec_type spec_draft_n_max spec_draft_n_min spec_ngram_max spec_ngram_min spec_adaptive spec_exact model_draft gpu_layers_draft ctx_size_draft on_overflow kv_cache_max_mb color' -d 'The setting, as `config show` names it'
 
 # llmcli config unset
 complete -c llmcli -n '__llmcli_at "config unset"' -s h -l help -d 'Show the help and exit'

@@ -220,14 +220,16 @@ SpecAdaptive = Annotated[
     bool | None,
     typer.Option("--spec-adaptive/--no-spec-adaptive", help="Choose how many tokens to draft (down to "
                  "none) from measured batch costs and acceptance (default: on); off: always "
-                 "--spec-draft-n-max.", rich_help_panel=SPEC_PANEL, show_default=False),
+                 "--spec-draft-n-max.", envvar="LLMCLI_SPEC_ADAPTIVE", rich_help_panel=SPEC_PANEL,
+                 show_default=False),
 ]  # fmt: skip
 SpecExact = Annotated[
     bool | None,
     typer.Option("--spec-exact/--no-spec-exact", help="Verify only in batch sizes whose logits are "
                  "bit-identical to plain decoding on this build and model (probed once), so temperature 0 "
                  "gives exactly the plain text (default: on). Off: any size; the same distribution, "
-                 "but batched kernels may round near-ties differently.", rich_help_panel=SPEC_PANEL,
+                 "but batched kernels may round near-ties differently.", envvar="LLMCLI_SPEC_EXACT",
+                 rich_help_panel=SPEC_PANEL,
                  show_default=False),
 ]  # fmt: skip
 ModelDraft = Annotated[
