@@ -31,7 +31,9 @@ def version() -> str:
 
 
 def root() -> Path:
-    base = os.environ.get("LLMCLI_TOOLS_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "llmcli-tools")
+    base = os.environ.get("LLMCLI_TOOLS_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "llmcli-tools"
+    )
     return Path(base) / version()
 
 
@@ -53,8 +55,18 @@ def _source(base: Path, log: Path) -> Path:
         return found[0].parent
     src.mkdir(parents=True, exist_ok=True)
     _run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", str(src),
-         f"llama-cpp-python=={version()}"],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "-d",
+            str(src),
+            f"llama-cpp-python=={version()}",
+        ],
         log,
     )
     archives = sorted(src.glob("llama_cpp_python-*.tar.gz"))
@@ -87,8 +99,17 @@ def ensure(*names: str) -> dict[str, Path]:
             build = base / "build"
             if not (build / "CMakeCache.txt").exists():
                 _run(
-                    ["cmake", "-S", str(source), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
-                     "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DBUILD_SHARED_LIBS=OFF"],
+                    [
+                        "cmake",
+                        "-S",
+                        str(source),
+                        "-B",
+                        str(build),
+                        "-DCMAKE_BUILD_TYPE=Release",
+                        "-DLLAMA_CURL=OFF",
+                        "-DLLAMA_BUILD_TESTS=OFF",
+                        "-DBUILD_SHARED_LIBS=OFF",
+                    ],
                     log,
                 )
             jobs = str(os.cpu_count() or 2)

@@ -179,8 +179,6 @@ class LlamaEngine:
             self._ctx = self._new_context()
             if self.spec.enabled:
                 self._check_spec_model()
-                if self.spec.kind == "draft":
-                    self._draft = _DraftModel(self, hits)
         if hits:
             self.close()
             _raise_for(hits)
@@ -193,6 +191,13 @@ class LlamaEngine:
         self.info = self._model_info()
         self._lock = threading.Lock()
         self.exact_positions = (self.spec.draft_max + 1, self.spec.draft_max + 1)
+        if self.spec.enabled and self.spec.kind == "draft":
+            with _deferred_signals() as hits:
+                self._draft = _DraftModel(self, hits)
+            if hits:
+                self.close()
+                _raise_for(hits)
+            self.load_ms = (time.perf_counter() - started) * 1000
         if self.spec.enabled:
             self._spec_batch = llama_cpp.llama_batch_init(self.spec.draft_max + 1, 0, 1)
             if self.spec.exact:
@@ -1111,7 +1116,7 @@ class _DraftModel:
         cparams.n_ubatch = cparams.n_batch
         cparams.n_threads = cparams.n_threads_batch = target.threads
         cparams.no_perf = False
-        cparams.n_outputs_max = 1
+        cparams.n_outputs_max = opts.draft_max + 1  # as the target's: the same graphs, the same numerics
         cparams.swa_full = True
         self.ctx = L.llama_init_from_model(self.model, cparams)
         if not self.ctx:
