@@ -137,11 +137,11 @@ def main() -> None:
             calls = {key: (lambda r=r, p=prompt: llmcli_run(r, p, args.tokens)) for key, r in runners.items()}
             if tools:
                 common = ["-f", prompt_file, "-n", str(args.tokens), "--temp", "0", "-t", str(args.threads)]
-                calls["llama-lookup"] = lambda c=common: tool_run(
-                    [str(tools["llama-lookup"]), "-m", path, *c, "--spec-draft-n-max", str(k)])  # fmt: skip
-                calls["llama-spec-self"] = lambda c=common: tool_run(
-                    [str(tools["llama-speculative-simple"]), "-m", path, "-md", path, *c,
-                     "--spec-draft-n-max", "4"])  # fmt: skip
+                lookup_argv = [str(tools["llama-lookup"]), "-m", path, *common, "--spec-draft-n-max", str(k)]
+                self_argv = [str(tools["llama-speculative-simple"]), "-m", path, "-md", path, *common,
+                             "--spec-draft-n-max", "4", "--spec-type", "draft-simple"]  # fmt: skip
+                calls["llama-lookup"] = lambda a=lookup_argv: tool_run(a)
+                calls["llama-spec-self"] = lambda a=self_argv: tool_run(a)
             for key in calls:  # warm-up: graph building, the exactness probe, the page cache
                 calls[key]()
             rows: dict[str, list[dict]] = {key: [] for key in calls}

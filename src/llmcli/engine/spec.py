@@ -160,10 +160,16 @@ class KPolicy:
     # -- the model -----------------------------------------------------------------------------
 
     def acceptance(self, source: object) -> list[float]:
+        """Per draft position, the chance it is accepted given the ones before it. A position with
+        little evidence leans on the one before it (not on the prior): long proposals that are
+        accepted early are then tried longer, so the policy can find out they pay."""
         acc = self.stats.get(source) or _Acceptance.new(self.k_max)
         w = self.prior_weight
-        pairs = zip(acc.tried, acc.kept, strict=True)
-        return [(kept + w * self.prior) / (tried + w) for tried, kept in pairs]
+        rates, prev = [], self.prior
+        for tried, kept in zip(acc.tried, acc.kept, strict=True):
+            prev = (kept + w * prev) / (tried + w)
+            rates.append(prev)
+        return rates
 
     def cost(self, positions: int) -> float:
         """Seconds for a batch of `positions`, relative units where nothing is measured."""
