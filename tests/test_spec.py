@@ -232,3 +232,29 @@ def test_stats_line_part_from_stats():
     s = Stats(decode_tokens=30, completion_tokens=30, drafted_tokens=40, accepted_tokens=20, target_passes=10,
               speculative={"type": "lookup"})  # fmt: skip
     assert "accepted 20/40 (50%) · 3.00 tok/pass" in stats_line(s)
+
+
+def test_memory_fit_counts_the_draft_model_too(monkeypatch, tmp_path):
+    from dataclasses import dataclass
+
+    from llmcli import loader
+    from llmcli.engine.base import EngineOptions
+    from llmcli.errors import ResourceError
+    from llmcli.hub import fit
+
+    @dataclass
+    class Header:
+        tensor_bytes: int
+        n_ctx_train: int = 2048
+
+        def kv_cache_bytes(self, n_ctx: int) -> int:
+            return n_ctx * 1000
+
+    gib = 1 << 30
+    monkeypatch.setattr(fit, "memory", lambda: fit.Memory(available=3 * gib, total=8 * gib))
+    monkeypatch.setattr(loader, "_gpu_offload_supported", lambda: False)
+    target, draft = Header(2 * gib), Header(2 * gib)
+    opts = EngineOptions(ctx_size=1024, gpu_layers=0, speculative=SpecOptions(kind="draft", model_draft="d"))
+    loader.check_memory(tmp_path / "t.gguf", target, opts)  # the target alone fits
+    with pytest.raises(ResourceError, match="draft model 2.0 GiB"):
+        loader.check_memory(tmp_path / "t.gguf", target, opts, draft)
