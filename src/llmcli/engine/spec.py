@@ -112,6 +112,11 @@ class KPolicy:
     prior_weight: float = 2.0
     prior_slope: float = 0.15  # cost of one more position, relative to one step, before measuring
     decay: float = 0.97  # per emitted token: old evidence fades (half-life about 23 tokens)
+    # A source not tried for a while (decayed tries at the first position below this, about 45
+    # tokens) is probed with a short draft even when the model says no: a prior that never gets
+    # evidence could keep a copying answer from ever being drafted.
+    explore_below: float = 0.25
+    explore_k: int = 2
     cost_decay: float = 0.9  # per measured batch of that size
     costs: dict[int, float] = field(default_factory=dict)  # positions -> EMA seconds
     warmed: set[int] = field(default_factory=set)
@@ -213,6 +218,8 @@ class KPolicy:
             speed = self.expected_tokens(rates, k) / (self.cost(k + 1) + k * draft_cost)
             if speed > best * 1.0001:
                 best_k, best = k, speed
+        if best_k == 0 and self._acc(source).tried[0] < self.explore_below:
+            return max(self.k_min, min(top, self.explore_k))
         return best_k
 
     def note_choice(self, k: int) -> None:
