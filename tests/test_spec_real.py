@@ -195,7 +195,7 @@ def test_sampling_follows_the_targets_distribution():
     plain = _engine("smollm2-135m")
     # every proposal verified (fixed k, any batch size): the verifier itself is what is tested
     spec = _engine("smollm2-135m", SpecOptions(kind="lookup", draft_max=6, exact=False, adaptive=False))
-    n, positions = 120, 5
+    n, positions = 80, 5
     prompt = PROMPTS[0]
     try:
 
