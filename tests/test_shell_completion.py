@@ -164,7 +164,7 @@ BASH_CASES = [
     ("llmcli models ", ["list", "show", "rm", "alias", "path", "verify"]),
     ("llmcli config s", ["show", "set"]),
     ("llmcli generate --max", ["--max-tokens"]),
-    ("llmcli generate -n", ["-n", "-nfa", "-ngl"]),
+    ("llmcli generate -n", ["-n", "-nfa", "-ngl", "-ngld"]),
     ("llmcli generate -m q", ["qwen-small"]),
     ("llmcli generate -m t", ["tiny"]),
     ("llmcli chat --model=q", ["qwen-small"]),
@@ -328,7 +328,7 @@ def test_fish(shell_env, line, expected):
 @pytest.mark.parametrize(
     ("line", "expected"),
     [
-        ("llmcli generate -ng", ["-ngl"]),  # -n takes a value, and still does not hide -ngl
+        ("llmcli generate -ng", ["-ngl", "-ngld"]),  # -n takes a value, and still does not hide -ngl
         ("llmcli generate -nf", ["-nfa"]),
         ("llmcli generate -f", ["-f", "-fa"]),
         ("llmcli bench -ct", ["-ctk", "-ctv"]),

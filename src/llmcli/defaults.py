@@ -23,3 +23,10 @@ MAX_TOKENS = 512  # 0 means: until end of generation or the context is full
 
 # Saved KV states (chat sessions) under the cache directory: at most this many megabytes.
 KV_CACHE_MAX_MB = 2000
+
+# Speculative decoding (--spec-type lookup|draft): most and fewest tokens proposed per
+# verification batch (adaptive k chooses within, down to 0), and prompt lookup's n-gram lengths.
+SPEC_DRAFT_N_MAX = 8
+SPEC_DRAFT_N_MIN = 1
+SPEC_NGRAM_MAX = 3
+SPEC_NGRAM_MIN = 1

@@ -89,6 +89,7 @@ class Result:
                 "total_ms": round(s.total_ms, 3),
             },
             "threads": s.threads,
+            "speculative": speculative_record(s),
             "prompt_cache": self.prompt_cache,
             "versions": versions(info.backend),
         }
@@ -130,6 +131,20 @@ def served_record(result: Result, params: dict) -> dict:
         "sources": {**s.sources, "prefill_tokens_per_s": "client", "decode_tokens_per_s": "client"},
         "server_timings": s.server or None,
         "versions": {"llmcli": __version__, "server": engine.info.architecture},
+    }
+
+
+def speculative_record(s) -> dict | None:
+    """Which proposer ran with which settings, and what it gave (None without speculation)."""
+    if not s.speculative:
+        return None
+    return {
+        **s.speculative,
+        "drafted_tokens": s.drafted_tokens,
+        "accepted_tokens": s.accepted_tokens,
+        "acceptance": round(s.acceptance, 4),
+        "target_passes": s.target_passes,
+        "tokens_per_pass": round(s.tokens_per_pass, 4),
     }
 
 

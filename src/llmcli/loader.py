@@ -29,14 +29,19 @@ def validate_file(path: Path, options: EngineOptions | None = None, *, force: bo
     from llmcli import gguf_file, templates
 
     header = gguf_file.read_header(path)
+    draft = None
+    spec = options.speculative if options is not None else None
+    if spec is not None and spec.enabled and spec.kind == "draft" and spec.model_draft:
+        draft = gguf_file.read_header(Path(spec.model_draft))
     if options is not None and not force:
-        check_memory(path, header, options)
+        check_memory(path, header, options, draft)
     if header.chat_template:
         templates.probe(header.chat_template)
 
 
-def check_memory(path: Path, header, options: EngineOptions) -> None:
-    """Refuse, with the numbers, a model whose weights and KV cache exceed the free memory.
+def check_memory(path: Path, header, options: EngineOptions, draft=None) -> None:
+    """Refuse, with the numbers, a model whose weights and KV cache (and a draft model's, with
+    -md) exceed the free memory.
 
     Skipped when the build can offload to a GPU (the weights then live in video memory).
     """
@@ -49,11 +54,17 @@ def check_memory(path: Path, header, options: EngineOptions) -> None:
     n_ctx = options.ctx_size or min(header.n_ctx_train or 4096, 4096)
     kv = header.kv_cache_bytes(n_ctx)
     need = header.tensor_bytes + kv + (128 << 20)
+    gib = 1 << 30
+    what = f"weights {header.tensor_bytes / gib:.1f} GiB, KV cache for {n_ctx} tokens {kv / gib:.1f} GiB"
+    if draft is not None:
+        d_ctx = options.speculative.ctx_size_draft or n_ctx
+        d_kv = draft.kv_cache_bytes(d_ctx)
+        need += draft.tensor_bytes + d_kv + (64 << 20)
+        what += f", draft model {(draft.tensor_bytes + d_kv) / gib:.1f} GiB with its KV cache"
     if need > mem.available:
-        gib = 1 << 30
         raise ResourceError(
-            f"{path.name} needs about {need / gib:.1f} GiB (weights {header.tensor_bytes / gib:.1f} GiB, "
-            f"KV cache for {n_ctx} tokens {kv / gib:.1f} GiB) but {mem.available / gib:.1f} GiB is available",
+            f"{path.name} needs about {need / gib:.1f} GiB ({what}) but {mem.available / gib:.1f} GiB "
+            "is available",
             hint="use a smaller --ctx-size or quantization, or --force to load anyway",
         )
 
@@ -78,8 +89,20 @@ def load_engine(
 
     text = ref or settings.resolve("model") or None
     if (endpoint := endpoints.lookup(text)) is not None:
+        if options.speculative.enabled:
+            from llmcli.errors import UsageError
+
+            raise UsageError(
+                "speculative decoding runs in llmcli's own engine; for a served model the server "
+                "drafts (llama-server --model-draft, vLLM --speculative-config)"
+            )
         return load_served(replace(endpoint, timeout_flag=timeout), debug=debug)
     resolved = resolve_model(text, offline=offline)
+    spec = options.speculative
+    if spec.enabled and spec.kind == "draft":
+        draft = resolve_model(spec.model_draft_ref or spec.model_draft, offline=offline)
+        options = replace(options, speculative=replace(spec, model_draft=str(draft.path),
+                                                       model_draft_ref=draft.ref))  # fmt: skip
     env = environment.current()
     if env.checks_model_files:
         validate_file(resolved.path, options, force=force)

@@ -68,6 +68,63 @@ SETTINGS: dict[str, Setting] = {
         ),
         Setting("system", str, "", "System prompt for chat and generate."),
         Setting(
+            "spec_type",
+            str,
+            "none",
+            "Speculative decoding: none, lookup (prompt lookup: n-grams of the context) or draft (a "
+            "draft model, -md); llama.cpp's ngram-simple and draft-simple are accepted too.",
+            ("none", "lookup", "draft", "ngram-simple", "draft-simple"),
+        ),
+        Setting(
+            "spec_draft_n_max",
+            int,
+            defaults.SPEC_DRAFT_N_MAX,
+            "Speculative decoding: most tokens proposed per verification batch.",
+            minimum=0,
+        ),
+        Setting(
+            "spec_draft_n_min",
+            int,
+            defaults.SPEC_DRAFT_N_MIN,
+            "Speculative decoding: fewest tokens worth a verification batch.",
+            minimum=0,
+        ),
+        Setting(
+            "spec_ngram_max",
+            int,
+            defaults.SPEC_NGRAM_MAX,
+            "Prompt lookup: the longest n-gram matched against the context.",
+            minimum=1,
+        ),
+        Setting(
+            "spec_ngram_min",
+            int,
+            defaults.SPEC_NGRAM_MIN,
+            "Prompt lookup: the shortest n-gram matched against the context.",
+            minimum=1,
+        ),
+        Setting(
+            "spec_adaptive",
+            bool,
+            True,
+            "Speculative decoding: choose how many tokens to draft (down to none) from measured "
+            "batch costs and acceptance; false: always --spec-draft-n-max.",
+        ),
+        Setting(
+            "spec_exact",
+            bool,
+            True,
+            "Speculative decoding: verify only in batches whose logits are bit-identical to plain "
+            "decoding on this build and model, so temperature 0 gives exactly the plain text; false: "
+            "any batch size (the same distribution, faster, but the text may differ where llama.cpp's "
+            "batched kernels round differently).",
+        ),
+        Setting("model_draft", str, "", "Draft model for speculative decoding (a reference like --model)."),
+        Setting(
+            "gpu_layers_draft", int, -1, "Draft model layers to offload to the GPU (-1: all when supported)."
+        ),
+        Setting("ctx_size_draft", int, 0, "Draft model context size (0: the target's).", minimum=0),
+        Setting(
             "on_overflow",
             str,
             "drop-oldest",

@@ -60,6 +60,16 @@ def chat(
     stop: o.Stop = None,
     grammar_file: o.GrammarFile = None,
     json_schema: o.JsonSchema = None,
+    spec_type: o.SpecType = None,
+    spec_draft_n_max: o.SpecDraftNMax = None,
+    spec_draft_n_min: o.SpecDraftNMin = None,
+    spec_ngram_max: o.SpecNgramMax = None,
+    spec_ngram_min: o.SpecNgramMin = None,
+    spec_adaptive: o.SpecAdaptive = None,
+    spec_exact: o.SpecExact = None,
+    model_draft: o.ModelDraft = None,
+    gpu_layers_draft: o.GpuLayersDraft = None,
+    ctx_size_draft: o.CtxSizeDraft = None,
     fallback_template: o.FallbackTemplate = False,
     timeout: o.Timeout = None,
     offline: o.Offline = False,
@@ -86,10 +96,25 @@ def chat(
     name, saved = _session_to_continue(session, resume)
     if saved and model is None:
         model = saved.get("model")
-    engine_opts = o.engine_options(ctx_size, gpu_layers, threads, batch_size, flash_attn)
+    spec = o.spec_options(
+        spec_type,
+        spec_draft_n_max,
+        spec_draft_n_min,
+        spec_ngram_max,
+        spec_ngram_min,
+        spec_adaptive,
+        spec_exact,
+        model_draft,
+        gpu_layers_draft,
+        ctx_size_draft,
+    )
+    engine_opts = o.engine_options(ctx_size, gpu_layers, threads, batch_size, flash_attn, spec)
 
-    def load(ref: str | None):
-        return load_engine(ref, engine_opts, offline=offline, force=force, debug=render.debug(),
+    def load(ref: str | None, speculative=None):
+        from dataclasses import replace
+
+        opts = engine_opts if speculative is None else replace(engine_opts, speculative=speculative)
+        return load_engine(ref, opts, offline=offline, force=force, debug=render.debug(),
                            timeout=timeout)  # fmt: skip
 
     loaded = load(model)

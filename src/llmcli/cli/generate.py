@@ -41,6 +41,16 @@ def generate(
     stop: o.Stop = None,
     grammar_file: o.GrammarFile = None,
     json_schema: o.JsonSchema = None,
+    spec_type: o.SpecType = None,
+    spec_draft_n_max: o.SpecDraftNMax = None,
+    spec_draft_n_min: o.SpecDraftNMin = None,
+    spec_ngram_max: o.SpecNgramMax = None,
+    spec_ngram_min: o.SpecNgramMin = None,
+    spec_adaptive: o.SpecAdaptive = None,
+    spec_exact: o.SpecExact = None,
+    model_draft: o.ModelDraft = None,
+    gpu_layers_draft: o.GpuLayersDraft = None,
+    ctx_size_draft: o.CtxSizeDraft = None,
     stats: Annotated[
         bool, typer.Option("--stats", help="Print speed figures on stderr after the text.")
     ] = False,
@@ -80,7 +90,19 @@ def generate(
     system = settings.resolve("system", system) or None
     from llmcli.loader import load_engine
 
-    engine_opts = o.engine_options(ctx_size, gpu_layers, threads, batch_size, flash_attn)
+    spec = o.spec_options(
+        spec_type,
+        spec_draft_n_max,
+        spec_draft_n_min,
+        spec_ngram_max,
+        spec_ngram_min,
+        spec_adaptive,
+        spec_exact,
+        model_draft,
+        gpu_layers_draft,
+        ctx_size_draft,
+    )
+    engine_opts = o.engine_options(ctx_size, gpu_layers, threads, batch_size, flash_attn, spec)
     loaded = load_engine(model, engine_opts, offline=offline, force=force, debug=render.debug(),
                          timeout=timeout)  # fmt: skip
     if loaded.path is None:  # a served model

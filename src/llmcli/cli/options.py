@@ -15,10 +15,11 @@ import typer
 from llmcli import defaults
 
 if TYPE_CHECKING:  # imported where used: `--help` need not build the engine's dataclasses
-    from llmcli.engine.base import EngineOptions, SamplingParams
+    from llmcli.engine.base import EngineOptions, SamplingParams, SpecOptions
 
 MODEL_PANEL = "Model"
 SAMPLING_PANEL = "Sampling"
+SPEC_PANEL = "Speculative decoding"
 
 
 def _complete_models(incomplete: str) -> list[str]:
@@ -193,6 +194,117 @@ JsonSchema = Annotated[
                  "inline JSON).", rich_help_panel=SAMPLING_PANEL, show_default=False),
 ]  # fmt: skip
 
+SpecType = Annotated[
+    str | None,
+    typer.Option("--spec-type", help="Speculative decoding: none, lookup (prompt lookup: copy n-grams "
+                 "from the prompt and answer) or draft (a draft model, -md). Lossless: the target "
+                 "verifies every proposal. Default: none, or draft when -md is given.",
+                 envvar="LLMCLI_SPEC_TYPE", rich_help_panel=SPEC_PANEL, show_default=False),
+]  # fmt: skip
+SpecDraftNMax = Annotated[
+    int | None,
+    typer.Option("--spec-draft-n-max", help="Most tokens proposed per verification batch "
+                 f"(default {defaults.SPEC_DRAFT_N_MAX}).", envvar="LLMCLI_SPEC_DRAFT_N_MAX",
+                 rich_help_panel=SPEC_PANEL, show_default=False, min=0),
+]  # fmt: skip
+SpecDraftNMin = Annotated[
+    int | None,
+    typer.Option("--spec-draft-n-min", help="Fewest tokens worth a verification batch "
+                 f"(default {defaults.SPEC_DRAFT_N_MIN}).", envvar="LLMCLI_SPEC_DRAFT_N_MIN",
+                 rich_help_panel=SPEC_PANEL, show_default=False, min=0),
+]  # fmt: skip
+SpecNgramMax = Annotated[
+    int | None,
+    typer.Option("--spec-ngram-max", help="Prompt lookup: longest n-gram matched "
+                 f"(default {defaults.SPEC_NGRAM_MAX}).", envvar="LLMCLI_SPEC_NGRAM_MAX",
+                 rich_help_panel=SPEC_PANEL, show_default=False, min=1),
+]  # fmt: skip
+SpecNgramMin = Annotated[
+    int | None,
+    typer.Option("--spec-ngram-min", help="Prompt lookup: shortest n-gram matched "
+                 f"(default {defaults.SPEC_NGRAM_MIN}).", envvar="LLMCLI_SPEC_NGRAM_MIN",
+                 rich_help_panel=SPEC_PANEL, show_default=False, min=1),
+]  # fmt: skip
+SpecAdaptive = Annotated[
+    bool | None,
+    typer.Option("--spec-adaptive/--no-spec-adaptive", help="Choose how many tokens to draft (down to "
+                 "none) from measured batch costs and acceptance (default: on); off: always "
+                 "--spec-draft-n-max.", envvar="LLMCLI_SPEC_ADAPTIVE", rich_help_panel=SPEC_PANEL,
+                 show_default=False),
+]  # fmt: skip
+SpecExact = Annotated[
+    bool | None,
+    typer.Option("--spec-exact/--no-spec-exact", help="Verify only in batch sizes whose logits are "
+                 "bit-identical to plain decoding on this build and model (probed once), so temperature 0 "
+                 "gives exactly the plain text (default: on). Off: any size; the same distribution, "
+                 "but batched kernels may round near-ties differently.", envvar="LLMCLI_SPEC_EXACT",
+                 rich_help_panel=SPEC_PANEL,
+                 show_default=False),
+]  # fmt: skip
+ModelDraft = Annotated[
+    str | None,
+    typer.Option("--model-draft", "-md", help="Draft model for speculative decoding (a path, hub "
+                 "reference or alias, like -m); it must share the target's vocabulary.",
+                 envvar="LLMCLI_MODEL_DRAFT", rich_help_panel=SPEC_PANEL, autocompletion=_complete_models,
+                 show_default=False),
+]  # fmt: skip
+GpuLayersDraft = Annotated[
+    int | None,
+    typer.Option("--gpu-layers-draft", "-ngld", help="Draft model layers to offload to the GPU (default: "
+                 "all when this build can offload, else 0).", envvar="LLMCLI_GPU_LAYERS_DRAFT",
+                 rich_help_panel=SPEC_PANEL, show_default=False),
+]  # fmt: skip
+CtxSizeDraft = Annotated[
+    int | None,
+    typer.Option("--ctx-size-draft", "-cd", help="Draft model context size (default: the target's).",
+                 envvar="LLMCLI_CTX_SIZE_DRAFT", rich_help_panel=SPEC_PANEL, show_default=False, min=0),
+]  # fmt: skip
+
+
+def spec_options(
+    spec_type: str | None = None,
+    draft_max: int | None = None,
+    draft_min: int | None = None,
+    ngram_max: int | None = None,
+    ngram_min: int | None = None,
+    adaptive: bool | None = None,
+    exact: bool | None = None,
+    model_draft: str | None = None,
+    gpu_layers_draft: int | None = None,
+    ctx_size_draft: int | None = None,
+) -> SpecOptions:
+    """Speculative decoding's settings, resolved (flag > env > config > default) and checked. The
+    draft model reference is resolved to a file by the loader, like -m."""
+    from llmcli import settings
+    from llmcli.engine.base import SpecOptions
+    from llmcli.engine.spec import kind_of
+    from llmcli.errors import UsageError
+
+    draft_ref = settings.resolve("model_draft", model_draft) or None
+    kind_value, source = settings.resolve_with_source("spec_type", spec_type)
+    try:
+        kind = kind_of(kind_value)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if draft_ref and source == "default":
+        kind = "draft"  # -md alone turns the draft model on, as in llama.cpp
+    gpu = settings.resolve("gpu_layers_draft", gpu_layers_draft)
+    spec = SpecOptions(
+        kind=kind,
+        draft_max=settings.resolve("spec_draft_n_max", draft_max),
+        draft_min=settings.resolve("spec_draft_n_min", draft_min),
+        ngram_max=settings.resolve("spec_ngram_max", ngram_max),
+        ngram_min=settings.resolve("spec_ngram_min", ngram_min),
+        adaptive=settings.resolve("spec_adaptive", adaptive),
+        exact=settings.resolve("spec_exact", exact),
+        model_draft_ref=draft_ref if kind == "draft" else None,
+        model_draft=draft_ref if kind == "draft" else None,
+        gpu_layers_draft=None if gpu is None or gpu < 0 else gpu,
+        ctx_size_draft=settings.resolve("ctx_size_draft", ctx_size_draft) or None,
+    )
+    spec.validate()
+    return spec
+
 
 def engine_options(
     ctx_size: int | None,
@@ -200,9 +312,10 @@ def engine_options(
     threads: int | None,
     batch_size: int | None,
     flash_attn: bool | None = None,
+    speculative: SpecOptions | None = None,
 ) -> EngineOptions:
     from llmcli import settings
-    from llmcli.engine.base import EngineOptions
+    from llmcli.engine.base import EngineOptions, SpecOptions
 
     gpu = settings.resolve("gpu_layers", gpu_layers)
     return EngineOptions(
@@ -211,6 +324,7 @@ def engine_options(
         threads=settings.resolve("threads", threads) or None,
         batch_size=settings.resolve("batch_size", batch_size),
         flash_attn=flash_attn,
+        speculative=speculative or SpecOptions(),
     )
 
 

@@ -64,6 +64,58 @@ class SamplingParams:
 
 
 @dataclass
+class SpecOptions:
+    """Speculative decoding (engine/spec.py, engine/llama.py): who proposes tokens for the target
+    to verify in one batch, and how many. Lossless: the text is what plain decoding gives."""
+
+    kind: str = "none"  # "none", "lookup" (prompt lookup: n-grams of the context) or "draft"
+    draft_max: int = defaults.SPEC_DRAFT_N_MAX  # most tokens proposed per verification batch
+    draft_min: int = defaults.SPEC_DRAFT_N_MIN  # fewer than this are not worth a batch
+    ngram_max: int = defaults.SPEC_NGRAM_MAX  # prompt lookup: longest n-gram matched
+    ngram_min: int = defaults.SPEC_NGRAM_MIN  # and the shortest
+    adaptive: bool = True  # choose k per batch from measured costs and acceptance (else draft_max)
+    # Verify only in batches whose logits are bit-identical to single steps on this build and model
+    # (probed once, cached): temperature 0 then gives exactly the plain text. Off: up to draft_max.
+    exact: bool = True
+    model_draft: str | None = None  # the draft model's file (kind "draft")
+    model_draft_ref: str | None = None  # as the user named it, for the record
+    gpu_layers_draft: int | None = None
+    ctx_size_draft: int | None = None  # None: the target's context size
+
+    @property
+    def enabled(self) -> bool:
+        return self.kind != "none" and self.draft_max > 0
+
+    def validate(self) -> None:
+        from llmcli.errors import UsageError
+
+        if self.kind not in ("none", "lookup", "draft"):
+            raise UsageError(f"--spec-type must be none, lookup or draft, got {self.kind!r}")
+        if self.draft_max < 0 or self.draft_max > 64:
+            raise UsageError(f"--spec-draft-n-max must be in [0, 64], got {self.draft_max}")
+        if self.draft_min < 0 or self.draft_min > max(self.draft_max, 1):
+            raise UsageError(f"--spec-draft-n-min must be in [0, --spec-draft-n-max], got {self.draft_min}")
+        if not 1 <= self.ngram_min <= self.ngram_max <= 16:
+            raise UsageError(
+                "--spec-ngram-min and --spec-ngram-max must satisfy 1 <= min <= max <= 16, got "
+                f"{self.ngram_min} and {self.ngram_max}"
+            )
+        if self.kind == "draft" and not self.model_draft:
+            raise UsageError("--spec-type draft needs a draft model: -md/--model-draft REF")
+
+    def settings(self) -> dict:
+        """What the `--json` record and bench report about the proposer."""
+        d: dict = {"type": self.kind, "draft_max": self.draft_max, "draft_min": self.draft_min,
+                   "adaptive": self.adaptive, "exact": self.exact}  # fmt: skip
+        if self.kind == "lookup":
+            d.update(ngram_max=self.ngram_max, ngram_min=self.ngram_min)
+        if self.kind == "draft":
+            d.update(model_draft=self.model_draft_ref or self.model_draft, model_draft_path=self.model_draft,
+                     gpu_layers_draft=self.gpu_layers_draft, ctx_size_draft=self.ctx_size_draft)  # fmt: skip
+        return d
+
+
+@dataclass
 class EngineOptions:
     """How a model is loaded; `None` fields get the engine's documented defaults."""
 
@@ -76,6 +128,7 @@ class EngineOptions:
     swa_full: bool = True  # keep full-size KV for sliding-window models so prefixes can be reused
     type_k: str | None = None
     type_v: str | None = None
+    speculative: SpecOptions = field(default_factory=SpecOptions)
 
 
 @dataclass
@@ -89,6 +142,11 @@ class PrefillProgress:
 class Token:
     text: str
     n_tokens: int  # tokens decoded so far in this answer
+    # Speculative decoding, running totals of this answer (all 0 without it): tokens proposed and
+    # verified, proposals accepted, and decode passes of the target model.
+    drafted: int = 0
+    accepted: int = 0
+    passes: int = 0
 
 
 @dataclass
@@ -114,6 +172,22 @@ class Stats:
     # own figures (llama-server's `timings`). Both empty for a local engine.
     sources: dict = field(default_factory=dict)
     server: dict = field(default_factory=dict)
+
+    # Speculative decoding: tokens proposed and verified, proposals the target accepted, decode
+    # passes of the target (a verification batch or a plain step), and the proposer's settings
+    # with what the adaptive k chose ({} when it was off).
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    target_passes: int = 0
+    speculative: dict = field(default_factory=dict)
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return self.decode_tokens / self.target_passes if self.target_passes else 0.0
 
     @property
     def prefill_tps(self) -> float:

@@ -45,6 +45,9 @@ class FakeEngine:
     sampling: dict = field(default_factory=dict)  # what the model's metadata recommends
     interrupt_after: int | None = None  # simulate Ctrl-C after this many tokens
     ms_per_token: float = 10.0
+    # With speculative options: each target pass drafts --spec-draft-n-max tokens and accepts this
+    # many of them (then one more token comes from the target), so counts are easy to predict.
+    spec_accept: int = 2
 
     def __post_init__(self) -> None:
         self.info = ModelInfo(
@@ -174,6 +177,9 @@ class FakeEngine:
         reason: FinishReason = "stop"
         ended = stopped = False  # the end-of-generation token was reached / a stop string
         n = 0
+        spec = self.options.speculative
+        drafted = accepted = passes = 0
+        left_in_pass = 0  # tokens still to come from the current target pass
         for i in range(len(pieces) + 1):
             if self._interrupted or (self.interrupt_after is not None and i >= self.interrupt_after):
                 reason = "interrupted"
@@ -184,7 +190,17 @@ class FakeEngine:
             n = i + 1
             shown, stopped = text.feed(pieces[i])
             self._cached.extend(ord(c) for c in pieces[i].decode("utf-8", "replace"))
-            yield Token(shown, n)
+            if spec.enabled:
+                if left_in_pass == 0:  # a new verification batch
+                    passes += 1
+                    drafted += spec.draft_max
+                    took = min(self.spec_accept, spec.draft_max)
+                    accepted += took
+                    left_in_pass = took + 1
+                left_in_pass -= 1
+                yield Token(shown, n, drafted, accepted, passes)
+            else:
+                yield Token(shown, n)
             if stopped:
                 break
             if n >= limit or len(self._cached) >= self.n_ctx:
@@ -197,6 +213,10 @@ class FakeEngine:
         stats.total_ms = stats.prefill_ms + stats.decode_ms
         stats.context_used = len(self._cached)
         stats.threads = {"adaptive": False, "decode": {"threads": 1}, "prefill": {"threads": 1}}
+        if spec.enabled:
+            stats.drafted_tokens, stats.accepted_tokens, stats.target_passes = drafted, accepted, passes
+            every = spec.draft_max + 1
+            stats.speculative = {**spec.settings(), "exact_positions": {"short": every, "long": every}}
         # Like llama.cpp's grammar sampler, a scripted reply satisfies the grammar exactly when it
         # runs to its end (the end-of-generation token is allowed only there) or is cut right there.
         complete = (ended or (reason == "length" and n == len(pieces))) if params.grammar else None

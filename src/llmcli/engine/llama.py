@@ -35,11 +35,13 @@ from llmcli.engine.base import (
     ModelInfo,
     PrefillProgress,
     SamplingParams,
+    SpecOptions,
     Stats,
     ThreadsChanged,
     Token,
     check_prompt,
 )
+from llmcli.engine.spec import KPolicy
 from llmcli.engine.text import TextStream
 from llmcli.errors import ContextOverflowError, InvalidModelError, LlmcliError, UsageError
 
@@ -160,6 +162,12 @@ class LlamaEngine:
         if not debug:
             silence_logs(llama_cpp)
         llama_cpp.llama_backend_init()
+        self.spec: SpecOptions = self.options.speculative
+        self._draft: _DraftModel | None = None
+        self._spec_batch = None
+        self._k_policy: KPolicy | None = None
+        if self.spec.enabled and self.spec.kind == "draft":
+            check_draft_vocab(llama_cpp, self.path, Path(str(self.spec.model_draft)))
         started = time.perf_counter()
         with _deferred_signals() as hits:
             self._model = self._load_model(hits)
@@ -169,6 +177,8 @@ class LlamaEngine:
             self._vocab = llama_cpp.llama_model_get_vocab(self._model)
             self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
             self._ctx = self._new_context()
+            if self.spec.enabled:
+                self._check_spec_model()
         if hits:
             self.close()
             _raise_for(hits)
@@ -180,6 +190,18 @@ class LlamaEngine:
         self._cached: list[int] = []  # tokens whose keys/values sit in the cache at positions 0..n-1
         self.info = self._model_info()
         self._lock = threading.Lock()
+        self.exact_positions = (self.spec.draft_max + 1, self.spec.draft_max + 1)
+        if self.spec.enabled and self.spec.kind == "draft":
+            with _deferred_signals() as hits:
+                self._draft = _DraftModel(self, hits)
+            if hits:
+                self.close()
+                _raise_for(hits)
+            self.load_ms = (time.perf_counter() - started) * 1000
+        if self.spec.enabled:
+            self._spec_batch = llama_cpp.llama_batch_init(self.spec.draft_max + 1, 0, 1)
+            if self.spec.exact:
+                self.exact_positions = self._exact_batch_limits()
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -223,6 +245,8 @@ class LlamaEngine:
         # We read logits for one position per batch. Left at 0, llama.cpp sizes its output and
         # compute buffers for n_batch rows x n_vocab: 512 MB more RSS for a 262k vocabulary.
         params.n_outputs_max = 1
+        if opts.speculative.enabled:  # a verification batch reads logits at each of its positions
+            params.n_outputs_max = opts.speculative.draft_max + 1
         params.swa_full = opts.swa_full
         params.flash_attn_type = {
             None: L.LLAMA_FLASH_ATTN_TYPE_AUTO,
@@ -241,6 +265,19 @@ class LlamaEngine:
             )
         self.threads = self.threads_batch = threads
         return ctx
+
+    def _check_spec_model(self) -> None:
+        """Verification drops rejected positions from the cache; a recurrent state cannot."""
+        L = self._L
+        recurrent = getattr(L, "llama_model_is_recurrent", None)
+        hybrid = getattr(L, "llama_model_is_hybrid", None)
+        if (recurrent and recurrent(self._model)) or (hybrid and hybrid(self._model)):
+            self.close()
+            raise UsageError(
+                f"{self.path.name} keeps a recurrent state, which cannot drop rejected draft tokens: "
+                "speculative decoding needs a transformer model",
+                hint="run without --spec-type / -md",
+            )
 
     # -- threads -------------------------------------------------------------------------------
 
@@ -543,8 +580,133 @@ class LlamaEngine:
             self._cached.extend(tokens)
         return rc
 
+    def decode_all(self, tokens: list[int]) -> int:
+        """Evaluate tokens at the end of the cache with logits at every position (a verification
+        batch: `llama_sampler_sample(..., i)` then reads position i); returns llama_decode's status."""
+        batch = self._spec_batch
+        assert batch is not None and len(tokens) <= self.spec.draft_max + 1
+        start = len(self._cached)
+        for i, t in enumerate(tokens):
+            batch.token[i] = t
+            batch.pos[i] = start + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = 1
+        batch.n_tokens = len(tokens)
+        rc = self._L.llama_decode(self._ctx, batch)
+        if rc == 0:
+            self._cached.extend(tokens)
+        return rc
+
+    def trim(self, length: int) -> None:
+        """Drop cached positions from `length` on (rejected draft tokens)."""
+        if length >= len(self._cached):
+            return
+        mem = self._L.llama_get_memory(self._ctx)
+        if self._L.llama_memory_seq_rm(mem, 0, length, -1):
+            del self._cached[length:]
+        else:  # cannot happen for the models _check_spec_model lets through; stay consistent anyway
+            self.reset()
+
+    def spec_report(self) -> dict:
+        if not self.spec.enabled:
+            return {}
+        short, long = self.exact_positions
+        return {**self.spec.settings(), "exact_positions": {"short": short, "long": long}}
+
+    # llama.cpp's CPU attention takes another path for one query once the cache view reaches 512
+    # cells (it splits the keys across threads), so exactness is probed on both sides of that.
+    EXACT_SHORT_CELLS = 256
+
+    def exact_limit(self, cached: int) -> int:
+        """Most positions a verification batch starting after `cached` tokens may have."""
+        short, long = self.exact_positions
+        if cached + short <= self.EXACT_SHORT_CELLS:
+            return short
+        return max(long, min(short, self.EXACT_SHORT_CELLS - cached))
+
+    def _exact_batch_limits(self) -> tuple[int, int]:
+        """The most positions a verification batch may have and still give, at every position,
+        logits bit-identical to decoding the same tokens one at a time (so that temperature 0
+        reproduces the plain text exactly), for a short cache and a long one. Which CPU kernel runs
+        depends on the shapes: repacked K-quant weights take 4 or more rows through a GEMM that
+        rounds differently from the one-row GEMV; flash attention splits the keys across threads
+        for a single query over 512 or more cells. Probed once per model, build and settings on
+        a fixed token sequence (kernel choice depends on shapes, not values), cached on disk."""
+        import hashlib
+        import json
+
+        from llmcli import paths
+        from llmcli.engine.state import model_identity
+
+        L, opts = self._L, self.options
+        top = self.spec.draft_max + 1
+        key = json.dumps({"model": model_identity(self.path), "llama_cpp": llama_cpp_version(),
+                          "system": L.llama_print_system_info().decode("utf-8", "replace"),
+                          "gpu_layers": self._gpu_layers_requested(), "flash_attn": opts.flash_attn,
+                          "type_k": opts.type_k, "type_v": opts.type_v, "top": top,
+                          "threads": self.threads, "probe": 2}, sort_keys=True)  # fmt: skip
+        cache = paths.cache_dir() / "spec-exact" / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
+        try:
+            short, long = json.loads(cache.read_text())["positions"]
+            return int(short), int(long)
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        short = self._probe_exact(8, top)
+        long = self._probe_exact(self.EXACT_SHORT_CELLS + 40, top) if self.n_ctx >= 400 else short
+        try:
+            from llmcli.atomic import write_atomic
+
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(cache, json.dumps({"key": json.loads(key), "positions": [short, long]}))
+        except OSError:
+            pass
+        return short, long
+
+    def _probe_exact(self, n_prefix: int, top: int) -> int:
+        L = self._L
+        text = "The quick brown fox jumps over the lazy dog; def f(x): return x * 42  # 0123456789 ok. "
+        base = self.tokenize(text, add_bos=False)
+        seq = (base * (1 + (n_prefix + top) // max(1, len(base))))[: n_prefix + top]
+        prefix, tail = seq[:n_prefix], seq[n_prefix:]
+        size = self.n_vocab * 4
+
+        def row(i: int) -> bytes:
+            return ctypes.string_at(L.llama_get_logits_ith(self._ctx, i), size)
+
+        def fill() -> bool:
+            self.reset()
+            step = self.n_batch
+            return all(self.decode(prefix[i : i + step]) == 0 for i in range(0, len(prefix), step))
+
+        limit = 1
+        try:
+            if not fill():
+                return 1
+            singles = []
+            for t in tail:
+                if self.decode([t]) != 0:
+                    return 1
+                singles.append(row(-1))
+            for m in range(2, len(tail) + 1):
+                if not fill() or self.decode_all(tail[:m]) != 0:
+                    break
+                if any(row(i) != singles[i] for i in range(m)):
+                    break
+                limit = m
+        finally:
+            self.reset()
+        return limit
+
     def close(self) -> None:
         L = self._L
+        draft = getattr(self, "_draft", None)
+        if draft is not None:
+            draft.close()
+            self._draft = None
+        if getattr(self, "_spec_batch", None) is not None:
+            L.llama_batch_free(self._spec_batch)
+            self._spec_batch = None
         if getattr(self, "_ctx", None):
             L.llama_free(self._ctx)
             self._ctx = None
@@ -576,6 +738,7 @@ class _Generation:
         self.stopped_by_string = False
         self.grammar = _GrammarProbe(engine, sampler) if params.grammar else None
         self.ended_by_eog = False
+        self.spec = _Speculation(engine, tokens) if engine.spec.enabled else None
 
     def run(self) -> Iterator[Event]:
         L, e = self.L, self.e
@@ -584,8 +747,11 @@ class _Generation:
         reason = yield from self.prefill()
         L.llama_synchronize(e._ctx)
         self.stats.prefill_ms = e.perf_ms()
+        if reason is None and self.spec is not None:
+            reason = self.spec.prefill_draft()
+            self.stats.prefill_ms = e.perf_ms() + self.spec.draft_ms()
         if reason is None:
-            reason = yield from self.decode_loop()
+            reason = yield from (self.decode_loop() if self.spec is None else self.decode_loop_spec())
         yield from self.finish(reason)
 
     def prefill(self) -> Generator[Event, None, FinishReason | None]:
@@ -648,6 +814,107 @@ class _Generation:
             if len(self.generated) >= max_tokens:
                 return "length"
 
+    def _take(self, token: int) -> Generator[Event, None, bool]:
+        """One generated token through the plain loop's per-token steps (the same order and checks,
+        so speculation changes nothing the user sees): record it, end on EOG, feed the text path,
+        note the grammar; yields its Token and returns whether it ended the answer."""
+        L, e, spec = self.L, self.e, self.spec
+        self.generated.append(token)
+        if len(self.generated) == 1:
+            self.stats.ttft_ms = (time.perf_counter() - self.started) * 1000
+        stopped = self.ended_by_eog = bool(L.llama_vocab_is_eog(e._vocab, token))
+        if spec is not None:
+            spec.seen(token)
+        if not stopped:
+            text, stopped = self.text.feed(e.token_bytes(token, self.piece_buf))
+            self.stopped_by_string = stopped
+            if self.grammar is not None:
+                self.grammar.note(self.text.decoded_chars, pending_bytes=self.text.mid_character)
+            if spec is not None:
+                yield Token(text, len(self.generated), spec.drafted, spec.accepted, spec.passes)
+            else:
+                yield Token(text, len(self.generated))
+        return stopped
+
+    def decode_loop_spec(self) -> Generator[Event, None, FinishReason]:
+        """Decode with proposals verified in batches. Invariant at the top of the loop: `pending` is
+        the newest sampled token, and the cache holds everything before it.
+
+        Each batch is [pending, d1..dk]. Position i's logits are sampled with the whole chain (so
+        grammar, penalties and the random state advance exactly as in plain decoding); d(i+1) is
+        kept while it equals that sample, and the first sample that differs (or the one after the
+        last draft) becomes the next `pending`. Rejected positions leave the cache (and the draft
+        model's, at its next proposal). The answer's end (EOG, a stop string, --max-tokens, a full
+        context) is checked after every token exactly as the plain loop does, leaving the cache as
+        the plain loop would; Ctrl-C after a batch keeps every token it accepted."""
+        L, e, params, spec = self.L, self.e, self.params, self.spec
+        assert spec is not None
+        ctx, sampler = e._ctx, self.sampler
+        max_tokens = params.max_tokens or 1 << 62
+        adaptive = e.adaptive
+        pending = L.llama_sampler_sample(sampler, ctx, -1)
+        while True:
+            stopped = yield from self._take(pending)
+            n = len(e._cached)  # where `pending` goes
+            if n >= e.n_ctx:
+                return "stop" if stopped else "length"
+            room = min(max_tokens - len(self.generated), e.n_ctx - n) - 1  # drafts that could be used
+            draft = [] if stopped or room <= 0 else spec.propose(room)
+            started = time.perf_counter()
+            if not draft:
+                rc = e.decode([pending])
+                if rc == 2 or e._abort.is_set():
+                    e._sync_cache()
+                    return "interrupted"
+                _check_decode(rc, len(e._cached), e.n_ctx)
+                elapsed = time.perf_counter() - started
+                spec.measured(1, elapsed)
+                if adaptive and (changed := e._observe("decode", elapsed)):  # plain steps only
+                    yield ThreadsChanged("decode", *changed)
+                    spec.threads_changed()
+                if stopped:
+                    return "stop"
+                if len(self.generated) >= max_tokens:
+                    return "length"
+                pending = L.llama_sampler_sample(sampler, ctx, -1)
+                continue
+            rc = e.decode_all([pending, *draft])
+            if rc == 2:
+                e._sync_cache()
+                e.trim(n + 1)
+                return "interrupted"
+            _check_decode(rc, len(e._cached), e.n_ctx)
+            spec.measured(len(draft) + 1, time.perf_counter() - started)
+            spec.drafted += len(draft)
+            accepted = 0
+            end: FinishReason | None = None
+            for i, proposed in enumerate(draft):
+                sample = L.llama_sampler_sample(sampler, ctx, i)
+                if sample != proposed:
+                    pending = sample
+                    break
+                accepted += 1
+                spec.accepted += 1
+                stopped = yield from self._take(sample)
+                if n + 1 + i >= e.n_ctx:  # the plain loop would not have evaluated this token
+                    e.trim(n + 1 + i)
+                    end = "stop" if stopped else "length"
+                elif stopped:
+                    end = "stop"
+                elif len(self.generated) >= max_tokens:
+                    end = "length"
+                if end is not None:
+                    break
+            else:
+                pending = L.llama_sampler_sample(sampler, ctx, len(draft))
+            spec.verified(len(draft), accepted)
+            if end is not None:
+                e.trim(n + 1 + accepted)
+                return end
+            e.trim(n + 1 + accepted)
+            if e._abort.is_set():
+                return "interrupted"
+
     def finish(self, reason: FinishReason) -> Iterator[Event]:
         if tail := self.text.finish(self.stopped_by_string):  # held back, never became a stop string
             yield Token(tail, len(self.generated))
@@ -659,6 +926,9 @@ class _Generation:
         stats.total_ms = (time.perf_counter() - self.started) * 1000
         stats.context_used = len(e._cached)
         stats.threads = e.thread_report()
+        if self.spec is not None:
+            stats.decode_ms += self.spec.draft_ms() - self.spec.draft_prefill_ms
+            self.spec.report(stats)
         text = self.text.text
         complete = None
         if self.grammar is not None:  # EOG is sampled only where the grammar accepts
@@ -726,3 +996,277 @@ def ggml_type(L, name: str) -> int:
     if value is None:
         raise UsageError(f"unknown KV cache type {name!r} (try f16, q8_0, q4_0)")
     return value
+
+
+class _Speculation:
+    """One request's speculative decoding: the proposer (prompt lookup or the draft model), the
+    adaptive k policy, and the counts the readout and the record show."""
+
+    def __init__(self, engine: LlamaEngine, prompt: list[int]) -> None:
+        from llmcli.engine.spec import NgramProposer
+
+        self.e = engine
+        opts = engine.spec
+        self.history = list(prompt)  # prompt and answer so far, the newest sampled token last
+        policy = engine._k_policy
+        if policy is None:  # kept across requests: batch costs are the machine's
+            policy = KPolicy(k_max=opts.draft_max, k_min=max(1, opts.draft_min), adaptive=opts.adaptive)
+            engine._k_policy = policy
+        self.policy: KPolicy = policy
+        self.policy.chosen = {}
+        self.lookup = NgramProposer(opts.ngram_max, opts.ngram_min) if opts.kind == "lookup" else None
+        if self.lookup is not None:
+            self.lookup.extend(prompt)
+        self.draft = engine._draft
+        self.source: object = None
+        self.drafted = self.accepted = self.passes = 0
+        self.draft_prefill_ms = 0.0
+        self.draft_token_s = 0.0  # measured seconds the draft model spends per proposed token
+
+    def prefill_draft(self) -> FinishReason | None:
+        """Evaluate the prompt in the draft model too (counted as prefill)."""
+        if self.draft is None:
+            return None
+        self.draft.reset_perf()
+        ok = self.draft.sync(self.history[:-1])
+        self.draft_prefill_ms = self.draft.perf_ms()
+        return None if ok or not self.e._abort.is_set() else "interrupted"
+
+    def draft_ms(self) -> float:
+        return self.draft.perf_ms() if self.draft is not None else 0.0
+
+    def seen(self, token: int) -> None:
+        self.history.append(token)
+        if self.lookup is not None:
+            self.lookup.append(token)
+        self.policy.tokens_emitted(1)
+
+    def propose(self, room: int) -> list[int]:
+        policy = self.policy
+        top = min(policy.k_max, room, self.e.exact_limit(len(self.e._cached)) - 1)
+        if top < policy.k_min:
+            return []
+        if self.lookup is not None:
+            tokens, n = self.lookup.propose(top)
+            if not tokens:
+                return []
+            self.source = ("lookup", n)
+            k = policy.choose(self.source, len(tokens))
+            policy.note_choice(k)
+            return tokens[:k]
+        assert self.draft is not None
+        self.source = "draft"
+        k = policy.choose(self.source, top, self.draft_token_s)
+        policy.note_choice(k)
+        if k == 0:
+            return []
+        started = time.perf_counter()
+        tokens = self.draft.propose(self.history, k, self.e.threads)
+        if tokens:
+            per_token = (time.perf_counter() - started) / len(tokens)
+            old = self.draft_token_s
+            self.draft_token_s = per_token if old == 0 else 0.8 * old + 0.2 * per_token
+        return tokens
+
+    def measured(self, positions: int, seconds: float) -> None:
+        self.passes += 1
+        self.policy.observe_batch(positions, seconds)
+
+    def verified(self, drafted: int, accepted: int) -> None:
+        self.policy.observe_draft(self.source, drafted, accepted)
+
+    def threads_changed(self) -> None:
+        """Batch costs measured at the old thread count no longer hold."""
+        self.policy.costs.clear()
+
+    def report(self, stats: Stats) -> None:
+        stats.drafted_tokens, stats.accepted_tokens = self.drafted, self.accepted
+        stats.target_passes = self.passes
+        stats.speculative = {**self.e.spec_report(), **self.policy.summary()}
+
+
+class _DraftModel:
+    """The draft model: a second model and context (same vocabulary, checked before loading) that
+    proposes tokens greedily. Its cache follows the target's history by prefix reuse: rejected
+    proposals are dropped at the next proposal, missing tokens evaluated in one batch."""
+
+    def __init__(self, target: LlamaEngine, hits: list[int]) -> None:
+        L = self.L = target._L
+        opts = target.spec
+        self.path = Path(str(opts.model_draft))
+        params = L.llama_model_default_params()
+        gpu = opts.gpu_layers_draft
+        all_layers = 999 if L.llama_supports_gpu_offload() else 0
+        params.n_gpu_layers = all_layers if gpu is None or gpu < 0 else gpu
+        progress = L.llama_progress_callback(lambda value, data: not hits)
+        params.progress_callback = progress
+        self.model = L.llama_model_load_from_file(str(self.path).encode(), params)
+        self.ctx = None
+        if not self.model:
+            target.close()
+            if hits:
+                _raise_for(hits)
+            raise InvalidModelError(f"llama.cpp could not load the draft model {self.path}",
+                                    hint="run with --debug for llama.cpp's log")  # fmt: skip
+        self.vocab = L.llama_model_get_vocab(self.model)
+        cparams = L.llama_context_default_params()
+        n_ctx = opts.ctx_size_draft or target.n_ctx
+        cparams.n_ctx = max(256, -(-n_ctx // 256) * 256)
+        cparams.n_batch = min(target.options.batch_size, cparams.n_ctx)
+        cparams.n_ubatch = cparams.n_batch
+        cparams.n_threads = cparams.n_threads_batch = target.threads
+        cparams.no_perf = False
+        cparams.n_outputs_max = opts.draft_max + 1  # as the target's: the same graphs, the same numerics
+        cparams.swa_full = True
+        self.ctx = L.llama_init_from_model(self.model, cparams)
+        if not self.ctx:
+            L.llama_model_free(self.model)
+            self.model = None
+            target.close()
+            raise LlmcliError(f"llama.cpp could not create the draft model's context of {n_ctx} tokens",
+                              hint="try a smaller -cd/--ctx-size-draft")  # fmt: skip
+        self.n_ctx = L.llama_n_ctx(self.ctx)
+        self.n_batch = L.llama_n_batch(self.ctx)
+        self.threads = target.threads
+        L.llama_set_abort_callback(self.ctx, target._abort.callback, target._abort.data)
+        self.sampler = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
+        L.llama_sampler_chain_add(self.sampler, L.llama_sampler_init_greedy())
+        self.n_vocab_target = target.n_vocab
+        self._cached: list[int] = []
+
+    def reset_perf(self) -> None:
+        self.L.llama_perf_context_reset(self.ctx)
+
+    def perf_ms(self) -> float:
+        data = self.L.llama_perf_context(self.ctx)
+        return data.t_p_eval_ms + data.t_eval_ms
+
+    def _decode(self, tokens: list[int]) -> bool:
+        L = self.L
+        arr = (L.llama_token * len(tokens))(*tokens)
+        rc = L.llama_decode(self.ctx, L.llama_batch_get_one(arr, len(tokens)))
+        if rc == 0:
+            self._cached.extend(tokens)
+            return True
+        self._resync()
+        return False
+
+    def _resync(self) -> None:
+        mem = self.L.llama_get_memory(self.ctx)
+        in_cache = self.L.llama_memory_seq_pos_max(mem, 0) + 1
+        if in_cache < len(self._cached):
+            del self._cached[in_cache:]
+        elif in_cache > len(self._cached) and not self.L.llama_memory_seq_rm(mem, 0, len(self._cached), -1):
+            self.L.llama_memory_clear(mem, True)
+            self._cached = []
+
+    def sync(self, tokens: list[int]) -> bool:
+        """Make the cache hold exactly `tokens` (at least one evaluated now, for fresh logits)."""
+        L = self.L
+        if len(tokens) > self.n_ctx or not tokens:
+            return False
+        common, cached = 0, self._cached
+        limit = min(len(cached), len(tokens) - 1)
+        while common < limit and cached[common] == tokens[common]:
+            common += 1
+        if common < len(cached):
+            mem = L.llama_get_memory(self.ctx)
+            if not L.llama_memory_seq_rm(mem, 0, common, -1):
+                L.llama_memory_clear(mem, True)
+                common = 0
+            del cached[common:]
+        for i in range(common, len(tokens), self.n_batch):
+            if not self._decode(tokens[i : i + self.n_batch]):
+                return False
+        return True
+
+    def propose(self, history: list[int], k: int, threads: int) -> list[int]:
+        """Up to `k` greedy tokens after `history`; stops after an end-of-generation token."""
+        L = self.L
+        if threads != self.threads:
+            L.llama_set_n_threads(self.ctx, threads, threads)
+            self.threads = threads
+        if len(history) + k > self.n_ctx or not self.sync(history):
+            return []
+        out: list[int] = []
+        while True:
+            token = L.llama_sampler_sample(self.sampler, self.ctx, -1)
+            if token >= self.n_vocab_target:  # a token the target's vocabulary does not have
+                break
+            out.append(token)
+            if len(out) >= k or L.llama_vocab_is_eog(self.vocab, token):
+                break
+            if not self._decode([token]):
+                break
+        return out
+
+    def close(self) -> None:
+        L = self.L
+        if getattr(self, "sampler", None):
+            L.llama_sampler_free(self.sampler)
+            self.sampler = None
+        if self.ctx:
+            L.llama_free(self.ctx)
+            self.ctx = None
+        if self.model:
+            L.llama_model_free(self.model)
+            self.model = None
+
+
+SPEC_VOCAB_MAX_DIFFERENCE = 128  # as llama.cpp: padding rows a draft and target may differ by
+
+
+def check_draft_vocab(L, target: Path, draft: Path) -> None:
+    """Refuse a draft model whose vocabulary is not the target's, before either model's weights
+    load (both vocabularies are read alone): naming both files and the first difference."""
+    from llmcli.errors import UsageError
+
+    def load(path: Path):
+        params = L.llama_model_default_params()
+        params.vocab_only = True
+        params.n_gpu_layers = 0
+        model = L.llama_model_load_from_file(str(path).encode(), params)
+        if not model:
+            raise InvalidModelError(f"llama.cpp could not read the vocabulary of {path}")
+        return model
+
+    m_t = load(target)
+    try:
+        m_d = load(draft)
+    except BaseException:
+        L.llama_model_free(m_t)
+        raise
+    try:
+        problem = vocab_difference(L, L.llama_model_get_vocab(m_d), L.llama_model_get_vocab(m_t),
+                                   draft.name, target.name)  # fmt: skip
+    finally:
+        L.llama_model_free(m_d)
+        L.llama_model_free(m_t)
+    if problem:
+        raise UsageError(
+            f"the draft model {draft.name} does not share the vocabulary of {target.name}: {problem}",
+            hint="-md/--model-draft needs a model with the same tokenizer (usually the same family)",
+        )
+
+
+def vocab_difference(L, vd, vt, d: str = "the draft", t: str = "the target") -> str | None:
+    """Where the draft vocabulary `vd` differs from the target's `vt` (named `d` and `t`); None
+    when a draft from one may be verified by the other."""
+    names = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo-2"}
+    td, tt = L.llama_vocab_type(vd), L.llama_vocab_type(vt)
+    if tt != td:
+        return f"its tokenizer is {names.get(td, td)}, {t}'s is {names.get(tt, tt)}"
+    nd, nt = L.llama_vocab_n_tokens(vd), L.llama_vocab_n_tokens(vt)
+    if abs(nt - nd) > SPEC_VOCAB_MAX_DIFFERENCE:
+        return f"{d} has {nd} tokens, {t} {nt}"
+    for what, fn in (("BOS", L.llama_vocab_bos), ("EOS", L.llama_vocab_eos), ("EOT", L.llama_vocab_eot)):
+        if fn(vt) != fn(vd):
+            return f"the {what} token is {fn(vd)} in {d}, {fn(vt)} in {t}"
+    if bool(L.llama_vocab_get_add_bos(vt)) != bool(L.llama_vocab_get_add_bos(vd)):
+        return f"{d} and {t} disagree on adding a BOS token"
+    for i in range(min(nt, nd)):
+        a, b = L.llama_vocab_get_text(vd, i), L.llama_vocab_get_text(vt, i)
+        if a != b:
+            show = lambda raw: (raw or b"").decode("utf-8", "replace")  # noqa: E731
+            return f"token {i} is {show(a)!r} in {d}, {show(b)!r} in {t}"
+    return None

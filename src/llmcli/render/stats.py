@@ -26,6 +26,8 @@ def stats_line(s: Stats, *, context: int | None = None, ttft: bool = True, load:
         f"generated {approx}{s.completion_tokens} tok",
         f"decode {approx}{s.decode_tps:.1f} tok/s",
     ]
+    if s.speculative or s.target_passes:
+        parts.append(speculation_part(s.drafted_tokens, s.accepted_tokens, s.decode_tokens, s.target_passes))
     if ttft:
         parts.append(f"ttft {s.ttft_ms / 1000:.2f} s")
     if context and not unknown:
@@ -38,3 +40,10 @@ def stats_line(s: Stats, *, context: int | None = None, ttft: bool = True, load:
             f"decode {s.server['predicted_per_second']:.1f} tok/s"
         )
     return " · ".join(parts)
+
+
+def speculation_part(drafted: int, accepted: int, tokens: int, passes: int) -> str:
+    """`accepted 41/50 (82%) · 2.31 tok/pass`: proposals the target kept, and tokens per target pass."""
+    share = f" ({100 * accepted / drafted:.0f}%)" if drafted else ""
+    per_pass = tokens / passes if passes else 0.0
+    return f"accepted {accepted}/{drafted}{share} · {per_pass:.2f} tok/pass"

@@ -33,7 +33,8 @@ class Totals:
     stats: Stats = field(default_factory=Stats)
 
     _SUMMED = ("prompt_tokens", "cached_tokens", "prefill_tokens", "prefill_ms", "completion_tokens",
-               "decode_tokens", "decode_ms")  # fmt: skip
+               "decode_tokens", "decode_ms", "drafted_tokens", "accepted_tokens",
+               "target_passes")  # fmt: skip
 
     def add(self, s: Stats) -> None:
         self.turns += 1
@@ -60,7 +61,7 @@ class ChatSession:
     session_name: str | None = None
     last: Stats | None = None
     totals: Totals = field(default_factory=Totals)
-    load_model: Callable[[str], Loaded] | None = None
+    load_model: Callable[..., Loaded] | None = None  # (ref) or (ref, speculative options)
     allow_base: bool = False  # --fallback-template: chat with a base model in its fallback format
     constraint: str | None = None  # "grammar" or "json_schema": every reply is constrained
     recommended: dict[str, Any] = field(default_factory=dict)  # the model's sampling, applied
@@ -195,6 +196,9 @@ class ChatSession:
     def set_param(self, name: str, value: str) -> None:
         from llmcli.errors import UsageError
 
+        if name.replace("_", "-") in SPEC_SETTINGS:
+            self.set_spec(name.replace("_", "-"), value)
+            return
         known = {f.name: f for f in fields(SamplingParams) if f.name != "grammar"}
         key = name.replace("-", "_")
         if key not in known:
@@ -220,9 +224,61 @@ class ChatSession:
             key
         }  # set by the user: a model's advice no longer applies
 
-    def switch_model(self, ref: str) -> None:
+    @property
+    def spec(self):
+        from llmcli.engine.base import SpecOptions
+
+        options = getattr(self.engine, "options", None)
+        return options.speculative if options is not None else SpecOptions()
+
+    def set_spec(self, name: str, value: str) -> None:
+        """`/set spec-type lookup`, `/set spec-draft-n-max 4`...: the model is loaded again with the
+        new speculative settings (a verification batch's size is fixed when the context is made);
+        the conversation is kept and re-evaluated at the next turn."""
+        from dataclasses import replace
+
+        from llmcli.engine.spec import kind_of
+        from llmcli.errors import UsageError
+
+        spec = replace(self.spec)
+        field_name, kind = SPEC_SETTINGS[name]
+        try:
+            if kind is bool:
+                truth = {"1": True, "true": True, "on": True, "yes": True,
+                         "0": False, "false": False, "off": False, "no": False}  # fmt: skip
+                parsed: Any = truth[value.lower()]
+            elif field_name == "kind":
+                parsed = kind_of(value)
+            elif field_name == "model_draft":
+                parsed = value or None
+            else:
+                parsed = kind(value)
+        except (KeyError, ValueError) as exc:
+            if field_name == "kind":
+                raise UsageError(str(exc)) from None
+            need = "on or off" if kind is bool else "an integer"
+            raise UsageError(f"{name} needs {need}, got {value!r}") from None
+        setattr(spec, field_name, parsed)
+        if field_name == "model_draft":
+            spec.model_draft_ref = parsed
+            spec.kind = "draft" if parsed else ("none" if spec.kind == "draft" else spec.kind)
+        if spec.kind == "draft" and not spec.model_draft:
+            spec.model_draft = spec.model_draft_ref
+        if spec.kind != "draft":
+            spec.model_draft = spec.model_draft_ref = None
+        spec.validate()
+        self.switch_model(self.loaded.ref, speculative=spec)
+
+    def spec_value(self, name: str) -> Any:
+        field_name, _ = SPEC_SETTINGS[name]
+        value = getattr(self.spec, field_name)
+        if field_name == "model_draft":
+            return self.spec.model_draft_ref or value
+        return value
+
+    def switch_model(self, ref: str, speculative=None) -> None:
         assert self.load_model is not None
-        new = self.load_model(ref)
+        new = self.load_model(ref) if speculative is None else self.load_model(ref, speculative)
         try:
             self.check_model(new)
         except BaseException:
@@ -244,6 +300,19 @@ class ChatSession:
         }
 
 
+# /set names for speculative decoding: the SpecOptions field and the value's type.
+SPEC_SETTINGS: dict[str, tuple[str, type]] = {
+    "spec-type": ("kind", str),
+    "spec-draft-n-max": ("draft_max", int),
+    "spec-draft-n-min": ("draft_min", int),
+    "spec-ngram-max": ("ngram_max", int),
+    "spec-ngram-min": ("ngram_min", int),
+    "spec-adaptive": ("adaptive", bool),
+    "spec-exact": ("exact", bool),
+    "model-draft": ("model_draft", str),
+}
+
+
 def stats_record(done: Done) -> dict[str, Any]:
     s = done.stats
     return {
@@ -255,4 +324,13 @@ def stats_record(done: Done) -> dict[str, Any]:
         "prefill_ms": round(s.prefill_ms, 3),
         "decode_ms": round(s.decode_ms, 3),
         "ttft_ms": round(s.ttft_ms, 3),
+        **(
+            {
+                "drafted_tokens": s.drafted_tokens,
+                "accepted_tokens": s.accepted_tokens,
+                "target_passes": s.target_passes,
+            }
+            if s.speculative
+            else {}
+        ),  # fmt: skip
     }

@@ -79,17 +79,24 @@ def _system(repl: Repl, arg: str) -> None:
     repl.info("system prompt set" if arg else "system prompt removed")
 
 
-@command("/set", "/set [NAME VALUE]", "Change a sampling setting, or list them all.")
+@command("/set", "/set [NAME VALUE]", "Change a sampling or speculative decoding setting, or list them all.")
 def _set(repl: Repl, arg: str) -> None:
+    from llmcli.repl.chat_session import SPEC_SETTINGS
+
     if not arg:
         for key, value in repl.session.params.as_dict().items():
             if key != "grammar":
                 repl.info(f"  {key} = {value}")
+        for key in SPEC_SETTINGS:
+            repl.info(f"  {key} = {repl.session.spec_value(key)}")
         return
     name, _, value = arg.partition(" ")
     if not value.strip():
         raise UsageError("usage: /set NAME VALUE")
     repl.session.set_param(name, value.strip())
+    if name.replace("_", "-") in SPEC_SETTINGS:
+        repl.info(f"{name} = {repl.session.spec_value(name.replace('_', '-'))} (model reloaded)")
+        return
     repl.info(f"{name} = {getattr(repl.session.params, name.replace('-', '_'))}")
 
 
@@ -174,6 +181,15 @@ def _stats(repl: Repl, arg: str) -> None:
     repl.info(f"session: {turns} · " + stats_line(s.totals.stats, ttft=False))
     if s.last.threads:
         repl.info("threads: " + threads_line(s.last.threads))
+    if s.last.speculative:
+        sp = s.last.speculative
+        how = f"{sp.get('type')}, k up to {sp.get('draft_max')}"
+        how += ", adaptive" if sp.get("adaptive") else ""
+        t = s.totals.stats
+        repl.info(
+            f"speculative: {how} · session: {t.accepted_tokens}/{t.drafted_tokens} accepted over "
+            f"{t.target_passes} target passes"
+        )
 
 
 def threads_line(report: dict) -> str:

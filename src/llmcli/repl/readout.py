@@ -45,6 +45,7 @@ class LiveReadout:
         self.prefill_done = 0
         self.prefill_total = 0
         self.tokens = 0
+        self.spec: tuple[int, int, int] | None = None  # drafted, accepted, target passes
         self.started = time.perf_counter()
         self.decode_started: float | None = None
         self.prefill_elapsed = 0.0
@@ -86,6 +87,8 @@ class LiveReadout:
                 self.decode_started = time.perf_counter()
                 self.phase = "decode"
             self.tokens = event.n_tokens
+            if event.passes:
+                self.spec = (event.drafted, event.accepted, event.passes)
             if event.text:
                 self._write(event.text)
         elif isinstance(event, Done):
@@ -106,7 +109,13 @@ class LiveReadout:
         start = self.decode_started or now
         elapsed = now - start
         rate = (self.tokens - 1) / elapsed if elapsed > 0 and self.tokens > 1 else 0.0
-        return f"decode {rate:.1f} tok/s · {self.tokens} tok · {elapsed:.1f} s"
+        line = f"decode {rate:.1f} tok/s · {self.tokens} tok · {elapsed:.1f} s"
+        if self.spec is not None:
+            from llmcli.render.stats import speculation_part
+
+            drafted, accepted, passes = self.spec
+            line += " · " + speculation_part(drafted, accepted, self.tokens, passes)
+        return line
 
     def _cols(self) -> int:
         if self.columns:

@@ -1,0 +1,183 @@
+"""Speculative decoding, side by side in one run: effective decode speed and acceptance.
+
+For each model (the bundled Gemma 3 270M and SmolLM2-135M-Instruct) and each prompt (a copy-heavy
+one: a ~2,000-character source file followed by "the same file again, unchanged:"; and one with
+nothing to copy), in rotating order over several rounds, on the same threads, greedy:
+- plain: llmcli's engine, no speculation;
+- lookup: llmcli's engine, prompt lookup, adaptive k, exact (the default);
+- lookup-fast: the same with --no-spec-exact (any batch size);
+- llama-lookup: llama.cpp's own prompt-lookup tool, built from the installed release's vendored
+  tree (tests/llamacpp_tools.py), `-n N --temp 0 -t T --spec-draft-n-max K`;
+- self-draft: llama.cpp's llama-speculative-simple with the target as its own draft (its
+  acceptance at temperature 0 should be 100%), and llmcli's `--spec-type draft` the same way.
+
+llmcli's decode speed is measured by wall clock in the consumer: tokens after the first / time
+from the first token to the last (what a user waits for, Python and sampling included).
+llama.cpp's tools report their own "decoded N tokens in S seconds"; that span starts at the
+first decode after the prompt, so it counts one token more than ours, which favours them
+slightly. Medians over the rounds, and each speed as a ratio to plain's median.
+
+Run under the exclusive CPU lock on a quiet machine:
+    flock /tmp/cpu.lock python benchmarks/speculative.py --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTHING_TO_COPY = (
+    "Write a short story about a lighthouse keeper who finds a message in a bottle. "
+    "Describe the weather, the sea and what she decides to do.\n\nStory:"
+)
+
+
+def copy_prompt() -> str:
+    source = (ROOT / "src" / "llmcli" / "engine" / "text.py").read_text(encoding="utf-8")[:2000]
+    return source + "\n\nThe same file again, unchanged:\n\n"
+
+
+def llmcli_run(engine, prompt: str, n: int) -> dict:
+    from llmcli.engine.base import Done, SamplingParams, Token
+
+    engine.reset()
+    tokens = engine.tokenize(prompt, add_bos=engine.add_bos)
+    first = last = None
+    done = None
+    for event in engine.stream(tokens, SamplingParams(temperature=0, max_tokens=n)):
+        if isinstance(event, Token):
+            now = time.perf_counter()
+            first = first or now
+            last = now
+        elif isinstance(event, Done):
+            done = event
+    assert done is not None and first is not None and last is not None
+    s = done.stats
+    count = s.completion_tokens
+    return {
+        "tps": (count - 1) / (last - first) if last > first else 0.0,
+        "tokens": count,
+        "drafted": s.drafted_tokens,
+        "accepted": s.accepted_tokens,
+        "passes": s.target_passes,
+        "text": done.text,
+        "k_chosen": (s.speculative or {}).get("k_chosen"),
+    }
+
+
+def tool_run(argv: list[str]) -> dict:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    log = proc.stderr + proc.stdout
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv[0]} exited {proc.returncode}: {log[-800:]}")
+    decoded = re.findall(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s", log)
+    drafted = re.findall(r"n_drafted\s*=\s*(\d+)", log)
+    accepted = re.findall(r"n_accept\s*=\s*(\d+)", log)
+    if not decoded:
+        raise RuntimeError(f"no speed line from {argv[0]}: {log[-800:]}")
+    return {
+        "tps": float(decoded[-1][2]),
+        "tokens": int(decoded[-1][0]),
+        "drafted": int(drafted[-1]) if drafted else 0,
+        "accepted": int(accepted[-1]) if accepted else 0,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--draft-max", type=int, default=8, help="k for every proposer (llama.cpp's too)")
+    ap.add_argument("--models", default="gemma3-270m,smollm2-135m")
+    ap.add_argument("--no-tools", action="store_true", help="skip llama.cpp's tools")
+    ap.add_argument("--json", type=Path, help="also write every measurement here")
+    args = ap.parse_args()
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from llmcli.engine.base import EngineOptions, SpecOptions
+    from llmcli.engine.llama import LlamaEngine
+    from llmcli.hub import default_model
+
+    tools = {}
+    if not args.no_tools:
+        import llamacpp_tools
+
+        tools = llamacpp_tools.ensure("llama-lookup", "llama-speculative-simple")
+    prompts = {"copy": copy_prompt(), "nothing-to-copy": NOTHING_TO_COPY}
+    results: dict = {}
+    for name in args.models.split(","):
+        path = str(default_model.model_path(name))
+        k = args.draft_max
+
+        def engine(spec=None, path=path):
+            return LlamaEngine(path, EngineOptions(ctx_size=4096, threads=args.threads,
+                                                   speculative=spec or SpecOptions()))  # fmt: skip
+
+        runners = {
+            "plain": engine(),
+            "lookup": engine(SpecOptions(kind="lookup", draft_max=k)),
+            "lookup-fast": engine(SpecOptions(kind="lookup", draft_max=k, exact=False)),
+            "self-draft": engine(
+                SpecOptions(kind="draft", draft_max=4, model_draft=path, exact=False, adaptive=False)
+            ),  # fmt: skip
+        }
+        for label, prompt in prompts.items():
+            with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+                f.write(prompt)
+                prompt_file = f.name
+            calls = {key: (lambda r=r, p=prompt: llmcli_run(r, p, args.tokens)) for key, r in runners.items()}
+            if tools:
+                common = ["-f", prompt_file, "-n", str(args.tokens), "--temp", "0", "-t", str(args.threads)]
+                lookup_argv = [str(tools["llama-lookup"]), "-m", path, *common, "--spec-draft-n-max", str(k)]
+                self_argv = [str(tools["llama-speculative-simple"]), "-m", path, "-md", path, *common,
+                             "--spec-draft-n-max", "4", "--spec-type", "draft-simple"]  # fmt: skip
+                calls["llama-lookup"] = lambda a=lookup_argv: tool_run(a)
+                calls["llama-spec-self"] = lambda a=self_argv: tool_run(a)
+            for key in calls:  # warm-up: graph building, the exactness probe, the page cache
+                calls[key]()
+            rows: dict[str, list[dict]] = {key: [] for key in calls}
+            order = list(calls)
+            for r in range(args.rounds):
+                for key in order[r % len(order) :] + order[: r % len(order)]:
+                    rows[key].append(calls[key]())
+            results[f"{name}/{label}"] = rows
+            report(name, label, rows)
+        for r in runners.values():
+            r.close()
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1, default=str))
+
+
+def report(model: str, label: str, rows: dict[str, list[dict]]) -> None:
+    plain = statistics.median(x["tps"] for x in rows["plain"])
+    texts = {x["text"] for x in rows["plain"]}
+    print(f"\n{model} · {label} prompt · median of {len(rows['plain'])} runs")
+    print(
+        f"  {'runner':<16} {'tok/s':>8} {'vs plain':>9} {'accepted/drafted':>18} {'tok/pass':>9}  same text"
+    )
+    for key, xs in rows.items():
+        tps = statistics.median(x["tps"] for x in xs)
+        d = statistics.median(x["drafted"] for x in xs)
+        a = statistics.median(x["accepted"] for x in xs)
+        share = f"{a:.0f}/{d:.0f} ({100 * a / d:.0f}%)" if d else "-"
+        passes = [x["tokens"] / x["passes"] for x in xs if x.get("passes")]
+        per_pass = f"{statistics.median(passes):.2f}" if passes else "-"
+        same = ("yes" if {x["text"] for x in xs} == texts else "no") if "text" in xs[0] else "n/a"
+        print(f"  {key:<16} {tps:>8.1f} {tps / plain:>8.2f}x {share:>18} {per_pass:>9}  {same}")
+        ks = [x.get("k_chosen") for x in xs if x.get("k_chosen")]
+        if ks:
+            print(f"  {'':<16} k chosen (last run): {ks[-1]}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+"""Speculative decoding's pure parts: who proposes tokens, and how many to propose.
+
+The target model checks a proposal of k tokens in one batch of k+1 positions. Verification is in
+`engine/llama.py` (lossless: each position is sampled with the full sampler chain and a proposal is
+kept only while it equals the sample); this module holds what needs no model:
+
+- `NgramProposer` (prompt lookup): where the last n tokens (n = `ngram_max` down to `ngram_min`)
+  occurred before, in the prompt or the answer so far, propose what followed them then. Each token
+  is indexed once as it arrives, so a proposal costs a few dictionary look-ups.
+- `KPolicy` (adaptive k): from the measured cost of a verification batch of n positions (relative
+  to a single decode step) and the running acceptance at each draft position, the k (0 = do not
+  draft) that maximises the expected tokens per second; counts decay as the answer goes on, so a
+  source that stopped paying is dropped and one that was dropped is tried again later.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+KINDS = ("none", "lookup", "draft")
+# llama.cpp's --spec-type names for the same two proposers, accepted as synonyms.
+ALIASES = {"ngram-simple": "lookup", "ngram": "lookup", "draft-simple": "draft", "off": "none"}
+
+
+def kind_of(name: str) -> str:
+    """The proposer kind for a --spec-type value; ValueError naming the choices."""
+    key = name.strip().lower()
+    key = ALIASES.get(key, key)
+    if key not in KINDS:
+        choices = ", ".join([*KINDS, *ALIASES])
+        raise ValueError(f"--spec-type must be one of {choices}; got {name!r}")
+    return key
+
+
+class NgramProposer:
+    """Prompt lookup: propose the tokens that followed the most recent earlier occurrence of the
+    longest suffix (`ngram_max` .. `ngram_min` tokens) of everything seen so far."""
+
+    def __init__(self, ngram_max: int = 3, ngram_min: int = 1) -> None:
+        self.ngram_max = max(1, ngram_max)
+        self.ngram_min = max(1, min(ngram_min, self.ngram_max))
+        self.tokens: list[int] = []
+        # n-gram -> the position just after its most recent occurrence that has a continuation
+        self.index: dict[tuple[int, ...], int] = {}
+
+    def reset(self, tokens: list[int]) -> None:
+        self.tokens = []
+        self.index = {}
+        self.extend(tokens)
+
+    def extend(self, tokens: list[int]) -> None:
+        for t in tokens:
+            self.append(t)
+
+    def append(self, token: int) -> None:
+        seq = self.tokens
+        seq.append(token)
+        end = len(seq) - 1  # `token`'s position: index the n-grams that end just before it
+        for n in range(1, self.ngram_max + 1):
+            if end - n < 0:
+                break
+            self.index[tuple(seq[end - n : end])] = end
+
+    def truncate(self, length: int) -> None:
+        """Forget tokens past `length` (a prompt that diverged); rebuilds the index."""
+        if length < len(self.tokens):
+            self.reset(self.tokens[:length])
+
+    def propose(self, k: int) -> tuple[list[int], int]:
+        """Up to `k` tokens and the length of the n-gram that matched (0: no match, no tokens)."""
+        seq = self.tokens
+        if k <= 0:
+            return [], 0
+        for n in range(min(self.ngram_max, len(seq)), self.ngram_min - 1, -1):
+            pos = self.index.get(tuple(seq[len(seq) - n :]))
+            if pos is not None:
+                return seq[pos : pos + k], n
+        return [], 0
+
+
+@dataclass
+class _Acceptance:
+    """Decaying counts of how often the j-th drafted token was accepted, given the ones before it."""
+
+    tried: list[float]
+    kept: list[float]
+
+    @classmethod
+    def new(cls, k_max: int) -> _Acceptance:
+        return cls([0.0] * k_max, [0.0] * k_max)
+
+
+@dataclass
+class KPolicy:
+    """Choose how many tokens to draft, from measured batch costs and acceptance.
+
+    `observe_batch(n, seconds)` records what a target decode of n positions cost (n = 1 is a plain
+    step); `observe_draft(source, drafted, accepted)` what a verification gave. `choose(source,
+    available, draft_cost)` returns the k in {0} and [k_min, min(k_max, available)] maximising
+
+        E(k) / (t(k + 1) + k * draft_cost),  E(k) = 1 + sum_{j<=k} prod_{i<=j} a_i
+
+    where t(n) is the measured cost of n positions (interpolated linearly between measured sizes,
+    a prior slope where only one is known) and a_i the decayed acceptance at draft position i,
+    pulled toward `prior` while little is known. With `adaptive` False it always drafts
+    min(k_max, available)."""
+
+    k_max: int = 8
+    k_min: int = 1
+    adaptive: bool = True
+    prior: float = 0.5  # acceptance assumed where nothing is known
+    prior_weight: float = 2.0
+    prior_slope: float = 0.15  # cost of one more position, relative to one step, before measuring
+    decay: float = 0.97  # per emitted token: old evidence fades (half-life about 23 tokens)
+    # A source not tried for a while (decayed tries at the first position below this, about 45
+    # tokens) is probed with a short draft even when the model says no: a prior that never gets
+    # evidence could keep a copying answer from ever being drafted.
+    explore_below: float = 0.25
+    explore_k: int = 2
+    cost_decay: float = 0.9  # per measured batch of that size
+    costs: dict[int, float] = field(default_factory=dict)  # positions -> EMA seconds
+    warmed: set[int] = field(default_factory=set)
+    stats: dict[object, _Acceptance] = field(default_factory=dict)
+    chosen: dict[int, int] = field(default_factory=dict)  # k -> times chosen (for the record)
+
+    def __post_init__(self) -> None:
+        self.k_max = max(0, self.k_max)
+        self.k_min = max(1, min(self.k_min, max(1, self.k_max)))
+
+    # -- evidence ------------------------------------------------------------------------------
+
+    def observe_batch(self, positions: int, seconds: float) -> None:
+        """A target decode of `positions` took `seconds`; the first of each size is not counted
+        (llama.cpp builds and allocates a graph for a new batch shape)."""
+        if positions < 1 or seconds <= 0:
+            return
+        if positions not in self.warmed:
+            self.warmed.add(positions)
+            return
+        old = self.costs.get(positions)
+        d = self.cost_decay
+        self.costs[positions] = seconds if old is None else d * old + (1 - d) * seconds
+
+    def observe_draft(self, source: object, drafted: int, accepted: int) -> None:
+        acc = self._acc(source)
+        for j in range(min(drafted, self.k_max)):
+            acc.tried[j] += 1
+            if j < accepted:
+                acc.kept[j] += 1
+            else:
+                break  # positions after the first miss were never really tried
+
+    def tokens_emitted(self, n: int) -> None:
+        """Let old acceptance evidence fade by `n` tokens' worth."""
+        f = self.decay**n
+        for acc in self.stats.values():
+            acc.tried = [x * f for x in acc.tried]
+            acc.kept = [x * f for x in acc.kept]
+
+    def _acc(self, source: object) -> _Acceptance:
+        if source not in self.stats:
+            self.stats[source] = _Acceptance.new(self.k_max)
+        return self.stats[source]
+
+    # -- the model -----------------------------------------------------------------------------
+
+    def acceptance(self, source: object) -> list[float]:
+        """Per draft position, the chance it is accepted given the ones before it. A position with
+        little evidence leans on the one before it (not on the prior): long proposals that are
+        accepted early are then tried longer, so the policy can find out they pay."""
+        acc = self.stats.get(source) or _Acceptance.new(self.k_max)
+        w = self.prior_weight
+        rates, prev = [], self.prior
+        for tried, kept in zip(acc.tried, acc.kept, strict=True):
+            prev = (kept + w * prev) / (tried + w)
+            rates.append(prev)
+        return rates
+
+    def cost(self, positions: int) -> float:
+        """Seconds for a batch of `positions`, relative units where nothing is measured."""
+        costs = self.costs
+        if positions in costs:
+            return costs[positions]
+        if not costs:
+            return 1.0 + self.prior_slope * (positions - 1)
+        sizes = sorted(costs)
+        if len(sizes) == 1:
+            base = costs[sizes[0]] / (1.0 + self.prior_slope * (sizes[0] - 1))
+            return base * (1.0 + self.prior_slope * (positions - 1))
+        lo = max((s for s in sizes if s < positions), default=None)
+        hi = min((s for s in sizes if s > positions), default=None)
+        if lo is None or hi is None:  # extrapolate from the two nearest measured sizes
+            a, b = (sizes[0], sizes[1]) if lo is None else (sizes[-2], sizes[-1])
+        else:
+            a, b = lo, hi
+        slope = max(0.0, (costs[b] - costs[a]) / (b - a))
+        return max(costs[a] + slope * (positions - a), 1e-9)
+
+    def expected_tokens(self, rates: list[float], k: int) -> float:
+        total, p = 1.0, 1.0
+        for a in rates[:k]:
+            p *= a
+            total += p
+        return total
+
+    def choose(self, source: object, available: int, draft_cost: float = 0.0) -> int:
+        """How many of `available` proposed tokens to verify (0: a plain step). `draft_cost` is
+        the seconds a draft model spends per proposed token (0 for prompt lookup)."""
+        top = min(self.k_max, available)
+        if top < self.k_min:
+            return 0
+        if not self.adaptive:
+            return top
+        rates = self.acceptance(source)
+        unit = self.cost(1)
+        best_k, best = 0, 1.0 / unit
+        for k in range(self.k_min, top + 1):
+            speed = self.expected_tokens(rates, k) / (self.cost(k + 1) + k * draft_cost)
+            if speed > best * 1.0001:
+                best_k, best = k, speed
+        if best_k == 0 and self._acc(source).tried[0] < self.explore_below:
+            return max(self.k_min, min(top, self.explore_k))
+        return best_k
+
+    def note_choice(self, k: int) -> None:
+        self.chosen[k] = self.chosen.get(k, 0) + 1
+
+    def summary(self) -> dict:
+        unit = self.costs.get(1)
+        relative = {str(n): round(c / unit, 3) for n, c in sorted(self.costs.items())} if unit else {}
+        return {"k_chosen": {str(k): n for k, n in sorted(self.chosen.items())}, "batch_cost": relative}

@@ -1,0 +1,260 @@
+"""Speculative decoding without a model: the proposer, the adaptive k policy (on simulated batch
+costs), and the flags, settings, stats, readout and `--json` record on the fake engine."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+
+import pytest
+from helpers import run
+
+from llmcli.engine.base import SpecOptions, Stats, Token
+from llmcli.engine.spec import KPolicy, NgramProposer, kind_of
+from llmcli.errors import UsageError
+
+# -- prompt lookup ------------------------------------------------------------------------------
+
+
+def test_lookup_proposes_what_followed_the_longest_earlier_match():
+    p = NgramProposer(ngram_max=3, ngram_min=1)
+    p.extend([1, 2, 3, 4, 5, 6, 9, 2, 3])
+    tokens, n = p.propose(3)
+    assert (tokens, n) == ([4, 5, 6], 2)  # "2 3" matched; "9 2 3" never occurred before
+    p.append(4)
+    assert p.propose(8) == ([5, 6, 9, 2, 3, 4], 3)  # runs up to the end of what is known
+
+
+def test_lookup_prefers_the_most_recent_occurrence_and_misses_cleanly():
+    p = NgramProposer(ngram_max=2, ngram_min=2)
+    p.extend([7, 8, 1, 7, 8, 2, 7, 8])
+    assert p.propose(1) == ([2], 2)
+    q = NgramProposer(ngram_max=3, ngram_min=2)
+    q.extend([1, 2, 3, 4])
+    assert q.propose(4) == ([], 0)
+    assert q.propose(0) == ([], 0)
+
+
+def test_lookup_truncate_forgets_later_tokens():
+    p = NgramProposer(ngram_max=2, ngram_min=1)
+    p.extend([5, 6, 7, 5])
+    assert p.propose(2) == ([6, 7], 1)
+    p.truncate(3)
+    assert p.tokens == [5, 6, 7] and p.propose(2) == ([], 0)
+
+
+def test_kind_names_follow_llama_cpp_too():
+    assert kind_of("ngram-simple") == "lookup" and kind_of("draft-simple") == "draft"
+    assert kind_of("Lookup") == "lookup"
+    with pytest.raises(ValueError, match="--spec-type must be one of"):
+        kind_of("medusa")
+
+
+# -- adaptive k on simulated machines ------------------------------------------------------------
+
+
+def simulate(policy: KPolicy, accept: float, cost_per_position: float, steps: int = 400, seed: int = 0):
+    """Run the policy against a machine where a batch of n positions costs 1 + c*(n-1) and each
+    drafted token is accepted with probability `accept` (given the ones before it)."""
+    rng = random.Random(seed)
+    emitted, seconds, ks = 0, 0.0, []
+    for _ in range(steps):
+        k = policy.choose("src", policy.k_max)
+        ks.append(k)
+        cost = 1.0 + cost_per_position * k
+        policy.observe_batch(k + 1, cost)
+        seconds += cost
+        kept = 0
+        while kept < k and rng.random() < accept:
+            kept += 1
+        if k:
+            policy.observe_draft("src", k, kept)
+        emitted += kept + 1
+        policy.tokens_emitted(kept + 1)
+    return emitted / seconds, ks
+
+
+def test_policy_drafts_long_when_proposals_are_accepted_and_batches_cheap():
+    speed, ks = simulate(KPolicy(k_max=8), accept=0.95, cost_per_position=0.05)
+    assert sum(ks[-100:]) / 100 >= 6
+    assert speed > 3.0  # far above plain decoding's 1 token per unit
+
+
+def test_policy_stops_drafting_when_proposals_miss():
+    speed, ks = simulate(KPolicy(k_max=8), accept=0.05, cost_per_position=0.4)
+    assert ks[-100:].count(0) >= 85  # mostly plain steps; the rest are re-checks
+    assert speed >= 0.9  # re-checking costs little
+
+
+def test_policy_drafts_short_when_each_position_is_expensive():
+    _, ks = simulate(KPolicy(k_max=8), accept=0.6, cost_per_position=0.35)
+    tail = ks[-100:]
+    assert 0 < sum(tail) / len(tail) <= 3
+
+
+def test_policy_beats_every_fixed_k_it_could_have_chosen_within_a_margin():
+    for accept, cost in ((0.9, 0.1), (0.5, 0.2), (0.2, 0.4)):
+        adaptive, _ = simulate(KPolicy(k_max=8), accept, cost)
+        best_fixed = max(simulate(KPolicy(k_max=k, k_min=k, adaptive=False), accept, cost)[0]
+                         for k in range(1, 9))  # fmt: skip
+        plain = 1.0
+        assert adaptive >= 0.85 * max(best_fixed, plain), (accept, cost)
+
+
+def test_policy_fixed_k_and_limits():
+    p = KPolicy(k_max=4, adaptive=False)
+    assert p.choose("x", 10) == 4 and p.choose("x", 2) == 2
+    assert KPolicy(k_max=4, k_min=3).choose("x", 2) == 0  # fewer than k_min available
+    assert KPolicy(k_max=0).choose("x", 5) == 0
+
+
+def test_policy_ignores_the_first_batch_of_each_size():
+    p = KPolicy()
+    p.observe_batch(3, 100.0)  # the graph being built: not counted
+    p.observe_batch(3, 1.2)
+    assert p.costs[3] == pytest.approx(1.2)
+
+
+def test_spec_options_validate():
+    with pytest.raises(UsageError, match="needs a draft model"):
+        SpecOptions(kind="draft").validate()
+    with pytest.raises(UsageError, match="--spec-draft-n-max"):
+        SpecOptions(kind="lookup", draft_max=100).validate()
+    with pytest.raises(UsageError, match="--spec-ngram-min"):
+        SpecOptions(kind="lookup", ngram_min=4, ngram_max=3).validate()
+    SpecOptions(kind="lookup").validate()
+
+
+# -- the CLI on the fake engine ------------------------------------------------------------------
+
+
+def test_json_record_carries_the_proposer_and_counts(fake):
+    fake_engine_accepts = 2
+    result = run("generate", "hello", "--spec-type", "lookup", "--spec-draft-n-max", "4", "--json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    spec = doc["speculative"]
+    n = doc["usage"]["completion_tokens"]
+    passes = -(-n // (fake_engine_accepts + 1))
+    assert spec["type"] == "lookup" and spec["draft_max"] == 4 and spec["adaptive"] is True
+    assert spec["ngram_max"] == 3 and spec["exact"] is True
+    assert spec["target_passes"] == passes
+    assert spec["drafted_tokens"] == 4 * passes and spec["accepted_tokens"] == 2 * passes
+    assert spec["acceptance"] == pytest.approx(0.5)
+    assert fake.made[0].options.speculative.kind == "lookup"
+
+
+def test_no_speculation_means_a_null_record_and_no_stats_part(fake):
+    doc = json.loads(run("generate", "hello", "--json").stdout)
+    assert doc["speculative"] is None
+    line = run("generate", "hello", "--stats").stderr
+    assert "accepted" not in line and "tok/pass" not in line
+
+
+def test_stats_line_shows_acceptance_and_tokens_per_pass(fake):
+    result = run("generate", "hello", "--spec-type", "lookup", "--stats")
+    assert result.exit_code == 0
+    assert result.stdout == "echo: hello\n"
+    assert "accepted " in result.stderr and " tok/pass" in result.stderr
+
+
+def test_settings_come_from_env_and_config(fake, isolated, monkeypatch):
+    (isolated / "config.toml").write_text('spec_type = "lookup"\nspec_draft_n_max = 5\n')
+    assert run("generate", "hi").exit_code == 0
+    spec = fake.made[-1].options.speculative
+    assert (spec.kind, spec.draft_max) == ("lookup", 5)
+    monkeypatch.setenv("LLMCLI_SPEC_DRAFT_N_MAX", "3")
+    run("generate", "hi")
+    assert fake.made[-1].options.speculative.draft_max == 3
+    run("generate", "hi", "--spec-draft-n-max", "2", "--no-spec-adaptive")
+    spec = fake.made[-1].options.speculative
+    assert spec.draft_max == 2 and spec.adaptive is False
+    run("generate", "hi", "--spec-type", "none")
+    assert not fake.made[-1].options.speculative.enabled
+
+
+def test_model_draft_alone_turns_on_the_draft_model_resolved_like_m(fake, tmp_path):
+    draft = tmp_path / "draft.gguf"
+    draft.write_bytes(b"GGUF")
+    result = run("generate", "hi", "-md", str(draft), "-ngld", "0", "-cd", "512", "--json")
+    assert result.exit_code == 0, result.stderr
+    spec = fake.made[-1].options.speculative
+    assert spec.kind == "draft" and spec.model_draft == str(draft.resolve())
+    assert spec.gpu_layers_draft == 0 and spec.ctx_size_draft == 512
+    assert json.loads(result.stdout)["speculative"]["model_draft_path"] == str(draft.resolve())
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--spec-type", "medusa"), "--spec-type must be one of"),
+        (("--spec-type", "draft"), "needs a draft model"),
+        (("--spec-type", "lookup", "--spec-draft-n-max", "99"), "--spec-draft-n-max must be in"),
+        (("-md", "/nonexistent/draft.gguf"), "draft.gguf"),
+    ],
+)
+def test_bad_speculative_input_is_one_line_and_nonzero(fake, args, message):
+    result = run("generate", "hi", *args)
+    assert result.exit_code != 0
+    assert message in result.stderr
+    assert result.stdout == ""
+    assert not fake.made  # nothing loaded
+
+
+def test_chat_set_reloads_with_new_speculative_settings_and_keeps_the_conversation(fake):
+    lines = ["first", "/set spec-type lookup", "/set spec-draft-n-max 3", "second", "/stats",
+             "/set spec-type bogus", "/set"]  # fmt: skip
+    result = run("chat", input="".join(line + "\n" for line in lines))
+    assert result.exit_code == 0, result.stderr
+    assert "spec-type = lookup (model reloaded)" in result.stderr
+    assert "--spec-type must be one of" in result.stderr
+    assert "spec-draft-n-max = 3" in result.stderr
+    last = fake.made[-1]
+    assert last.options.speculative.kind == "lookup" and last.options.speculative.draft_max == 3
+    assert "first" in last.history[-1].prompt  # the conversation went on in the new engine
+    assert "speculative: lookup, k up to 3, adaptive" in result.stderr
+
+
+def test_readout_shows_acceptance_while_streaming():
+    from llmcli.repl.readout import LiveReadout
+
+    readout = LiveReadout(io.StringIO(), columns=120, dim=False)
+    readout(Token("a", 1))
+    readout(Token("b", 5, drafted=8, accepted=6, passes=2))
+    status = readout.status_text()
+    assert "accepted 6/8 (75%)" in status and "2.50 tok/pass" in status
+
+
+def test_stats_line_part_from_stats():
+    from llmcli.render.stats import stats_line
+
+    s = Stats(decode_tokens=30, completion_tokens=30, drafted_tokens=40, accepted_tokens=20, target_passes=10,
+              speculative={"type": "lookup"})  # fmt: skip
+    assert "accepted 20/40 (50%) · 3.00 tok/pass" in stats_line(s)
+
+
+def test_memory_fit_counts_the_draft_model_too(monkeypatch, tmp_path):
+    from dataclasses import dataclass
+
+    from llmcli import loader
+    from llmcli.engine.base import EngineOptions
+    from llmcli.errors import ResourceError
+    from llmcli.hub import fit
+
+    @dataclass
+    class Header:
+        tensor_bytes: int
+        n_ctx_train: int = 2048
+
+        def kv_cache_bytes(self, n_ctx: int) -> int:
+            return n_ctx * 1000
+
+    gib = 1 << 30
+    monkeypatch.setattr(fit, "memory", lambda: fit.Memory(available=3 * gib, total=8 * gib))
+    monkeypatch.setattr(loader, "_gpu_offload_supported", lambda: False)
+    target, draft = Header(2 * gib), Header(2 * gib)
+    opts = EngineOptions(ctx_size=1024, gpu_layers=0, speculative=SpecOptions(kind="draft", model_draft="d"))
+    loader.check_memory(tmp_path / "t.gguf", target, opts)  # the target alone fits
+    with pytest.raises(ResourceError, match="draft model 2.0 GiB"):
+        loader.check_memory(tmp_path / "t.gguf", target, opts, draft)

