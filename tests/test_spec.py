@@ -258,3 +258,18 @@ def test_memory_fit_counts_the_draft_model_too(monkeypatch, tmp_path):
     loader.check_memory(tmp_path / "t.gguf", target, opts)  # the target alone fits
     with pytest.raises(ResourceError, match="draft model 2.0 GiB"):
         loader.check_memory(tmp_path / "t.gguf", target, opts, draft)
+
+
+def test_a_notice_says_when_exactness_left_nothing_to_verify():
+    from llmcli.engine.base import Stats
+    from llmcli.generation import exact_limit_notice
+
+    settings = {"type": "lookup", "exact": True, "exact_positions": {"short": 3, "long": 1}}
+    s = Stats(decode_tokens=40, drafted_tokens=0, speculative=settings)
+    assert "drafted nothing" in exact_limit_notice(s) and "--no-spec-exact" in exact_limit_notice(s)
+    assert exact_limit_notice(Stats(decode_tokens=40, drafted_tokens=12, speculative=settings)) is None
+    free = {**settings, "exact": False}
+    assert exact_limit_notice(Stats(decode_tokens=40, speculative=free)) is None
+    roomy = {**settings, "exact_positions": {"short": 9, "long": 4}}
+    assert exact_limit_notice(Stats(decode_tokens=40, speculative=roomy)) is None
+    assert exact_limit_notice(Stats(decode_tokens=40)) is None  # no speculation asked for

@@ -217,6 +217,8 @@ def run_generate(
         cache = {"path": str(prompt_cache), "restored_tokens": restored, "restore_ms": round(restore_ms, 3),
                  "read_only": prompt_cache_ro, "saved_bytes": 0}  # fmt: skip
     done = consume(engine, tokens, params, stream_stdout=stream_stdout)
+    if notice := exact_limit_notice(done.stats):
+        render.info(notice)
     if cache is not None:
         done.stats.ttft_ms += cache["restore_ms"]  # the wait for the first token includes the read
         done.stats.total_ms += cache["restore_ms"]
@@ -225,6 +227,23 @@ def run_generate(
             cache.update(saved_bytes=saved.bytes, save_ms=round(saved.ms, 3))
     return Result(loaded, done, params, fmt_name, constraint=constraint if params.grammar else None,
                   prompt_cache=cache)  # fmt: skip
+
+
+def exact_limit_notice(s) -> str | None:
+    """One line when speculation was asked for and `--spec-exact` let it verify nothing: on this
+    build no batch of two or more positions was bit-identical to one-token steps at this context
+    length, so the answer was decoded plainly."""
+    spec = s.speculative
+    if not spec or not spec.get("exact") or s.drafted_tokens or not s.decode_tokens:
+        return None
+    limits = spec.get("exact_positions") or {}
+    if min(limits.get("short", 2), limits.get("long", 2)) > 1:
+        return None
+    return (
+        "speculative decoding drafted nothing: at this context length only one-position batches are "
+        "bit-identical to plain decoding on this build (--spec-exact); --no-spec-exact verifies in any "
+        "batch (the same distribution, but at temperature 0 a near-tie may come out differently)"
+    )
 
 
 def threads_changed(event: ThreadsChanged) -> str:
