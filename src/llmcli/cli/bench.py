@@ -329,30 +329,6 @@ def _bench_served(found, n_prompt, n_gen, concurrency, requests, reps, warmup, o
         raise typer.Exit(int(ExitCode.INTERRUPTED))
 
 
-class ServeProgress:
-    """The serving benchmark's progress on stderr."""
-
-    def __init__(self) -> None:
-        self.tty = sys.stderr.isatty()
-
-    def __call__(self, event) -> None:
-        from llmcli import render
-
-        if render.quiet():
-            return
-        where = f"[{event.index + 1}/{event.total}] {event.name}"
-        if event.phase == "done" and event.result is not None:
-            r = event.result.record()
-            errors = f", {r['errors']} errors" if r["errors"] else ""
-            line = (f"llmcli bench: {where}: {r['request_throughput']:.2f} req/s, "
-                    f"{r['output_throughput']:.1f} output tok/s{errors}")  # fmt: skip
-            sys.stderr.write(("\r\033[K" if self.tty else "") + line + "\n")
-        elif self.tty:
-            step = "warm-up" if event.phase == "warmup" else f"run {event.rep}/{event.reps}"
-            sys.stderr.write(f"\r\033[K{where}: {step}")
-        sys.stderr.flush()
-
-
 def _check_choice(flag: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise UsageError(f"{flag} must be one of {', '.join(choices)}, got {value!r}")
@@ -399,9 +375,7 @@ class Progress:
             return
         where = f"[{event.index + 1}/{event.total}] {event.name}"
         if event.phase == "done" and event.result is not None:
-            t, busy = event.result.timing, event.result.other_load or 0.0
-            note = f" (other processes used {busy:.0%} of the CPU)" if busy > NOISY else ""
-            self._line(f"llmcli bench: {where}: {t.avg_ts:.2f} ± {t.stddev_ts:.2f} t/s{note}")
+            self._line(f"llmcli bench: {where}: {self.finished(event.result)}")
         elif event.phase == "done":
             self._line(f"llmcli bench: {where}: done")
         elif self.tty:
@@ -409,6 +383,20 @@ class Progress:
             sys.stderr.write(f"\r\033[K{where}: {step}")
             sys.stderr.flush()
 
+    def finished(self, result) -> str:
+        t, busy = result.timing, result.other_load or 0.0
+        note = f" (other processes used {busy:.0%} of the CPU)" if busy > NOISY else ""
+        return f"{t.avg_ts:.2f} ± {t.stddev_ts:.2f} t/s{note}"
+
     def _line(self, text: str) -> None:
         sys.stderr.write(("\r\033[K" if self.tty else "") + text + "\n")
         sys.stderr.flush()
+
+
+class ServeProgress(Progress):
+    """The serving benchmark's progress: the same lines, a finished case in requests and tokens."""
+
+    def finished(self, result) -> str:
+        r = result.record()
+        errors = f", {r['errors']} errors" if r["errors"] else ""
+        return f"{r['request_throughput']:.2f} req/s, {r['output_throughput']:.1f} output tok/s{errors}"
