@@ -38,6 +38,14 @@ NOTHING_TO_COPY = (
     "Write a short story about a lighthouse keeper who finds a message in a bottle. "
     "Describe the weather, the sea and what she decides to do.\n\nStory:"
 )
+# Gemma 3 270M is a base model: greedy, it soon repeats itself on the story prompt (90% of its
+# trigrams had occurred before in 192 tokens), which is something to copy after all. Code that it
+# writes fresh repeats itself least (23%); SmolLM2 writes the story fresh (61%, common trigrams).
+NOTHING_TO_COPY_FOR = {
+    "gemma3-270m": (
+        "Here is a Python function that parses an ISO date string and returns a tuple:\n\n```python\n"
+    ),
+}
 
 
 def copy_prompt() -> str:
@@ -99,6 +107,7 @@ def main() -> None:
     ap.add_argument("--draft-max", type=int, default=8, help="k for every proposer (llama.cpp's too)")
     ap.add_argument("--models", default="gemma3-270m,smollm2-135m")
     ap.add_argument("--no-tools", action="store_true", help="skip llama.cpp's tools")
+    ap.add_argument("--prompts", default="copy,nothing-to-copy", help="which prompts, comma-separated")
     ap.add_argument("--json", type=Path, help="also write every measurement here")
     args = ap.parse_args()
 
@@ -112,9 +121,10 @@ def main() -> None:
         import llamacpp_tools
 
         tools = llamacpp_tools.ensure("llama-lookup", "llama-speculative-simple")
-    prompts = {"copy": copy_prompt(), "nothing-to-copy": NOTHING_TO_COPY}
     results: dict = {}
     for name in args.models.split(","):
+        every = {"copy": copy_prompt(), "nothing-to-copy": NOTHING_TO_COPY_FOR.get(name, NOTHING_TO_COPY)}
+        prompts = {key: every[key] for key in args.prompts.split(",")}
         path = str(default_model.model_path(name))
         k = args.draft_max
 

@@ -102,6 +102,78 @@ def test_policy_beats_every_fixed_k_it_could_have_chosen_within_a_margin():
         assert adaptive >= 0.85 * max(best_fixed, plain), (accept, cost)
 
 
+GEMMA_LIKE = {1: 1.0, 2: 1.7, 3: 2.3, 4: 2.5, 5: 3.0, 6: 3.5, 7: 4.0, 8: 4.5, 9: 5.1}  # measured shape
+
+
+def test_policy_finds_long_drafts_pay_after_small_batches_looked_expensive():
+    """Gemma 3 on two cores: a batch costs less than linearly more per position, and the first
+    measured batch of 3 waited on a preempted thread. Extrapolating from it says never draft; the
+    policy must still try the largest k once and learn that it pays."""
+    rng = random.Random(3)
+    policy = KPolicy(k_max=8)
+    policy.observe_batch(1, 1.0)
+    policy.observe_batch(1, 1.0)
+    policy.observe_batch(3, 2.3)  # graph build: not counted
+    policy.observe_batch(3, 6.0)  # the slow one
+    emitted, seconds, ks = 0, 0.0, []
+    for _ in range(300):
+        k = policy.choose("src", 8)
+        ks.append(k)
+        cost = GEMMA_LIKE[k + 1]
+        policy.observe_batch(k + 1, cost)
+        seconds += cost
+        kept = 0
+        while kept < k and rng.random() < 0.95:
+            kept += 1
+        if k:
+            policy.observe_draft("src", k, kept)
+        emitted += kept + 1
+        policy.tokens_emitted(kept + 1)
+    best = max(sum(0.95**j for j in range(k + 1)) / GEMMA_LIKE[k + 1] for k in range(9))  # 1.48, k = 3
+    assert ks[-100:].count(0) <= 10
+    assert emitted / seconds >= 0.9 * best  # plain decoding is 1 token per unit
+
+
+def test_policy_checks_free_proposals_it_did_not_draft_and_resumes_drafting():
+    """After a run of misses the policy stops drafting; prompt lookup's proposals cost nothing, so
+    each one it does not draft is still checked against the tokens that follow. Once the answer
+    copies again, drafting resumes within a few tokens, not at the next probe."""
+    p = KPolicy(k_max=8)
+    for n in (1, 1, 3, 3, 5, 5, 9, 9):
+        p.observe_batch(n, {1: 1.0, 3: 2.3, 5: 3.0, 9: 5.1}[n])
+    src = ("lookup", 3)
+    for _ in range(4):
+        p.observe_draft(src, 8, 0)
+        p.emitted(0)
+    assert p.choose(src, 8) == 0
+    text = list(range(100, 200))  # the answer now copies `text`, token by token
+    waited = None
+    for i in range(40):
+        if p.choose(src, 8):
+            waited = i
+            break
+        p.watch(src, text[i : i + 8])
+        p.emitted(text[i])
+    assert waited is not None and waited <= 12
+    # a proposal that misses is counted as a miss at the position where it missed
+    q = KPolicy(k_max=8)
+    q.watch("s", [1, 2, 3])
+    for token in (1, 2, 9):
+        q.emitted(token)
+    assert q.shadows == []
+    assert q.stats["s"].tried[:3] == pytest.approx([1, 1, 1], rel=0.1)
+    assert q.stats["s"].kept[:3] == pytest.approx([1, 1, 0], rel=0.1, abs=1e-9)
+
+
+def test_policy_cost_is_robust_to_one_slow_batch():
+    p = KPolicy()
+    for seconds in (9.0, 1.0, 1.1, 0.9, 30.0, 1.0):  # the first is the graph build
+        p.observe_batch(5, seconds)
+    assert p.cost(5) == pytest.approx(1.0)
+    p.reset_costs()
+    assert p.costs == {} and p.cost(5) == pytest.approx(1.0 + 4 * p.prior_slope)
+
+
 def test_policy_fixed_k_and_limits():
     p = KPolicy(k_max=4, adaptive=False)
     assert p.choose("x", 10) == 4 and p.choose("x", 2) == 2

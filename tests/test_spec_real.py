@@ -144,7 +144,9 @@ def test_end_of_generation_inside_a_draft_stops_exactly_like_plain(monkeypatch):
         return out
 
     monkeypatch.setattr(llama._Speculation, "propose", recording)
-    plain, spec = _engine("smollm2-135m"), _engine("smollm2-135m", SpecOptions(kind="lookup", draft_max=8))
+    # fixed k: this is about where the end lands, not about what the policy would choose
+    plain = _engine("smollm2-135m")
+    spec = _engine("smollm2-135m", SpecOptions(kind="lookup", draft_max=8, adaptive=False))
     try:
         turn = "<|im_start|>user\nSay OK.<|im_end|>\n<|im_start|>assistant\nOK.<|im_end|>\n"
         prompt = plain.tokenize(turn * 3 + "<|im_start|>user\nSay OK.<|im_end|>\n<|im_start|>assistant\n")

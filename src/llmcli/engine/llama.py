@@ -1014,6 +1014,7 @@ class _Speculation:
             engine._k_policy = policy
         self.policy: KPolicy = policy
         self.policy.chosen = {}
+        self.policy.shadows = []
         self.lookup = NgramProposer(opts.ngram_max, opts.ngram_min) if opts.kind == "lookup" else None
         if self.lookup is not None:
             self.lookup.extend(prompt)
@@ -1039,7 +1040,7 @@ class _Speculation:
         self.history.append(token)
         if self.lookup is not None:
             self.lookup.append(token)
-        self.policy.tokens_emitted(1)
+        self.policy.emitted(token)
 
     def propose(self, room: int) -> list[int]:
         policy = self.policy
@@ -1053,6 +1054,8 @@ class _Speculation:
             self.source = ("lookup", n)
             k = policy.choose(self.source, len(tokens))
             policy.note_choice(k)
+            if k == 0:
+                policy.watch(self.source, tokens)
             return tokens[:k]
         assert self.draft is not None
         self.source = "draft"
@@ -1077,7 +1080,7 @@ class _Speculation:
 
     def threads_changed(self) -> None:
         """Batch costs measured at the old thread count no longer hold."""
-        self.policy.costs.clear()
+        self.policy.reset_costs()
 
     def report(self, stats: Stats) -> None:
         stats.drafted_tokens, stats.accepted_tokens = self.drafted, self.accepted

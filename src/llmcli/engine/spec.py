@@ -15,6 +15,8 @@ kept only while it equals the sample); this module holds what needs no model:
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from dataclasses import dataclass, field
 
 KINDS = ("none", "lookup", "draft")
@@ -108,8 +110,8 @@ class KPolicy:
     k_max: int = 8
     k_min: int = 1
     adaptive: bool = True
-    prior: float = 0.5  # acceptance assumed where nothing is known
-    prior_weight: float = 2.0
+    prior: float = 0.4  # acceptance assumed where nothing is known
+    prior_weight: float = 1.0
     prior_slope: float = 0.15  # cost of one more position, relative to one step, before measuring
     decay: float = 0.97  # per emitted token: old evidence fades (half-life about 23 tokens)
     # A source not tried for a while (decayed tries at the first position below this, about 45
@@ -117,11 +119,19 @@ class KPolicy:
     # evidence could keep a copying answer from ever being drafted.
     explore_below: float = 0.25
     explore_k: int = 2
-    cost_decay: float = 0.9  # per measured batch of that size
-    costs: dict[int, float] = field(default_factory=dict)  # positions -> EMA seconds
+    # A source whose first drafted token has been accepted at least this often is tried once at
+    # the largest k while that batch size has no measured cost: extrapolating from small batches
+    # overestimates big ones (a batch's cost grows less than linearly with its positions).
+    explore_long_above: float = 0.7
+    cost_window: int = 9  # batches of one size whose median is its cost
+    costs: dict[int, float] = field(default_factory=dict)  # positions -> median seconds
+    samples: dict[int, deque] = field(default_factory=dict)
     warmed: set[int] = field(default_factory=set)
     stats: dict[object, _Acceptance] = field(default_factory=dict)
     chosen: dict[int, int] = field(default_factory=dict)  # k -> times chosen (for the record)
+    # Free proposals (prompt lookup) that were not drafted are still checked against the tokens
+    # that follow, as if they had been: [source, tokens, matched so far], one per plain step.
+    shadows: list[list] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.k_max = max(0, self.k_max)
@@ -131,17 +141,51 @@ class KPolicy:
 
     def observe_batch(self, positions: int, seconds: float) -> None:
         """A target decode of `positions` took `seconds`; the first of each size is not counted
-        (llama.cpp builds and allocates a graph for a new batch shape)."""
+        (llama.cpp builds and allocates a graph for a new batch shape). A size's cost is the
+        median of its last `cost_window` batches, so one batch that waited for a preempted
+        thread does not steer the choice for long."""
         if positions < 1 or seconds <= 0:
             return
         if positions not in self.warmed:
             self.warmed.add(positions)
             return
-        old = self.costs.get(positions)
-        d = self.cost_decay
-        self.costs[positions] = seconds if old is None else d * old + (1 - d) * seconds
+        window = self.samples.setdefault(positions, deque(maxlen=self.cost_window))
+        window.append(seconds)
+        self.costs[positions] = statistics.median(window)
+
+    def reset_costs(self) -> None:
+        """Forget every measured batch cost (the thread count changed)."""
+        self.costs.clear()
+        self.samples.clear()
 
     def observe_draft(self, source: object, drafted: int, accepted: int) -> None:
+        self._count(source, drafted, accepted)
+
+    def watch(self, source: object, tokens: list[int]) -> None:
+        """A free proposal that is not being drafted: check it against the tokens emitted next, so
+        the acceptance evidence stays current while the policy is not drafting (otherwise a few
+        misses would stop drafting until a probe, however well the answer starts copying again)."""
+        if tokens and self.k_max:
+            self.shadows.append([source, list(tokens[: self.k_max]), 0])
+
+    def emitted(self, token: int) -> None:
+        """One token emitted: old evidence fades, and the watched proposals are checked against it."""
+        self.tokens_emitted(1)
+        if not self.shadows:
+            return
+        still = []
+        for shadow in self.shadows:
+            source, tokens, matched = shadow
+            if tokens[matched] != token:
+                self._count(source, matched + 1, matched)
+            elif matched + 1 == len(tokens):
+                self._count(source, matched + 1, matched + 1)
+            else:
+                shadow[2] = matched + 1
+                still.append(shadow)
+        self.shadows = still
+
+    def _count(self, source: object, drafted: int, accepted: int) -> None:
         acc = self._acc(source)
         for j in range(min(drafted, self.k_max)):
             acc.tried[j] += 1
@@ -218,8 +262,12 @@ class KPolicy:
             speed = self.expected_tokens(rates, k) / (self.cost(k + 1) + k * draft_cost)
             if speed > best * 1.0001:
                 best_k, best = k, speed
-        if best_k == 0 and self._acc(source).tried[0] < self.explore_below:
+        acc = self._acc(source)
+        if best_k == 0 and acc.tried[0] < self.explore_below:
             return max(self.k_min, min(top, self.explore_k))
+        unmeasured = top + 1 not in self.costs
+        if best_k < top and unmeasured and acc.tried[0] >= 1 and rates[0] >= self.explore_long_above:
+            return top
         return best_k
 
     def note_choice(self, k: int) -> None:
