@@ -78,6 +78,7 @@ def llmcli_run(engine, prompt: str, n: int) -> dict:
         "passes": s.target_passes,
         "text": done.text,
         "k_chosen": (s.speculative or {}).get("k_chosen"),
+        "batch_cost": (s.speculative or {}).get("batch_cost"),
     }
 
 

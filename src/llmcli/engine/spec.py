@@ -119,10 +119,10 @@ class KPolicy:
     # evidence could keep a copying answer from ever being drafted.
     explore_below: float = 0.25
     explore_k: int = 2
-    # A source whose first drafted token has been accepted at least this often is tried once at
-    # the largest k while that batch size has no measured cost: extrapolating from small batches
-    # overestimates big ones (a batch's cost grows less than linearly with its positions).
-    explore_long_above: float = 0.7
+    # A source expected to give at least this many tokens a pass at the largest k is tried there
+    # while that batch size has no measured cost: extrapolating from small batches overestimates
+    # big ones (a batch's cost grows less than linearly with its positions).
+    explore_long_tokens: float = 3.0
     cost_window: int = 9  # batches of one size whose median is its cost
     costs: dict[int, float] = field(default_factory=dict)  # positions -> median seconds
     samples: dict[int, deque] = field(default_factory=dict)
@@ -265,8 +265,12 @@ class KPolicy:
         acc = self._acc(source)
         if best_k == 0 and acc.tried[0] < self.explore_below:
             return max(self.k_min, min(top, self.explore_k))
-        unmeasured = top + 1 not in self.costs
-        if best_k < top and unmeasured and acc.tried[0] >= 1 and rates[0] >= self.explore_long_above:
+        if (
+            best_k < top == self.k_max
+            and top + 1 not in self.costs
+            and acc.tried[0] >= 1
+            and self.expected_tokens(rates, top) >= self.explore_long_tokens
+        ):
             return top
         return best_k
 
