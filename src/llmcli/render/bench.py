@@ -69,6 +69,8 @@ def _csv_value(value: Any) -> Any:
         return "true" if value else "false"
     if isinstance(value, list):
         return " ".join(str(_csv_value(v)) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value, ensure_ascii=False, sort_keys=True)
     return value
 
 
