@@ -247,3 +247,20 @@ def test_a_prompt_longer_than_the_context_is_refused_before_measuring(backend):
     assert result.exit_code == 2
     assert "do not fit the context of 100 tokens" in result.stderr
     assert all(engine.history == [] for engine in backend.engines)
+
+
+def test_footer_says_when_spec_exact_caps_k(backend, monkeypatch):
+    original = FakeEngine._decode
+
+    def decode(self, reply, params, stats):
+        for event in original(self, reply, params, stats):
+            if type(event).__name__ == "Done" and event.stats.speculative:
+                event.stats.speculative["exact_positions"] = {"short": 3, "long": 1}
+            yield event
+
+    monkeypatch.setattr(FakeEngine, "_decode", decode)
+    result = run("bench", "--scenario", "spec", "-n", "6", "-t", "1", "-r", "1", "--spec-exact", "0,1")
+    assert result.exit_code == 0, result.stderr
+    notes = [line for line in result.stdout.splitlines() if line.startswith("--spec-exact:")]
+    assert len(notes) == 1
+    assert "at most 3 positions" in notes[0] and "so k is capped at 2 / 0" in notes[0]

@@ -195,15 +195,19 @@ def spec_notes(run: BenchRun) -> list[str]:
     lines = [f"prompt: {what} ({'through the chat template' if fmt == 'template' else 'plain text'}), "
              "greedy; t/s = wall clock, tokens after the first / first->last token; vs plain = t/s over "
              "the plain case with the same model, context and n_gen"]  # fmt: skip
+    capped: dict[tuple, str] = {}
     for r in records:
         exact = r["exact_positions"] or {}
-        idle = r["spec_type"] != "none" and r["spec_exact"] and not sum(r["drafted"])
-        if idle and exact.get("long") == 1:
-            lines.append(f"{r['test']}: nothing drafted: on this build only batches of up to "
-                         f"{exact.get('short')} positions (short cache) / {exact.get('long')} (longer) give "
-                         "logits bit-identical to single steps (--spec-exact); --spec-exact 0 verifies in "
-                         "any batch size")  # fmt: skip
-            break
+        if r["spec_type"] == "none" or not r["spec_exact"] or not exact:
+            continue
+        short, long = exact.get("short", 0), exact.get("long", 0)
+        if short - 1 < r["spec_draft_n_max"] or long - 1 < r["spec_draft_n_max"]:
+            capped.setdefault((r["model_filename"], short, long), r["model_type"])
+    for (_, short, long), model in capped.items():
+        lines.append(f"--spec-exact: {model} gives logits bit-identical to single steps in batches of at "
+                     f"most {short} positions while the cache holds up to 256 tokens and {long} beyond (probed "
+                     f"on this build and settings), so k is capped at {short - 1} / {long - 1} there; "
+                     "--spec-exact 0 lifts the cap")  # fmt: skip
     if any(r["text_matches_plain"] is False for r in records):
         lines.append("= plain: no: the greedy text differs from plain decoding's (batched kernels may round "
                      "near-ties differently; --spec-exact 1 keeps it identical)")  # fmt: skip
