@@ -204,9 +204,9 @@ def spec_notes(run: BenchRun) -> list[str]:
         if short - 1 < r["spec_draft_n_max"] or long - 1 < r["spec_draft_n_max"]:
             capped.setdefault((r["model_filename"], short, long), r["model_type"])
     for (_, short, long), model in capped.items():
-        lines.append(f"--spec-exact: {model} gives logits bit-identical to single steps in batches of at "
-                     f"most {short} positions while the cache holds up to 256 tokens and {long} beyond (probed "
-                     f"on this build and settings), so k is capped at {short - 1} / {long - 1} there; "
+        lines.append(f"--spec-exact: {model} gives logits bit-identical to single steps in batches of "
+                     f"at most {short} positions while the cache holds up to 256 tokens and {long} beyond "
+                     f"(probed on this build and settings), so k is capped at {short - 1} / {long - 1} there; "
                      "--spec-exact 0 lifts the cap")  # fmt: skip
     if any(r["text_matches_plain"] is False for r in records):
         lines.append("= plain: no: the greedy text differs from plain decoding's (batched kernels may round "
