@@ -206,8 +206,8 @@ def spec_notes(run: BenchRun) -> list[str]:
     for (_, short, long), model in capped.items():
         lines.append(f"--spec-exact: {model} gives logits bit-identical to single steps in batches of "
                      f"at most {short} positions while the cache holds up to 256 tokens and {long} beyond "
-                     f"(probed on this build and settings), so k is capped at {short - 1} / {long - 1} there; "
-                     "--spec-exact 0 lifts the cap")  # fmt: skip
+                     f"(probed on this build and settings), so k is capped at {short - 1} / {long - 1} "
+                     "there; --spec-exact 0 lifts the cap")  # fmt: skip
     if any(r["text_matches_plain"] is False for r in records):
         lines.append("= plain: no: the greedy text differs from plain decoding's (batched kernels may round "
                      "near-ties differently; --spec-exact 1 keeps it identical)")  # fmt: skip
