@@ -162,6 +162,7 @@ def test_prompt_and_prompt_file(backend, tmp_path):
     (tmp_path / "p.txt").write_text("from a file\n", encoding="utf-8")
     doc = _bench("-n", "4", "-r", "1", "-f", "p.txt")
     assert doc["settings"]["prompt"] == "p.txt"
+    assert _bench("-n", "4", "-r", "1", "--file", "p.txt")["settings"]["prompt"] == "p.txt"
     assert "from a file" in backend.engines[-1].history[0].prompt
 
 
@@ -214,7 +215,7 @@ def test_ctrl_c_keeps_finished_cases(backend, monkeypatch):
         (("--spec-ngram-max", "2", "--spec-ngram-min", "3"), "--spec-ngram-min must not exceed"),
         (("--spec-ngram-max", "17"), "--spec-ngram-max must satisfy 1 <= min <= max <= 16"),
         (("-f", "missing.txt"), "cannot read missing.txt: No such file or directory"),
-        (("--prompt", "x", "-f", "p.txt"), "give --prompt or --prompt-file, not both"),
+        (("--prompt", "x", "-f", "p.txt"), "give --prompt or -f/--file, not both"),
         (("--prompt", "  "), "--prompt is empty"),
         (("-p", "512"), "-p, -pg and -d do not apply to --scenario spec"),
         (("-n", "0"), "--scenario spec needs an answer length: -n must be >= 1"),

@@ -40,8 +40,10 @@ NPrompt = Annotated[
     list[str] | None, _list_option("--n-prompt", "-p", help="Prompt sizes for pp tests (default 512).")
 ]
 NGen = Annotated[
-    list[str] | None, _list_option("--n-gen", "-n", help="Generation lengths for tg tests (default 128).")
-]
+    list[str] | None,
+    _list_option("--n-gen", "-n", help="Generation lengths for tg tests, answer lengths for the chat "
+                 "and spec scenarios (default 128)."),
+]  # fmt: skip
 PromptGen = Annotated[
     list[str] | None,
     _list_option("--pg", "-pg", help="Prefill then generate in one test: PROMPT,GEN; repeatable."),
@@ -115,7 +117,7 @@ CtxSize = Annotated[
     typer.Option(
         "--ctx-size", min=1, show_default=False, rich_help_panel=RUN_PANEL, metavar="TOKENS",
         help="Context size; a test that does not fit is an error (default: sized to fit each test; "
-        f"for --scenario chat the model's trained context, capped at {defaults.CTX_CAP}).",
+        f"for --scenario chat and spec the model's trained context, capped at {defaults.CTX_CAP}).",
     ),
 ]  # fmt: skip
 Delay = Annotated[
@@ -209,8 +211,8 @@ SpecPrompt = Annotated[
 ]  # fmt: skip
 SpecPromptFile = Annotated[
     Path | None,
-    typer.Option("--prompt-file", "-f", metavar="FILE", show_default=False, rich_help_panel=SPEC_PANEL,
-                 help="Read the prompt from FILE (UTF-8)."),
+    typer.Option("--file", "-f", "--prompt-file", metavar="FILE", show_default=False,
+                 rich_help_panel=SPEC_PANEL, help="Read the prompt from FILE (UTF-8), as generate -f."),
 ]  # fmt: skip
 
 SERVE_PANEL = "Served model (bench -m URL#MODEL or NAME/MODEL: the serving benchmark)"
@@ -296,7 +298,7 @@ def bench(
                   "--spec-ngram-min": spec_ngram_min, "--spec-adaptive": spec_adaptive,
                   "--no-spec-adaptive": no_spec_adaptive or None, "--spec-exact": spec_exact,
                   "--no-spec-exact": no_spec_exact or None, "-md": model_draft, "-ngld": gpu_layers_draft,
-                  "-cd": ctx_size_draft, "--prompt": prompt, "--prompt-file": prompt_file}  # fmt: skip
+                  "-cd": ctx_size_draft, "--prompt": prompt, "-f/--file": prompt_file}  # fmt: skip
     spec_given = [flag for flag, value in spec_flags.items() if value is not None]
     from llmcli import render
     from llmcli.bench import run as session
@@ -335,7 +337,9 @@ def bench(
     )
     if scenario == "spec":
         if n_prompt or pg or depth:
-            raise UsageError("-p, -pg and -d do not apply to --scenario spec (its prompt is --prompt or -f)")
+            raise UsageError(
+                "-p, -pg and -d do not apply to --scenario spec (its prompt is --prompt or -f/--file)"
+            )
         request.spec = _spec_sweep(
             spec_type, spec_draft_n_max, spec_draft_n_min, spec_ngram_max, spec_ngram_min,
             _bools("--spec-adaptive", spec_adaptive, no_spec_adaptive),
@@ -523,7 +527,7 @@ def _spec_prompt(prompt: str | None, file: Path | None) -> tuple[str, str]:
     from llmcli.bench.spec import DEFAULT_PROMPT
 
     if prompt is not None and file is not None:
-        raise UsageError("give --prompt or --prompt-file, not both")
+        raise UsageError("give --prompt or -f/--file, not both")
     if file is not None:
         try:
             text = file.read_text(encoding="utf-8")
