@@ -180,6 +180,10 @@ def test_csv_jsonl_and_compare(backend, tmp_path):
     compared = json.loads(result.stdout)["comparisons"]
     assert [c["test"] for c in compared] == ["spec plain tg6", "spec lookup k=2 tg6", "spec lookup k=4 tg6"]
     assert all(c["ratio"] == 1.0 for c in compared)
+    assert [(c["old_acceptance"], c["new_acceptance"]) for c in compared] == [(None, None), (1.0, 1.0),
+                                                                             (0.5, 0.5)]  # fmt: skip
+    table = _table(run("bench", "compare", "old.json", "new.json").stdout)
+    assert table[0][-2:] == ["old accept", "new accept"] and table[3][-2:] == ["50%", "50%"]
 
 
 def test_ctrl_c_keeps_finished_cases(backend, monkeypatch):

@@ -339,7 +339,14 @@ def comparison(result: Comparison) -> str:
          "" if p.welch is None else f"{p.welch.p_value:.3g}", p.verdict(result.alpha)]
         for p in result.pairs
     ]  # fmt: skip
-    lines = [tables.markdown(head, body, [False, True, True, True, True, False])]
+    right = [False, True, True, True, True, False]
+    if any(p.acceptance is not None for p in result.pairs):  # --scenario spec
+        head += ["old accept", "new accept"]
+        right += [True, True]
+        for row, p in zip(body, result.pairs, strict=True):
+            old, new = p.acceptance or (None, None)
+            row += [_percent(old), _percent(new)]
+    lines = [tables.markdown(head, body, right)]
     lines.append(f"old: {result.old.path}\nnew: {result.new.path}")
     lines.append(f"Welch's t-test on tokens/s per repetition; a difference counts when p < {result.alpha:g}.")
     if result.only_old:
