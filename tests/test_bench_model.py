@@ -92,3 +92,25 @@ def test_ctrl_c_aborts_a_long_prefill():
     result = session.execute(request, plan, backend)
     assert result.interrupted and not result.complete and result.results == []
     assert time.perf_counter() - started < 10  # a full run would take far longer on two cores
+
+
+def test_spec_scenario_on_smollm2_drafts_on_the_copy_prompt():
+    """Prompt lookup on the built-in copy prompt: drafting happens with any batch size
+    (--spec-exact 0), the plain case drafts nothing, and with --spec-exact 1 the greedy text is
+    the plain text. Properties only, no speeds."""
+    doc = _bench("-m", "smollm2-135m", "--scenario", "spec", "-n", "24", "--no-warmup",
+                 "--spec-draft-n-max", "4", "--spec-exact", "0,1")  # fmt: skip
+    rows = {r["test"]: r for r in doc["results"]}
+    assert list(rows) == ["spec plain tg24", "spec lookup k=4 no-exact tg24", "spec lookup k=4 tg24"]
+    plain, fast, exact = rows.values()
+    assert plain["drafted"] == [0] and plain["accepted"] == [0] and plain["spec_type"] == "none"
+    assert fast["drafted"][0] > 0
+    for r in (fast, exact):
+        assert 0 <= r["accepted"][0] <= r["drafted"][0]
+        assert r["acceptance"] is None or 0.0 <= r["acceptance"] <= 1.0
+        assert r["target_passes"][0] >= 1 and r["tokens_per_pass"] >= 1.0
+        assert r["vs_plain"] is not None and r["vs_plain"] > 0
+        assert sum(r["k_chosen"].values()) >= 1
+    assert exact["exact_positions"]["short"] >= 1 and exact["text_matches_plain"] is True
+    assert all(r["prompt_format"] == "template" and r["prompt_tokens"][0] > 50 for r in rows.values())
+    assert all(1 <= r["completion_tokens"][0] <= 24 and r["samples_ts"] for r in rows.values())

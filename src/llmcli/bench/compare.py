@@ -1,10 +1,12 @@
 """`llmcli bench compare OLD NEW`: per test, the speed ratio and whether it exceeds the noise.
 
 Reads `llmcli bench -o json` documents, `-o jsonl` files, and llama-bench's own `-o json` / `-o jsonl`
-output. Tests are matched on their name (pp512, tg128 @ d4096, chat turn 2 (reuse)) and settings
+output. Tests are matched on their name (pp512, tg128 @ d4096, chat turn 2 (reuse),
+spec lookup k=8 tg128) and settings
 (threads, batch sizes, GPU layers, flash attention, KV cache types) and, when either file holds
 more than one model, the model file name. The verdict comes from Welch's t-test on the per-repetition
 tokens-per-second samples: a difference is reported as real when p < alpha (default 0.05).
+Speculative cases (`--scenario spec`) also show each side's acceptance.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class Pair:
     old: list[float]
     new: list[float]
     welch: stats.Welch | None
+    # --scenario spec: the share of drafted tokens accepted in each run (None: not drafted / not spec)
+    acceptance: tuple[float | None, float | None] | None = None
 
     @property
     def ratio(self) -> float:
@@ -61,7 +65,9 @@ class Pair:
             "df": None if self.welch is None else _finite(self.welch.df),
             "p_value": None if self.welch is None else round(self.welch.p_value, 6),
             "verdict": self.verdict(alpha),
-        }
+            **({"old_acceptance": self.acceptance[0], "new_acceptance": self.acceptance[1]}
+               if self.acceptance is not None else {}),
+        }  # fmt: skip
 
 
 @dataclass
@@ -107,7 +113,9 @@ def compare(old_path: Path, new_path: Path, alpha: float = 0.05) -> Comparison:
 
 def _pair(key: tuple, old: dict, new: dict, varying: list[int]) -> Pair:
     a, b = samples_ts(old), samples_ts(new)
-    return Pair(key, _label(key, varying), a, b, stats.welch(a, b))
+    both = "acceptance" in old and "acceptance" in new
+    acceptance = (old.get("acceptance"), new.get("acceptance")) if both else None
+    return Pair(key, _label(key, varying), a, b, stats.welch(a, b), acceptance)
 
 
 def _rekey(side: Side, with_model: bool) -> dict[tuple, dict]:

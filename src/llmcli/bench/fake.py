@@ -47,6 +47,7 @@ class FakeBackend:
     interrupt_at: int | None = None
     n_ctx_train: int = 8192
     invalid: set[str] = field(default_factory=set)  # file names inspect() refuses
+    foreign_vocab: set[str] = field(default_factory=set)  # draft file names check_draft refuses
     busy: float | None = None  # what other_load() reports (share of the CPU used by other processes)
     clock: FakeClock = field(default_factory=FakeClock)
 
@@ -85,6 +86,13 @@ class FakeBackend:
 
     def release(self, thing: Any) -> None:
         pass
+
+    def check_draft(self, target: str, draft: str) -> None:
+        from llmcli.errors import UsageError
+
+        if Path(draft).name in self.foreign_vocab:
+            raise UsageError(f"the draft model {Path(draft).name} does not share the vocabulary of "
+                             f"{Path(target).name}: token 3 differs")  # fmt: skip
 
     def interrupt(self) -> None:
         self.interrupted = True

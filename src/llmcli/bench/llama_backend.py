@@ -68,6 +68,11 @@ class LlamaBackend:
         self.live.append(engine)
         return engine
 
+    def check_draft(self, target: str, draft: str) -> None:
+        from llmcli.engine.measure import check_draft_vocab
+
+        check_draft_vocab(target, draft)
+
     def release(self, thing: Any) -> None:
         if thing in self.live:
             self.live.remove(thing)

@@ -210,6 +210,159 @@ class ChatTurnResult:
 
 
 @dataclass
+class SpecSample:
+    """One greedy generation of the speculative scenario's prompt."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    decode_tokens: int  # the engine's count behind tokens per target pass
+    ttft_ns: int
+    prefill_ts: float  # llama.cpp's own prompt-evaluation counter
+    decode_ts: float | None  # wall clock, tokens after the first over first->last; None under 2 tokens
+    drafted: int
+    accepted: int
+    target_passes: int
+    k_chosen: dict[str, int]  # k -> verification batches (0: plain steps) chosen by the policy
+    exact_positions: dict[str, int] | None  # --spec-exact's probed batch limits (short, long cache)
+    text: str
+
+
+@dataclass
+class SpecResult:
+    """One case of `--scenario spec`: a proposer's settings on one model, context and answer length,
+    over the repetitions; `baseline` is the plain case with the same model, context and length."""
+
+    model: ModelSummary
+    context: Any  # ContextSpec
+    n_gpu_layers: int
+    gpu_layers_offloaded: int
+    n_ctx: int
+    max_tokens: int
+    spec: Any  # engine.base.SpecOptions (kind "none": the plain baseline)
+    label: str
+    prompt_source: str  # "default", "--prompt" or the --prompt-file path
+    prompt_format: str  # "template" (the chat template, as generate) or "raw" (a base model)
+    test_time: str
+    samples: list[SpecSample] = field(default_factory=list)
+    warmup: bool = True
+    other_load: float | None = None
+    baseline: SpecResult | None = None
+
+    @property
+    def name(self) -> str:
+        return f"spec {self.label} tg{self.max_tokens}"
+
+    @property
+    def plain(self) -> bool:
+        return not self.spec.enabled
+
+    @property
+    def decode_samples_ts(self) -> list[float]:
+        return [s.decode_ts for s in self.samples if s.decode_ts is not None]
+
+    @property
+    def avg_ts(self) -> float:
+        return stats.mean(self.decode_samples_ts)
+
+    @property
+    def vs_plain(self) -> float | None:
+        base = self.baseline
+        if base is None or not base.decode_samples_ts or not self.decode_samples_ts or not base.avg_ts:
+            return None
+        return self.avg_ts / base.avg_ts
+
+    def _sum(self, name: str) -> int:
+        return sum(getattr(s, name) for s in self.samples)
+
+    def k_chosen(self) -> dict[str, int]:
+        total: dict[int, int] = {}
+        for s in self.samples:
+            for k, n in s.k_chosen.items():
+                total[int(k)] = total.get(int(k), 0) + n
+        return {str(k): total[k] for k in sorted(total)}
+
+    def mean_k(self) -> float | None:
+        """The k the adaptive policy chose on average per decision (0 counts: a plain step)."""
+        chosen = self.k_chosen()
+        n = sum(chosen.values())
+        return sum(int(k) * c for k, c in chosen.items()) / n if n else None
+
+    def text_matches_plain(self) -> bool | None:
+        if self.baseline is None or self.plain or not self.samples or not self.baseline.samples:
+            return None
+        return all(s.text == self.baseline.samples[0].text for s in self.samples)
+
+    def record(self, measured_gbps: float | None = None) -> dict[str, Any]:
+        c, sp = self.context, self.spec
+        ttft_ms = [s.ttft_ns / 1e6 for s in self.samples]
+        prefill = [s.prefill_ts for s in self.samples]
+        decode = self.decode_samples_ts
+        drafted, accepted = self._sum("drafted"), self._sum("accepted")
+        passes, tokens = self._sum("target_passes"), self._sum("decode_tokens")
+        gbps = traffic.effective_gbps(self.model.weight_bytes_per_token, self.avg_ts) if decode else None
+        vs = self.vs_plain
+        mean_k = self.mean_k()
+        draft = sp.kind == "draft"
+        exact = next((s.exact_positions for s in self.samples if s.exact_positions), None)
+        return {
+            "scenario": "spec",
+            "test": self.name,
+            **self.model.record(),
+            "n_batch": c.n_batch,
+            "n_ubatch": c.n_ubatch,
+            "n_threads": c.n_threads,
+            "type_k": c.type_k,
+            "type_v": c.type_v,
+            "n_gpu_layers": self.n_gpu_layers,
+            "n_gpu_layers_offloaded": self.gpu_layers_offloaded,
+            "flash_attn": c.flash_attn,
+            "n_gen": self.max_tokens,
+            "n_ctx": self.n_ctx,
+            "spec_type": sp.kind if sp.enabled else "none",
+            "spec_draft_n_max": sp.draft_max if sp.enabled else 0,
+            "spec_draft_n_min": sp.draft_min if sp.enabled else None,
+            "spec_ngram_max": sp.ngram_max if sp.kind == "lookup" else None,
+            "spec_ngram_min": sp.ngram_min if sp.kind == "lookup" else None,
+            "spec_adaptive": sp.adaptive if sp.enabled else None,
+            "spec_exact": sp.exact if sp.enabled else None,
+            "model_draft": (sp.model_draft_ref or sp.model_draft) if draft else None,
+            "model_draft_path": sp.model_draft if draft else None,
+            "n_gpu_layers_draft": sp.gpu_layers_draft if draft else None,
+            "n_ctx_draft": sp.ctx_size_draft if draft else None,
+            "exact_positions": exact if sp.enabled and sp.exact else None,
+            "prompt": self.prompt_source,
+            "prompt_format": self.prompt_format,
+            "test_time": self.test_time,
+            "repetitions": len(self.samples),
+            "warmup": self.warmup,
+            "prompt_tokens": [s.prompt_tokens for s in self.samples],
+            "completion_tokens": [s.completion_tokens for s in self.samples],
+            "avg_ttft_ms": round(stats.mean(ttft_ms), 3),
+            "stddev_ttft_ms": round(stats.stdev(ttft_ms), 3),
+            "samples_ttft_ns": [s.ttft_ns for s in self.samples],
+            "avg_prefill_ts": round(stats.mean(prefill), 6),
+            "stddev_prefill_ts": round(stats.stdev(prefill), 6),
+            "samples_prefill_ts": [round(v, 6) for v in prefill],
+            "avg_ts": round(self.avg_ts, 6),
+            "stddev_ts": round(stats.stdev(decode), 6),
+            "cv": round(stats.cv(decode), 6),
+            "samples_ts": [round(v, 6) for v in decode],
+            "vs_plain": _round(vs, 4),
+            "drafted": [s.drafted for s in self.samples],
+            "accepted": [s.accepted for s in self.samples],
+            "target_passes": [s.target_passes for s in self.samples],
+            "acceptance": round(accepted / drafted, 6) if drafted else None,
+            "tokens_per_pass": round(tokens / passes, 6) if passes else None,
+            "k_chosen": self.k_chosen() if sp.enabled else None,
+            "mean_k": _round(mean_k, 3) if sp.enabled else None,
+            "text_matches_plain": self.text_matches_plain(),
+            "effective_gbps": None if gbps is None else round(gbps, 3),
+            "roofline_fraction": _roofline(gbps, measured_gbps, self.gpu_layers_offloaded),
+            "other_cpu_load": _round(self.other_load, 3),
+        }
+
+
+@dataclass
 class BenchRun:
     """Everything one `llmcli bench` invocation measured, complete or not."""
 
@@ -217,7 +370,7 @@ class BenchRun:
     settings: dict[str, Any]
     planned: int
     started_at: str
-    results: list[TestResult | ChatTurnResult] = field(default_factory=list)
+    results: list[TestResult | ChatTurnResult | SpecResult] = field(default_factory=list)
     finished_at: str | None = None
     complete: bool = True
     interrupted: bool = False

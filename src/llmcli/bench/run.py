@@ -9,12 +9,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from llmcli.bench import chat, runner
+from llmcli.bench import spec as speculative
 from llmcli.bench.results import BenchRun, ModelSummary
-from llmcli.bench.sweep import Case, ContextSpec, Sweep, drop_unsupported, expand
+from llmcli.bench.sweep import ContextSpec, Sweep, drop_unsupported, expand
 
-SCENARIOS = ("tests", "chat")
+SCENARIOS = ("tests", "chat", "spec")
 
 
 @dataclass
@@ -29,12 +31,15 @@ class Request:
     seed: int = 1234
     offline: bool = False
     busy: int = 0  # busy processes started for the run (decode next to other work)
+    spec: speculative.SpecSweep = field(default_factory=speculative.SpecSweep)  # --scenario spec
+    prompt: str = speculative.DEFAULT_PROMPT  # --scenario spec
+    prompt_source: str = "default"
 
 
 @dataclass
 class Plan:
     models: dict[str, ModelSummary]
-    cases: list[Case]
+    cases: list  # sweep.Case, or spec.SpecCase for --scenario spec
     dropped: list[ContextSpec] = field(default_factory=list)  # settings llama.cpp would refuse
 
 
@@ -44,7 +49,10 @@ def plan(request: Request, backend: runner.Backend) -> Plan:
     request.sweep.models = list(models)
     _, dropped = drop_unsupported(request.sweep.contexts())
     if request.scenario == "chat":
-        cases = chat.expand(request.sweep)
+        cases: list = chat.expand(request.sweep)
+    elif request.scenario == "spec":
+        speculative.check(request.spec, models, backend, request.offline)
+        cases = speculative.expand(request.sweep, request.spec.points())
     else:
         cases = expand(request.sweep)
         runner.context_sizes(cases, models, request.ctx_size)
@@ -66,7 +74,7 @@ def resolve_models(refs: list[str | None], backend: runner.Backend, offline: boo
 
 def new_run(request: Request, the_plan: Plan, backend: runner.Backend) -> BenchRun:
     s = request.sweep
-    settings = {
+    settings: dict[str, Any] = {
         "scenario": request.scenario, "repetitions": request.reps, "warmup": request.warmup,
         "seed": request.seed, "delay_s": request.delay_s, "ctx_size": request.ctx_size,
         "busy_processes": request.busy,
@@ -76,6 +84,16 @@ def new_run(request: Request, the_plan: Plan, backend: runner.Backend) -> BenchR
             "n_ubatch": s.n_ubatch, "flash_attn": s.flash_attn, "type_k": s.type_k, "type_v": s.type_v,
         },
     }  # fmt: skip
+    if request.scenario == "spec":
+        p = request.spec
+        settings["sweep"].update({
+            "spec_type": p.kinds, "spec_draft_n_max": p.draft_max, "spec_draft_n_min": p.draft_min,
+            "spec_ngram_max": p.ngram_max, "spec_ngram_min": p.ngram_min, "spec_adaptive": p.adaptive,
+            "spec_exact": p.exact, "model_draft": p.model_draft, "model_draft_path": p.model_draft_path,
+            "n_gpu_layers_draft": p.gpu_layers_draft, "n_ctx_draft": p.ctx_size_draft,
+        })  # fmt: skip
+        settings["prompt"] = request.prompt_source
+        settings["prompt_text"] = request.prompt
     planned = (
         chat.planned(the_plan.cases, chat_options(request))
         if request.scenario == "chat"
@@ -86,6 +104,11 @@ def new_run(request: Request, the_plan: Plan, backend: runner.Backend) -> BenchR
 
 def chat_options(request: Request) -> chat.ChatOptions:
     return chat.ChatOptions(request.reps, request.warmup, request.ctx_size)
+
+
+def spec_options(request: Request) -> speculative.SpecOptionsRun:
+    return speculative.SpecOptionsRun(request.reps, request.warmup, request.ctx_size, request.prompt,
+                                      request.prompt_source, request.spec.points())  # fmt: skip
 
 
 def execute(
@@ -108,6 +131,10 @@ def execute(
         if request.scenario == "chat":
             return chat.run_chat(
                 the_plan.cases, the_plan.models, backend, run, chat_options(request), progress, stop
+            )
+        if request.scenario == "spec":
+            return speculative.run_spec(
+                the_plan.cases, the_plan.models, backend, run, spec_options(request), progress, stop
             )
         options = runner.Options(
             request.reps, request.warmup, request.seed, request.delay_s, request.ctx_size

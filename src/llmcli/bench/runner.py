@@ -74,6 +74,9 @@ class Backend(Protocol):
     def release(self, thing: Any) -> None:
         """Forget a closed chat engine."""
 
+    def check_draft(self, target: str, draft: str) -> None:
+        """Refuse a draft model whose vocabulary differs from the target's (UsageError)."""
+
     def interrupt(self) -> None:
         """Abort the decode in progress (called from another thread)."""
 
@@ -98,7 +101,7 @@ class Event:
     phase: str
     rep: int = 0
     reps: int = 0
-    result: TestResult | None = None
+    result: Any = None  # the finished result (TestResult, SpecResult) with phase "done"
 
 
 # -- context sizing --------------------------------------------------------------------------

@@ -40,8 +40,10 @@ NPrompt = Annotated[
     list[str] | None, _list_option("--n-prompt", "-p", help="Prompt sizes for pp tests (default 512).")
 ]
 NGen = Annotated[
-    list[str] | None, _list_option("--n-gen", "-n", help="Generation lengths for tg tests (default 128).")
-]
+    list[str] | None,
+    _list_option("--n-gen", "-n", help="Generation lengths for tg tests, answer lengths for the chat "
+                 "and spec scenarios (default 128)."),
+]  # fmt: skip
 PromptGen = Annotated[
     list[str] | None,
     _list_option("--pg", "-pg", help="Prefill then generate in one test: PROMPT,GEN; repeatable."),
@@ -96,7 +98,9 @@ Scenario = Annotated[
     typer.Option(
         "--scenario", metavar="NAME",
         help="tests: llama-bench's pp/tg/pg tests; chat: a scripted conversation through the chat "
-        "template, time to first token and decode speed per turn, KV cache reused and not.",
+        "template, time to first token and decode speed per turn, KV cache reused and not; spec: "
+        "speculative decoding of a prompt (greedy, as generate), effective decode speed against "
+        "plain decoding, tokens drafted and accepted, for every --spec-* setting.",
         rich_help_panel=RUN_PANEL,
     ),
 ]  # fmt: skip
@@ -113,7 +117,7 @@ CtxSize = Annotated[
     typer.Option(
         "--ctx-size", min=1, show_default=False, rich_help_panel=RUN_PANEL, metavar="TOKENS",
         help="Context size; a test that does not fit is an error (default: sized to fit each test; "
-        f"for --scenario chat the model's trained context, capped at {defaults.CTX_CAP}).",
+        f"for --scenario chat and spec the model's trained context, capped at {defaults.CTX_CAP}).",
     ),
 ]  # fmt: skip
 Delay = Annotated[
@@ -134,6 +138,82 @@ Seed = Annotated[
     int,
     typer.Option("--seed", metavar="N", help="Seed of the synthetic token ids.", rich_help_panel=RUN_PANEL),
 ]
+
+SPEC_PANEL = "Speculative decoding (--scenario spec; comma lists and ranges sweep, generate's flag names)"
+SpecTypes = Annotated[
+    list[str] | None,
+    _list_option("--spec-type", panel=SPEC_PANEL, help="Proposers: none, lookup, draft (default none,lookup; "
+                 "none,draft with -md). The plain case (none) is always measured, as the baseline."),
+]  # fmt: skip
+SpecDraftNMax = Annotated[
+    list[str] | None,
+    _list_option("--spec-draft-n-max", panel=SPEC_PANEL,
+                 help=f"k: most tokens proposed per verification batch (default {defaults.SPEC_DRAFT_N_MAX}; "
+                 "0 is the plain case)."),
+]  # fmt: skip
+SpecDraftNMin = Annotated[
+    list[str] | None,
+    _list_option("--spec-draft-n-min", panel=SPEC_PANEL,
+                 help=f"Fewest tokens worth a verification batch (default {defaults.SPEC_DRAFT_N_MIN})."),
+]  # fmt: skip
+SpecNgramMax = Annotated[
+    list[str] | None,
+    _list_option("--spec-ngram-max", panel=SPEC_PANEL,
+                 help=f"Prompt lookup: longest n-gram matched (default {defaults.SPEC_NGRAM_MAX})."),
+]  # fmt: skip
+SpecNgramMin = Annotated[
+    list[str] | None,
+    _list_option("--spec-ngram-min", panel=SPEC_PANEL,
+                 help=f"Prompt lookup: shortest n-gram matched (default {defaults.SPEC_NGRAM_MIN})."),
+]  # fmt: skip
+SpecAdaptive = Annotated[
+    list[str] | None,
+    _list_option("--spec-adaptive", panel=SPEC_PANEL,
+                 help="Adaptive k: 1 (the default: k chosen from measured costs and acceptance), 0 (always "
+                 "k), or 0,1 to measure both."),
+]  # fmt: skip
+NoSpecAdaptive = Annotated[
+    bool,
+    typer.Option("--no-spec-adaptive", help="The same as --spec-adaptive 0.", rich_help_panel=SPEC_PANEL),
+]
+SpecExact = Annotated[
+    list[str] | None,
+    _list_option("--spec-exact", panel=SPEC_PANEL,
+                 help="1 (the default): verify only in batch sizes bit-identical to plain decoding on this "
+                 "build; 0: any size; 0,1: both."),
+]  # fmt: skip
+NoSpecExact = Annotated[
+    bool,
+    typer.Option("--no-spec-exact", help="The same as --spec-exact 0.", rich_help_panel=SPEC_PANEL),
+]
+BenchModelDraft = Annotated[
+    str | None,
+    typer.Option("--model-draft", "-md", metavar="MODEL", show_default=False, rich_help_panel=SPEC_PANEL,
+                 autocompletion=o._complete_models,
+                 help="Draft model (a path, hub reference or alias, like -m); it must share the vocabulary "
+                 "of every -m model. Alone it makes the default --spec-type none,draft."),
+]  # fmt: skip
+BenchGpuLayersDraft = Annotated[
+    int | None,
+    typer.Option("--gpu-layers-draft", "-ngld", metavar="N", show_default=False, rich_help_panel=SPEC_PANEL,
+                 help="Draft model layers to offload to the GPU (default: all when this build can offload)."),
+]  # fmt: skip
+BenchCtxSizeDraft = Annotated[
+    int | None,
+    typer.Option("--ctx-size-draft", "-cd", metavar="TOKENS", show_default=False, min=1,
+                 rich_help_panel=SPEC_PANEL, help="Draft model context size (default: the target's)."),
+]  # fmt: skip
+SpecPrompt = Annotated[
+    str | None,
+    typer.Option("--prompt", metavar="TEXT", show_default=False, rich_help_panel=SPEC_PANEL,
+                 help="The prompt to generate from (default: a short source file and \"The same file again, "
+                 "unchanged:\", a copy-heavy prompt)."),
+]  # fmt: skip
+SpecPromptFile = Annotated[
+    Path | None,
+    typer.Option("--file", "-f", "--prompt-file", metavar="FILE", show_default=False,
+                 rich_help_panel=SPEC_PANEL, help="Read the prompt from FILE (UTF-8), as generate -f."),
+]  # fmt: skip
 
 SERVE_PANEL = "Served model (bench -m URL#MODEL or NAME/MODEL: the serving benchmark)"
 Concurrency = Annotated[
@@ -188,15 +268,38 @@ def bench(
     busy: Busy = 0,
     concurrency: Concurrency = None,
     requests: Requests = None,
+    spec_type: SpecTypes = None,
+    spec_draft_n_max: SpecDraftNMax = None,
+    spec_draft_n_min: SpecDraftNMin = None,
+    spec_ngram_max: SpecNgramMax = None,
+    spec_ngram_min: SpecNgramMin = None,
+    spec_adaptive: SpecAdaptive = None,
+    no_spec_adaptive: NoSpecAdaptive = False,
+    spec_exact: SpecExact = None,
+    no_spec_exact: NoSpecExact = False,
+    model_draft: BenchModelDraft = None,
+    gpu_layers_draft: BenchGpuLayersDraft = None,
+    ctx_size_draft: BenchCtxSizeDraft = None,
+    prompt: SpecPrompt = None,
+    prompt_file: SpecPromptFile = None,
     timeout: o.Timeout = None,
     offline: o.Offline = False,
 ) -> None:
     """Measure prefill (pp) and decode (tg) speed, as llama-bench does: mean ± sd over repetitions.
 
     Example: llmcli bench -p 512 -n 128 -t 1-4 -d 0,4096 -o json > run.json
+
+    Speculative decoding: llmcli bench --scenario spec -n 128 --spec-draft-n-max 2,4,8 --spec-exact 0,1
     """
     if ctx.invoked_subcommand is not None:
         return
+    spec_flags = {"--spec-type": spec_type, "--spec-draft-n-max": spec_draft_n_max,
+                  "--spec-draft-n-min": spec_draft_n_min, "--spec-ngram-max": spec_ngram_max,
+                  "--spec-ngram-min": spec_ngram_min, "--spec-adaptive": spec_adaptive,
+                  "--no-spec-adaptive": no_spec_adaptive or None, "--spec-exact": spec_exact,
+                  "--no-spec-exact": no_spec_exact or None, "-md": model_draft, "-ngld": gpu_layers_draft,
+                  "-cd": ctx_size_draft, "--prompt": prompt, "-f/--file": prompt_file}  # fmt: skip
+    spec_given = [flag for flag, value in spec_flags.items() if value is not None]
     from llmcli import render
     from llmcli.bench import run as session
     from llmcli.render import bench as formats
@@ -209,7 +312,7 @@ def bench(
                       "-ub": ubatch_size, "-fa": flash_attn, "-ctk": cache_type_k, "-ctv": cache_type_v,
                       "--roofline": roofline or None, "--busy": busy or None, "--ctx-size": ctx_size,
                       "--scenario": None if scenario == "tests" else scenario}  # fmt: skip
-        given = [flag for flag, value in local_only.items() if value]
+        given = [flag for flag, value in local_only.items() if value] + spec_given
         if given:
             raise UsageError(f"{', '.join(given)}: not for a served model (the serving benchmark takes "
                              "-p, -n, -c, --requests, -r, --no-warmup, --delay, --seed and -o)")  # fmt: skip
@@ -227,9 +330,22 @@ def bench(
         raise UsageError(
             "-p, -pg and -d do not apply to --scenario chat (its prompts are the script's turns)"
         )
+    if scenario != "spec" and spec_given:
+        raise UsageError(f"{', '.join(spec_given)}: only for --scenario spec (speculative decoding)")
     request = session.Request(
         sweep, scenario, repetitions, not no_warmup, roofline, ctx_size, delay, seed, offline, busy
     )
+    if scenario == "spec":
+        if n_prompt or pg or depth:
+            raise UsageError(
+                "-p, -pg and -d do not apply to --scenario spec (its prompt is --prompt or -f/--file)"
+            )
+        request.spec = _spec_sweep(
+            spec_type, spec_draft_n_max, spec_draft_n_min, spec_ngram_max, spec_ngram_min,
+            _bools("--spec-adaptive", spec_adaptive, no_spec_adaptive),
+            _bools("--spec-exact", spec_exact, no_spec_exact), model_draft, gpu_layers_draft, ctx_size_draft,
+        )  # fmt: skip
+        request.prompt, request.prompt_source = _spec_prompt(prompt, prompt_file)
     from llmcli import environment
 
     backend = environment.current().bench_backend(debug=render.debug())
@@ -354,6 +470,81 @@ def _sweep(model, n_prompt, n_gen, pg, depth, threads, gpu_layers, batch, ubatch
     )
 
 
+def _spec_sweep(kinds, k, k_min, ngram_max, ngram_min, adaptive, exact, draft, ngld, cd):
+    from llmcli.bench import spec
+    from llmcli.bench import sweep as s
+    from llmcli.engine.spec import kind_of
+
+    names: list[str] = []
+    for item in s._items("--spec-type", kinds) if kinds else []:
+        try:
+            names.append(kind_of(item))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    if not names:
+        names = ["none", "draft" if draft else "lookup"]
+    if "draft" in names and not draft:
+        raise UsageError("--spec-type draft needs a draft model: -md/--model-draft REF")
+    if draft and "draft" not in names:
+        raise UsageError(
+            "-md/--model-draft is given but --spec-type lists no draft", hint="add draft to --spec-type"
+        )
+    if (ngld is not None or cd is not None) and not draft:
+        raise UsageError("-ngld and -cd set up the draft model: give it with -md/--model-draft")
+    sweep = spec.SpecSweep(
+        kinds=s._dedupe(["none", *names]),
+        draft_max=s.parse_ints("--spec-draft-n-max", k, [defaults.SPEC_DRAFT_N_MAX]),
+        draft_min=s.parse_ints("--spec-draft-n-min", k_min, [defaults.SPEC_DRAFT_N_MIN]),
+        ngram_max=s.parse_ints("--spec-ngram-max", ngram_max, [defaults.SPEC_NGRAM_MAX], minimum=1),
+        ngram_min=s.parse_ints("--spec-ngram-min", ngram_min, [defaults.SPEC_NGRAM_MIN], minimum=1),
+        adaptive=adaptive, exact=exact, model_draft=draft,
+        gpu_layers_draft=None if ngld is None or ngld < 0 else ngld, ctx_size_draft=cd,
+    )  # fmt: skip
+    if "lookup" in names and not any(b <= a for a in sweep.ngram_max for b in sweep.ngram_min):
+        raise UsageError("--spec-ngram-min must not exceed --spec-ngram-max (in at least one combination)")
+    sweep.points()  # every setting checked (k at most 64, n-gram lengths at most 16) before anything runs
+    return sweep
+
+
+def _bools(flag: str, values: list[str] | None, off: bool) -> list[bool]:
+    from llmcli.bench import sweep as s
+
+    if off and values:
+        raise UsageError(f"give {flag} or --no-{flag[2:]}, not both")
+    if off or not values:
+        return [not off]
+    out = []
+    for item in s._items(flag, values):
+        value = s._BOOLS.get(item.lower())
+        if value is None:
+            raise UsageError(f"{flag}: expected 0 or 1 (a comma list sweeps), got {item!r}")
+        out.append(value)
+    return s._dedupe(out)
+
+
+def _spec_prompt(prompt: str | None, file: Path | None) -> tuple[str, str]:
+    """The prompt's text and where it came from, for the record."""
+    from llmcli.bench.spec import DEFAULT_PROMPT
+
+    if prompt is not None and file is not None:
+        raise UsageError("give --prompt or -f/--file, not both")
+    if file is not None:
+        try:
+            text = file.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"{file} is not UTF-8 text (invalid byte at offset {exc.start})") from None
+        except OSError as exc:
+            raise UsageError(f"cannot read {file}: {exc.strerror or exc}") from None
+        if not text.strip():
+            raise UsageError(f"{file} is empty: no prompt to generate from")
+        return text, str(file)
+    if prompt is not None:
+        if not prompt.strip():
+            raise UsageError("--prompt is empty")
+        return prompt, "--prompt"
+    return DEFAULT_PROMPT, "default"
+
+
 def _warn_dropped(dropped) -> None:
     from llmcli import render
 
@@ -384,8 +575,19 @@ class Progress:
             sys.stderr.flush()
 
     def finished(self, result) -> str:
-        t, busy = result.timing, result.other_load or 0.0
+        busy = result.other_load or 0.0
         note = f" (other processes used {busy:.0%} of the CPU)" if busy > NOISY else ""
+        if not hasattr(result, "timing"):  # --scenario spec
+            r = result.record()
+            line = f"{r['avg_ts']:.2f} ± {r['stddev_ts']:.2f} t/s" if r["samples_ts"] else "n/a t/s"
+            if r["vs_plain"] is not None:
+                line += f" ({r['vs_plain']:.2f}x plain)"
+            if r["spec_type"] != "none":
+                drafted, accepted = sum(r["drafted"]), sum(r["accepted"])
+                share = f" ({accepted / drafted:.0%})" if drafted else ""
+                line += f", accepted {accepted}/{drafted}{share}"
+            return line + note
+        t = result.timing
         return f"{t.avg_ts:.2f} ± {t.stddev_ts:.2f} t/s{note}"
 
     def _line(self, text: str) -> None:

@@ -171,3 +171,13 @@ class MeasureContext:
         if self.handle:
             self._L.llama_free(self.handle)
             self.handle = None
+
+
+def check_draft_vocab(target: str, draft: str) -> None:
+    """Refuse (UsageError naming both files and the first difference) a draft model whose
+    vocabulary is not the target's; only the two vocabularies are read, no weights."""
+    import llama_cpp
+
+    from llmcli.engine.llama import check_draft_vocab as check
+
+    check(llama_cpp, Path(target), Path(draft))

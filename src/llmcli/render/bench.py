@@ -12,8 +12,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llmcli import defaults
 from llmcli.bench import stats, sweep
 from llmcli.bench.cpu_load import NOISY
 from llmcli.bench.results import BenchRun
@@ -67,6 +69,8 @@ def _csv_value(value: Any) -> Any:
         return "true" if value else "false"
     if isinstance(value, list):
         return " ".join(str(_csv_value(v)) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value, ensure_ascii=False, sort_keys=True)
     return value
 
 
@@ -77,6 +81,7 @@ def markdown(run: BenchRun) -> str:
     records = run.records()
     tests = [r for r in records if r["scenario"] == "tests"]
     chats = [r for r in records if r["scenario"] == "chat"]
+    specs = [r for r in records if r["scenario"] == "spec"]
     if run.settings.get("scenario") == "serve":
         serves = [r for r in records if r["scenario"] == "serve"]
         body = tables.markdown(*_serve_table(serves)) if serves else "No test finished.\n"
@@ -88,6 +93,8 @@ def markdown(run: BenchRun) -> str:
         parts.append(tables.markdown(*_test_table(tests, backend, roofline)))
     if chats:
         parts.append(tables.markdown(*_chat_table(chats, roofline)))
+    if specs:
+        parts.append(tables.markdown(*_spec_table(specs, roofline)))
     if not records:
         parts.append("No test finished.\n")
     parts.append(footer(run))
@@ -127,6 +134,84 @@ def _chat_table(rows: list[dict], roofline: bool) -> tuple[list[str], list[list[
         body.append(row)
     right = [h not in ("model", "cache") for h in head]
     return head, body, right
+
+
+def _spec_table(rows: list[dict], roofline: bool) -> tuple[list[str], list[list[str]], list[bool]]:
+    """--scenario spec: one row per proposer setting, the plain baseline first in each group."""
+    spec_rows = [r for r in rows if r["spec_type"] != "none"]
+    optional = [(key, title) for key, title, default in _OPTIONAL if _shown(rows, key, default)]
+    with_min = any(r["spec_draft_n_min"] not in (None, defaults.SPEC_DRAFT_N_MIN) for r in rows)
+    with_ngram = any(
+        (r["spec_ngram_max"], r["spec_ngram_min"]) != (defaults.SPEC_NGRAM_MAX, defaults.SPEC_NGRAM_MIN)
+        for r in spec_rows
+        if r["spec_type"] == "lookup"
+    )
+    with_draft = any(r["spec_type"] == "draft" for r in rows)
+    head = ["model", "threads"] + [title for _, title in optional] + ["n_gen", "spec", "k"]
+    head += (["k min"] if with_min else []) + (["ngram"] if with_ngram else [])
+    head += ["draft"] if with_draft else []
+    head += ["adaptive", "exact", "prompt", "ttft ms", "pp t/s", "t/s", "vs plain", "drafted", "accepted"]
+    head += ["accept", "tok/pass", "k used", "= plain"] + (["roofline"] if roofline else [])
+    body = []
+    for r in rows:
+        spec = r["spec_type"] != "none"
+        row = [r["model_type"], str(r["n_threads"])] + [_cell(r[key]) for key, _ in optional]
+        row += [str(r["n_gen"]), r["spec_type"] if spec else "plain"]
+        row += [str(r["spec_draft_n_max"]) if spec else ""]
+        row += [_cell(r["spec_draft_n_min"]) if spec else ""] if with_min else []
+        if with_ngram:
+            row += [f"{r['spec_ngram_min']}-{r['spec_ngram_max']}" if r["spec_type"] == "lookup" else ""]
+        row += [Path(str(r["model_draft"])).name if r["spec_type"] == "draft" else ""] if with_draft else []
+        row += [_cell(r["spec_adaptive"]) if spec else "", _cell(r["spec_exact"]) if spec else ""]
+        row += [_ints(r["prompt_tokens"]), f"{r['avg_ttft_ms']:.1f} ± {r['stddev_ttft_ms']:.1f}"]
+        vs = "" if r["vs_plain"] is None else f"{r['vs_plain']:.2f}x"
+        row += [f"{r['avg_prefill_ts']:.1f}", _ts(r), vs]
+        reps = max(1, r["repetitions"])
+        row += [f"{sum(r['drafted']) / reps:.0f}", f"{sum(r['accepted']) / reps:.0f}"] if spec else ["", ""]
+        per_pass = "" if r["tokens_per_pass"] is None else f"{r['tokens_per_pass']:.2f}"
+        row += [_percent(r["acceptance"]), per_pass]
+        row += [_k_used(r), {True: "yes", False: "no", None: ""}[r["text_matches_plain"]]]
+        row += [_percent(r["roofline_fraction"])] if roofline else []
+        body.append(row)
+    right = [h not in ("model", "spec", "draft", "= plain") for h in head]
+    return head, body, right
+
+
+def _k_used(r: dict) -> str:
+    """The k the policy chose, as a mean over its decisions (fixed k: k whenever it drafted)."""
+    if r["spec_type"] == "none" or r["mean_k"] is None:
+        return ""
+    return f"{r['mean_k']:.1f}"
+
+
+def spec_notes(run: BenchRun) -> list[str]:
+    """Footer lines for --scenario spec: the prompt, the method, and settings that drafted nothing."""
+    records = [r for r in run.records() if r["scenario"] == "spec"]
+    if not records:
+        return []
+    source = run.settings.get("prompt") or "default"
+    what = "the built-in copy-heavy prompt" if source == "default" else source
+    fmt = records[0]["prompt_format"]
+    lines = [f"prompt: {what} ({'through the chat template' if fmt == 'template' else 'plain text'}), "
+             "greedy; t/s = wall clock, tokens after the first / first->last token; vs plain = t/s over "
+             "the plain case with the same model, context and n_gen"]  # fmt: skip
+    capped: dict[tuple, str] = {}
+    for r in records:
+        exact = r["exact_positions"] or {}
+        if r["spec_type"] == "none" or not r["spec_exact"] or not exact:
+            continue
+        short, long = exact.get("short", 0), exact.get("long", 0)
+        if short - 1 < r["spec_draft_n_max"] or long - 1 < r["spec_draft_n_max"]:
+            capped.setdefault((r["model_filename"], short, long), r["model_type"])
+    for (_, short, long), model in capped.items():
+        lines.append(f"--spec-exact: {model} gives logits bit-identical to single steps in batches of "
+                     f"at most {short} positions while the cache holds up to 256 tokens and {long} beyond "
+                     f"(probed on this build and settings), so k is capped at {short - 1} / {long - 1} "
+                     "there; --spec-exact 0 lifts the cap")  # fmt: skip
+    if any(r["text_matches_plain"] is False for r in records):
+        lines.append("= plain: no: the greedy text differs from plain decoding's (batched kernels may round "
+                     "near-ties differently; --spec-exact 1 keeps it identical)")  # fmt: skip
+    return lines
 
 
 def _serve_table(rows: list[dict]) -> tuple[list[str], list[list[str]], list[bool]]:
@@ -186,6 +271,7 @@ def footer(run: BenchRun) -> str:
         f"cpu: {env.get('cpu_info') or 'unknown'} ({simd}){gpu}",
         f"repetitions: {run.settings.get('repetitions')}, warm-up: {warmup}, started {run.started_at}",
     ]
+    lines += spec_notes(run)
     bw = run.bandwidth
     if bw is not None:
         lines.append(
@@ -253,7 +339,14 @@ def comparison(result: Comparison) -> str:
          "" if p.welch is None else f"{p.welch.p_value:.3g}", p.verdict(result.alpha)]
         for p in result.pairs
     ]  # fmt: skip
-    lines = [tables.markdown(head, body, [False, True, True, True, True, False])]
+    right = [False, True, True, True, True, False]
+    if any(p.acceptance is not None for p in result.pairs):  # --scenario spec
+        head += ["old accept", "new accept"]
+        right += [True, True]
+        for row, p in zip(body, result.pairs, strict=True):
+            old, new = p.acceptance or (None, None)
+            row += [_percent(old), _percent(new)]
+    lines = [tables.markdown(head, body, right)]
     lines.append(f"old: {result.old.path}\nnew: {result.new.path}")
     lines.append(f"Welch's t-test on tokens/s per repetition; a difference counts when p < {result.alpha:g}.")
     if result.only_old:
