@@ -269,3 +269,12 @@ def test_footer_says_when_spec_exact_caps_k(backend, monkeypatch):
     notes = [line for line in result.stdout.splitlines() if line.startswith("--spec-exact:")]
     assert len(notes) == 1
     assert "at most 3 positions" in notes[0] and "so k is capped at 2 / 0" in notes[0]
+
+
+def test_markdown_delimiter_cells_are_valid_for_one_character_columns():
+    from llmcli.render.tables import markdown
+
+    table = markdown(["k", "t/s"], [["8", "1.0"]], [True, True])
+    rule = table.splitlines()[1]
+    cells = [c.strip() for c in rule.strip("|").split("|")]
+    assert all("-" in c and len(c) >= 3 for c in cells), rule

@@ -26,7 +26,8 @@ def plain(headers: list[str], rows: list[list[Any]]) -> str:
 
 def markdown(head: list[str], body: list[list[str]], right: list[bool]) -> str:
     """A Markdown table; `right` says which columns are right-aligned (numbers)."""
-    widths = [max(len(h), *(len(row[i]) for row in body)) for i, h in enumerate(head)]
+    # at least 3: a delimiter cell needs a dash besides the colon ("-:" is not one in GFM)
+    widths = [max(3, len(h), *(len(row[i]) for row in body)) for i, h in enumerate(head)]
 
     def line(cells: list[str]) -> str:
         padded = [c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right, strict=True)]
