@@ -165,6 +165,18 @@ def test_policy_checks_free_proposals_it_did_not_draft_and_resumes_drafting():
     assert q.stats["s"].kept[:3] == pytest.approx([1, 1, 0], rel=0.1, abs=1e-9)
 
 
+def test_policy_does_not_probe_a_draft_model_that_could_never_pay():
+    p = KPolicy(k_max=4)
+    for n, c in ((1, 1.0), (1, 1.0), (3, 1.5), (3, 1.5), (5, 2.0), (5, 2.0)):
+        p.observe_batch(n, c)
+    assert p.choose("draft", 4, draft_cost=0.05) > 0  # a cheap draft: probed (then judged)
+    slow = KPolicy(k_max=4, costs=dict(p.costs), warmed=set(p.warmed))
+    assert slow.choose("draft", 4, draft_cost=0.95) == 0  # 100% accepted would still lose
+    for _ in range(200):
+        slow.tokens_emitted(1)
+        assert slow.choose("draft", 4, draft_cost=0.95) == 0
+
+
 def test_policy_cost_is_robust_to_one_slow_batch():
     p = KPolicy()
     for seconds in (9.0, 1.0, 1.1, 0.9, 30.0, 1.0):  # the first is the graph build

@@ -1029,7 +1029,9 @@ class _Speculation:
         if self.draft is None:
             return None
         self.draft.reset_perf()
-        ok = self.draft.sync(self.history[:-1])
+        # the whole prompt, in the target's chunks: a target used as its own draft then holds
+        # bit-identical keys and values (a chunk of another shape would round apart)
+        ok = self.draft.sync(self.history)
         self.draft_prefill_ms = self.draft.perf_ms()
         return None if ok or not self.e._abort.is_set() else "interrupted"
 
@@ -1116,7 +1118,7 @@ class _DraftModel:
         n_ctx = opts.ctx_size_draft or target.n_ctx
         cparams.n_ctx = max(256, -(-n_ctx // 256) * 256)
         cparams.n_batch = min(target.options.batch_size, cparams.n_ctx)
-        cparams.n_ubatch = cparams.n_batch
+        cparams.n_ubatch = min(L.llama_n_ubatch(target._ctx), cparams.n_batch)
         cparams.n_threads = cparams.n_threads_batch = target.threads
         cparams.no_perf = False
         cparams.n_outputs_max = opts.draft_max + 1  # as the target's: the same graphs, the same numerics

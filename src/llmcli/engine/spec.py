@@ -264,6 +264,13 @@ class KPolicy:
                 best_k, best = k, speed
         acc = self._acc(source)
         if best_k == 0 and acc.tried[0] < self.explore_below:
+            # no probe where even every proposal accepted could not pay: a draft model nearly as
+            # slow as the target (its cost per token, catching up included, is measured)
+            if draft_cost > 0 and all(
+                (k + 1) / (self.cost(k + 1) + k * draft_cost) <= best
+                for k in range(self.k_min, top + 1)
+            ):
+                return 0
             return max(self.k_min, min(top, self.explore_k))
         if (
             best_k < top == self.k_max
