@@ -109,6 +109,7 @@ def main() -> None:
     ap.add_argument("--models", default="gemma3-270m,smollm2-135m")
     ap.add_argument("--no-tools", action="store_true", help="skip llama.cpp's tools")
     ap.add_argument("--prompts", default="copy,nothing-to-copy", help="which prompts, comma-separated")
+    ap.add_argument("--runners", help="only these runners, comma-separated (plain is always run)")
     ap.add_argument("--json", type=Path, help="also write every measurement here")
     args = ap.parse_args()
 
@@ -153,6 +154,9 @@ def main() -> None:
                              "--spec-draft-n-max", "4", "--spec-type", "draft-simple"]  # fmt: skip
                 calls["llama-lookup"] = lambda a=lookup_argv: tool_run(a)
                 calls["llama-spec-self"] = lambda a=self_argv: tool_run(a)
+            if args.runners:
+                wanted = {"plain", *args.runners.split(",")}
+                calls = {key: call for key, call in calls.items() if key in wanted}
             for key in calls:  # warm-up: graph building, the exactness probe, the page cache
                 calls[key]()
             rows: dict[str, list[dict]] = {key: [] for key in calls}

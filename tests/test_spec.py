@@ -177,6 +177,31 @@ def test_policy_does_not_probe_a_draft_model_that_could_never_pay():
         assert slow.choose("draft", 4, draft_cost=0.95) == 0
 
 
+def test_policy_refreshes_a_stale_cost_that_decides_a_near_tie():
+    """Batches of 9 were measured while the machine was busy, so k=3 looks a little better and
+    9 would never run again; the close second is re-run now and then, and the policy moves to the
+    k that is really faster."""
+    true = {1: 1.0, 2: 1.7, 3: 2.3, 4: 2.5, 5: 3.0, 6: 3.5, 7: 4.0, 8: 4.5, 9: 4.6}
+    p = KPolicy(k_max=8)
+    for n, c in true.items():
+        p.observe_batch(n, c)  # graph builds
+        p.observe_batch(n, c if n != 9 else 6.0)  # a busy moment for the batch of 9
+    rng = random.Random(5)
+    ks = []
+    for _ in range(400):
+        k = p.choose("src", 8)
+        ks.append(k)
+        p.observe_batch(k + 1, true[k + 1])
+        kept = 0
+        while kept < k and rng.random() < 0.97:
+            kept += 1
+        if k:
+            p.observe_draft("src", k, kept)
+        p.tokens_emitted(kept + 1)
+    assert ks[:20].count(8) < 10  # it started on the stale estimate
+    assert ks[-100:].count(8) >= 50  # the rest: k=3 to 7 after a miss deep in a draft
+
+
 def test_policy_cost_is_robust_to_one_slow_batch():
     p = KPolicy()
     for seconds in (9.0, 1.0, 1.1, 0.9, 30.0, 1.0):  # the first is the graph build

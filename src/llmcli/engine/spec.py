@@ -126,6 +126,11 @@ class KPolicy:
     cost_window: int = 9  # batches of one size whose median is its cost
     costs: dict[int, float] = field(default_factory=dict)  # positions -> median seconds
     samples: dict[int, deque] = field(default_factory=dict)
+    refresh_within: float = 0.8
+    refresh_every: int = 16  # batches
+    batches: int = 0  # target batches observed
+    refreshed_at: int = 0
+    measured_at: dict[int, int] = field(default_factory=dict)  # positions -> batch count then
     warmed: set[int] = field(default_factory=set)
     stats: dict[object, _Acceptance] = field(default_factory=dict)
     chosen: dict[int, int] = field(default_factory=dict)  # k -> times chosen (for the record)
@@ -146,6 +151,8 @@ class KPolicy:
         thread does not steer the choice for long."""
         if positions < 1 or seconds <= 0:
             return
+        self.batches += 1
+        self.measured_at[positions] = self.batches
         if positions not in self.warmed:
             self.warmed.add(positions)
             return
@@ -157,6 +164,7 @@ class KPolicy:
         """Forget every measured batch cost (the thread count changed)."""
         self.costs.clear()
         self.samples.clear()
+        self.measured_at.clear()
 
     def observe_draft(self, source: object, drafted: int, accepted: int) -> None:
         self._count(source, drafted, accepted)
@@ -257,18 +265,28 @@ class KPolicy:
             return top
         rates = self.acceptance(source)
         unit = self.cost(1)
-        best_k, best = 0, 1.0 / unit
+        speeds = {0: 1.0 / unit}
         for k in range(self.k_min, top + 1):
-            speed = self.expected_tokens(rates, k) / (self.cost(k + 1) + k * draft_cost)
-            if speed > best * 1.0001:
-                best_k, best = k, speed
+            speeds[k] = self.expected_tokens(rates, k) / (self.cost(k + 1) + k * draft_cost)
+        best_k = max(speeds, key=lambda k: (speeds[k], -k))
+        best = speeds[best_k]
+        # A near-tie is decided by costs measured long ago when one side is never chosen: a batch
+        # size measured while the machine was busy would stay "expensive" for good. Now and then
+        # the stalest close candidate (within `refresh_within` of the best) runs instead, at most
+        # one such batch in `refresh_every`.
+        if self.batches - self.refreshed_at > self.refresh_every:
+            floor = self.refresh_within * best
+            close = [k for k in speeds if k != best_k and k + 1 in self.costs and speeds[k] >= floor]
+            stale = min(close, key=lambda k: self.measured_at.get(k + 1, 0), default=None)
+            if stale is not None and self.batches - self.measured_at.get(stale + 1, 0) > self.refresh_every:
+                self.refreshed_at = self.batches
+                return stale
         acc = self._acc(source)
         if best_k == 0 and acc.tried[0] < self.explore_below:
             # no probe where even every proposal accepted could not pay: a draft model nearly as
             # slow as the target (its cost per token, catching up included, is measured)
             if draft_cost > 0 and all(
-                (k + 1) / (self.cost(k + 1) + k * draft_cost) <= best
-                for k in range(self.k_min, top + 1)
+                (k + 1) / (self.cost(k + 1) + k * draft_cost) <= best for k in range(self.k_min, top + 1)
             ):
                 return 0
             return max(self.k_min, min(top, self.explore_k))
