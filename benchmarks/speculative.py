@@ -144,7 +144,7 @@ def main() -> None:
         }
         for label, prompt in prompts.items():
             with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
-                f.write(prompt)
+                f.write(prompt + "\n")  # llama.cpp's -f drops one trailing newline: the same prompt
                 prompt_file = f.name
             calls = {key: (lambda r=r, p=prompt: llmcli_run(r, p, args.tokens)) for key, r in runners.items()}
             if tools:
