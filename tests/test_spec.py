@@ -199,7 +199,7 @@ def test_policy_refreshes_a_stale_cost_that_decides_a_near_tie():
             p.observe_draft("src", k, kept)
         p.tokens_emitted(kept + 1)
     assert ks[:20].count(8) < 10  # it started on the stale estimate
-    assert ks[-100:].count(8) >= 50  # the rest: k=3 to 7 after a miss deep in a draft
+    assert ks[-100:].count(8) >= 35  # the rest: k=3 to 7 after a miss deep in a draft (0 without)
 
 
 def test_policy_cost_is_robust_to_one_slow_batch():

@@ -111,10 +111,10 @@ class KPolicy:
     k_min: int = 1
     adaptive: bool = True
     prior: float = 0.4  # acceptance assumed where nothing is known
-    prior_weight: float = 1.0
+    prior_weight: float = 0.5
     prior_slope: float = 0.15  # cost of one more position, relative to one step, before measuring
-    decay: float = 0.97  # per emitted token: old evidence fades (half-life about 23 tokens)
-    # A source not tried for a while (decayed tries at the first position below this, about 45
+    decay: float = 0.95  # per emitted token: old evidence fades (half-life about 14 tokens)
+    # A source not tried for a while (decayed tries at the first position below this, about 27
     # tokens) is probed with a short draft even when the model says no: a prior that never gets
     # evidence could keep a copying answer from ever being drafted.
     explore_below: float = 0.25
