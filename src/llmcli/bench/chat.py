@@ -19,10 +19,9 @@ from dataclasses import dataclass
 from llmcli import prompting
 from llmcli.bench.results import BenchRun, ChatTurnResult, ModelSummary
 from llmcli.bench.runner import Backend, Event, Interrupted, now_iso, reraise_second_ctrl_c
-from llmcli.bench.sweep import Case, Sweep, TestSpec, drop_unsupported
+from llmcli.bench.sweep import Case, Sweep, TestSpec, answer_settings
 from llmcli.conversation import Conversation
 from llmcli.engine.base import Done, EngineOptions, SamplingParams, Token
-from llmcli.errors import UsageError
 
 MODES = ("reuse", "fresh")
 SYSTEM = "You are a helpful assistant. Answer in a few sentences."
@@ -59,12 +58,7 @@ def planned(cases: list[Case], options: ChatOptions) -> int:
 
 def expand(sweep: Sweep) -> list[Case]:
     """Chat cases: every model, GPU layers and context setting, for each answer length in -n."""
-    lengths = [n for n in sweep.n_gen if n > 0]
-    if not lengths:
-        raise UsageError("--scenario chat needs an answer length: -n must be >= 1")
-    contexts, _ = drop_unsupported(sweep.contexts())
-    if not contexts:
-        raise UsageError("a quantized V cache (-ctv) needs flash attention", hint="add -fa 1")
+    lengths, contexts = answer_settings(sweep, "chat")
     return [
         Case(str(model), ngl, context, TestSpec(0, n))
         for model in sweep.models

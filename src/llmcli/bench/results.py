@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmcli.bench import stats, traffic
-from llmcli.bench.sweep import Case
+from llmcli.bench.sweep import Case, ContextSpec
 
 SCHEMA = "llmcli-bench/1"
 
@@ -107,14 +107,7 @@ class TestResult:
             "scenario": "tests",
             "test": t.name,
             **self.model.record(),
-            "n_batch": c.n_batch,
-            "n_ubatch": c.n_ubatch,
-            "n_threads": c.n_threads,
-            "type_k": c.type_k,
-            "type_v": c.type_v,
-            "n_gpu_layers": self.case.n_gpu_layers,
-            "n_gpu_layers_offloaded": self.gpu_layers_offloaded,
-            "flash_attn": c.flash_attn,
+            **_context_fields(c, self.case.n_gpu_layers, self.gpu_layers_offloaded),
             "n_prompt": t.n_prompt,
             "n_gen": t.n_gen,
             "n_depth": t.n_depth,
@@ -180,14 +173,7 @@ class ChatTurnResult:
             "turn": self.turn,
             "cache": self.mode,
             **self.model.record(),
-            "n_batch": c.n_batch,
-            "n_ubatch": c.n_ubatch,
-            "n_threads": c.n_threads,
-            "type_k": c.type_k,
-            "type_v": c.type_v,
-            "n_gpu_layers": self.n_gpu_layers,
-            "n_gpu_layers_offloaded": self.gpu_layers_offloaded,
-            "flash_attn": c.flash_attn,
+            **_context_fields(c, self.n_gpu_layers, self.gpu_layers_offloaded),
             "n_gen": self.max_tokens,
             "n_ctx": self.n_ctx,
             "test_time": self.test_time,
@@ -308,14 +294,7 @@ class SpecResult:
             "scenario": "spec",
             "test": self.name,
             **self.model.record(),
-            "n_batch": c.n_batch,
-            "n_ubatch": c.n_ubatch,
-            "n_threads": c.n_threads,
-            "type_k": c.type_k,
-            "type_v": c.type_v,
-            "n_gpu_layers": self.n_gpu_layers,
-            "n_gpu_layers_offloaded": self.gpu_layers_offloaded,
-            "flash_attn": c.flash_attn,
+            **_context_fields(c, self.n_gpu_layers, self.gpu_layers_offloaded),
             "n_gen": self.max_tokens,
             "n_ctx": self.n_ctx,
             "spec_type": sp.kind if sp.enabled else "none",
@@ -411,6 +390,15 @@ class BenchRun:
         if self.bandwidth is not None:
             head["memory_read_gbps"] = round(self.bandwidth.read_gbps, 3)
         return [{**head, **record} for record in self.records()]
+
+
+def _context_fields(c: ContextSpec, n_gpu_layers: int, offloaded: int) -> dict[str, Any]:
+    """The context settings every scenario's record carries, in llama-bench's order."""
+    return {
+        "n_batch": c.n_batch, "n_ubatch": c.n_ubatch, "n_threads": c.n_threads, "type_k": c.type_k,
+        "type_v": c.type_v, "n_gpu_layers": n_gpu_layers, "n_gpu_layers_offloaded": offloaded,
+        "flash_attn": c.flash_attn,
+    }  # fmt: skip
 
 
 def _roofline(gbps: float | None, measured_gbps: float | None, offloaded: int) -> float | None:

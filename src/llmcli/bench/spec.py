@@ -28,7 +28,7 @@ from itertools import groupby
 from llmcli import defaults, prompting
 from llmcli.bench.results import BenchRun, ModelSummary, SpecResult, SpecSample
 from llmcli.bench.runner import Backend, Event, Interrupted, now_iso, reraise_second_ctrl_c
-from llmcli.bench.sweep import ContextSpec, Sweep, drop_unsupported
+from llmcli.bench.sweep import ContextSpec, Sweep, answer_settings
 from llmcli.engine.base import Done, EngineOptions, SamplingParams, SpecOptions, Token
 from llmcli.errors import UsageError
 
@@ -150,12 +150,7 @@ class SpecOptionsRun:
 def expand(sweep: Sweep, points: list[SpecOptions]) -> list[SpecCase]:
     """Cases ordered so that one engine serves consecutive ones: model, GPU layers, context settings,
     proposer setting (the plain baseline first), answer length."""
-    lengths = [n for n in sweep.n_gen if n > 0]
-    if not lengths:
-        raise UsageError("--scenario spec needs an answer length: -n must be >= 1")
-    contexts, _ = drop_unsupported(sweep.contexts())
-    if not contexts:
-        raise UsageError("a quantized V cache (-ctv) needs flash attention", hint="add -fa 1")
+    lengths, contexts = answer_settings(sweep, "spec")
     return [
         SpecCase(str(model), ngl, context, n, i)
         for model in sweep.models

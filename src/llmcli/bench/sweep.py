@@ -258,3 +258,15 @@ def drop_unsupported(contexts: list[ContextSpec]) -> tuple[list[ContextSpec], li
     """llama.cpp quantizes the V cache only with flash attention: (kept, dropped)."""
     kept = [c for c in contexts if c.type_v in ("f16", "f32", "bf16") or c.flash_attn is not False]
     return kept, [c for c in contexts if c not in kept]
+
+
+def answer_settings(sweep: Sweep, scenario: str) -> tuple[list[int], list[ContextSpec]]:
+    """The answer lengths (-n) and the context settings llama.cpp accepts, for a scenario that
+    generates answers (chat, spec); a usage error when either is empty."""
+    lengths = [n for n in sweep.n_gen if n > 0]
+    if not lengths:
+        raise UsageError(f"--scenario {scenario} needs an answer length: -n must be >= 1")
+    contexts, _ = drop_unsupported(sweep.contexts())
+    if not contexts:
+        raise UsageError("a quantized V cache (-ctv) needs flash attention", hint="add -fa 1")
+    return lengths, contexts
