@@ -72,7 +72,7 @@ def replay(prompt: list[int], answer: list[int], costs: list[float], policy, k_m
         k = policy.choose(source, len(draft)) if draft else 0
         if k == 0 and draft:
             policy.watch(source, draft)
-        draft = draft[:k]
+        draft, tail = draft[:k], draft[k:]
         chosen[k] = chosen.get(k, 0) + 1
         kept = 0
         while kept < len(draft) and i + kept < len(answer) and draft[kept] == answer[i + kept]:
@@ -80,7 +80,9 @@ def replay(prompt: list[int], answer: list[int], costs: list[float], policy, k_m
         policy.observe_batch(len(draft) + 1, costs[len(draft)])
         if draft:
             policy.observe_draft(source, len(draft), kept)
-        for token in answer[i : i + kept + 1]:
+        for j, token in enumerate(answer[i : i + kept + 1]):
+            if j == kept and kept == len(draft) and draft and tail:  # as the engine: after the batch
+                policy.watch(source, tail, offset=kept)
             proposer.append(token)
             policy.emitted(token)
         i += kept + 1

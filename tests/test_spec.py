@@ -202,6 +202,64 @@ def test_policy_refreshes_a_stale_cost_that_decides_a_near_tie():
     assert ks[-100:].count(8) >= 35  # the rest: k=3 to 7 after a miss deep in a draft (0 without)
 
 
+def test_policy_checks_the_undrafted_tail_of_a_fully_accepted_draft():
+    """Misses at draft position 7 made k=6 the choice; while k stays 6, positions 7 and 8 are
+    never drafted again. The proposal's undrafted rest is checked against the tokens that follow
+    the batch, so the old miss is outweighed within a few batches and k goes back to 8."""
+    costs = {1: 1.0, 7: 4.2, 9: 5.1}
+    src = ("lookup", 3)
+
+    def run(watch_tail: bool) -> list[int]:
+        p = KPolicy(k_max=8, prefer_longer=0.0)
+        for n, c in costs.items():
+            p.observe_batch(n, c)
+            p.observe_batch(n, c)
+        for _ in range(2):  # misses at position 7
+            p.observe_draft(src, 8, 6)
+            for t in range(7):
+                p.emitted(t)
+        text = list(range(1000, 1200))  # from now on every proposal is right
+        i, ks = 0, []
+        for _ in range(12):
+            k = p.choose(src, 8)
+            ks.append(k)
+            proposal = text[i : i + 8]
+            for token in proposal[:k]:  # accepted one by one, as the engine does
+                p.emitted(token)
+            p.observe_draft(src, k, k)
+            if watch_tail and k < 8:
+                p.watch(src, proposal[k:], offset=k)
+            for token in text[i + k : i + k + 1]:  # the token sampled after the draft
+                p.emitted(token)
+            i += k + 1
+        return ks
+
+    without, watched = run(watch_tail=False), run(watch_tail=True)
+    assert 8 not in without[:6]  # the premise: only the slow fading of the misses brings k back
+    assert 8 in watched[:5] and watched.index(8) + 3 <= without.index(8) and watched[-6:] == [8] * 6
+    # the tail's counts land at its own positions
+    q = KPolicy(k_max=8)
+    q.watch("s", [5, 6, 7], offset=3)
+    for token in (5, 6, 9):
+        q.emitted(token)
+    assert q.stats["s"].tried[:6] == pytest.approx([0, 0, 0, 1, 1, 1], abs=0.1)
+    assert q.stats["s"].kept[:6] == pytest.approx([0, 0, 0, 1, 1, 0], abs=0.1)
+
+
+def test_policy_gives_a_near_tie_to_the_longer_draft_but_not_a_loss():
+    p = KPolicy(k_max=8)
+    for n, c in {1: 1.0, 7: 4.2, 9: 5.55}.items():  # all accepted: k=6 gives 1.67/unit, k=8 1.62
+        p.observe_batch(n, c)
+        p.observe_batch(n, c)
+    src = "src"
+    p.observe_draft(src, 8, 8)
+    p.observe_draft(src, 8, 8)
+    assert p.choose(src, 8) == 8
+    assert KPolicy(k_max=8, prefer_longer=0.0, costs=dict(p.costs), stats=p.stats).choose(src, 8) == 6
+    far = KPolicy(k_max=8, costs={1: 1.0, 7: 4.2, 9: 7.0}, stats=p.stats)  # k=8 would lose 23%
+    assert far.choose(src, 8) == 6
+
+
 def test_policy_cost_is_robust_to_one_slow_batch():
     p = KPolicy()
     for seconds in (9.0, 1.0, 1.1, 0.9, 30.0, 1.0):  # the first is the graph build

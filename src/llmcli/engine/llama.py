@@ -1020,6 +1020,7 @@ class _Speculation:
             self.lookup.extend(prompt)
         self.draft = engine._draft
         self.source: object = None
+        self.tail: list[int] = []  # the proposed tokens past the chosen k
         self.drafted = self.accepted = self.passes = 0
         self.draft_prefill_ms = 0.0
         self.draft_token_s = 0.0  # measured seconds the draft model spends per proposed token
@@ -1058,6 +1059,7 @@ class _Speculation:
             policy.note_choice(k)
             if k == 0:
                 policy.watch(self.source, tokens)
+            self.tail = tokens[k:]  # checked after the batch if all k are accepted
             return tokens[:k]
         assert self.draft is not None
         self.source = "draft"
@@ -1079,6 +1081,9 @@ class _Speculation:
 
     def verified(self, drafted: int, accepted: int) -> None:
         self.policy.observe_draft(self.source, drafted, accepted)
+        if accepted == drafted and self.tail:  # the undrafted rest meets the tokens that follow
+            self.policy.watch(self.source, self.tail, offset=drafted)
+        self.tail = []
 
     def threads_changed(self) -> None:
         """Batch costs measured at the old thread count no longer hold."""

@@ -123,6 +123,10 @@ class KPolicy:
     # while that batch size has no measured cost: extrapolating from small batches overestimates
     # big ones (a batch's cost grows less than linearly with its positions).
     explore_long_tokens: float = 3.0
+    # Near-ties go to the longer draft: the best k's expected speed is compared with costs of batch
+    # sizes measured at different moments and depths, which on a busy machine differ by more than
+    # this; a longer draft also keeps measuring acceptance further out.
+    prefer_longer: float = 0.08
     cost_window: int = 9  # batches of one size whose median is its cost
     costs: dict[int, float] = field(default_factory=dict)  # positions -> median seconds
     samples: dict[int, deque] = field(default_factory=dict)
@@ -169,12 +173,16 @@ class KPolicy:
     def observe_draft(self, source: object, drafted: int, accepted: int) -> None:
         self._count(source, drafted, accepted)
 
-    def watch(self, source: object, tokens: list[int]) -> None:
+    def watch(self, source: object, tokens: list[int], offset: int = 0) -> None:
         """A free proposal that is not being drafted: check it against the tokens emitted next, so
         the acceptance evidence stays current while the policy is not drafting (otherwise a few
-        misses would stop drafting until a probe, however well the answer starts copying again)."""
-        if tokens and self.k_max:
-            self.shadows.append([source, list(tokens[: self.k_max]), 0])
+        misses would stop drafting until a probe, however well the answer starts copying again).
+        `offset` > 0 is the undrafted tail of a proposal whose first `offset` tokens were all
+        accepted: it counts at draft positions offset+1.., which a shorter k would otherwise never
+        see again (one old miss there would keep k short long after the answer settled)."""
+        room = self.k_max - offset
+        if tokens and room > 0:
+            self.shadows.append([source, list(tokens[:room]), 0, offset])
 
     def emitted(self, token: int) -> None:
         """One token emitted: old evidence fades, and the watched proposals are checked against it."""
@@ -183,22 +191,22 @@ class KPolicy:
             return
         still = []
         for shadow in self.shadows:
-            source, tokens, matched = shadow
+            source, tokens, matched, offset = shadow
             if tokens[matched] != token:
-                self._count(source, matched + 1, matched)
+                self._count(source, matched + 1, matched, offset)
             elif matched + 1 == len(tokens):
-                self._count(source, matched + 1, matched + 1)
+                self._count(source, matched + 1, matched + 1, offset)
             else:
                 shadow[2] = matched + 1
                 still.append(shadow)
         self.shadows = still
 
-    def _count(self, source: object, drafted: int, accepted: int) -> None:
+    def _count(self, source: object, drafted: int, accepted: int, offset: int = 0) -> None:
         acc = self._acc(source)
-        for j in range(min(drafted, self.k_max)):
-            acc.tried[j] += 1
+        for j in range(min(drafted, self.k_max - offset)):
+            acc.tried[offset + j] += 1
             if j < accepted:
-                acc.kept[j] += 1
+                acc.kept[offset + j] += 1
             else:
                 break  # positions after the first miss were never really tried
 
@@ -270,6 +278,8 @@ class KPolicy:
             speeds[k] = self.expected_tokens(rates, k) / (self.cost(k + 1) + k * draft_cost)
         best_k = max(speeds, key=lambda k: (speeds[k], -k))
         best = speeds[best_k]
+        if best_k > 0 and self.prefer_longer > 0:
+            best_k = max(k for k in speeds if k > 0 and speeds[k] >= (1 - self.prefer_longer) * best)
         # A near-tie is decided by costs measured long ago when one side is never chosen: a batch
         # size measured while the machine was busy would stay "expensive" for good. Now and then
         # the stalest close candidate (within `refresh_within` of the best) runs instead, at most
