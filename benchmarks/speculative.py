@@ -15,7 +15,8 @@ llmcli's decode speed is measured by wall clock in the consumer: tokens after th
 from the first token to the last (what a user waits for, Python and sampling included).
 llama.cpp's tools report their own "decoded N tokens in S seconds"; that span starts at the
 first decode after the prompt, so it counts one token more than ours, which favours them
-slightly. Medians over the rounds, and each speed as a ratio to plain's median.
+slightly. Medians over the rounds; each ratio (to plain, to llama-lookup) is the median of the
+ratios within a round, where the runs sat side by side, with its range over the rounds.
 
 Run under the exclusive CPU lock on a quiet machine:
     flock /tmp/cpu.lock python benchmarks/speculative.py --rounds 5
@@ -172,22 +173,37 @@ def main() -> None:
         args.json.write_text(json.dumps(results, indent=1, default=str))
 
 
+def paired(xs: list[dict], ys: list[dict]) -> list[float]:
+    """Speed ratios of runs made in the same round: a slow spell of the machine hits both sides."""
+    return [x["tps"] / y["tps"] for x, y in zip(xs, ys, strict=True) if y["tps"]]
+
+
 def report(model: str, label: str, rows: dict[str, list[dict]]) -> None:
-    plain = statistics.median(x["tps"] for x in rows["plain"])
+    """Medians over the rounds; "vs plain" and "vs llama-lookup" are medians of the ratios within
+    each round (with their range), which a machine whose speed drifts between rounds disturbs less
+    than a ratio of medians."""
     texts = {x["text"] for x in rows["plain"]}
-    print(f"\n{model} · {label} prompt · median of {len(rows['plain'])} runs")
-    print(
-        f"  {'runner':<16} {'tok/s':>8} {'vs plain':>9} {'accepted/drafted':>18} {'tok/pass':>9}  same text"
-    )
+    reference = rows.get("llama-lookup")
+    print(f"\n{model} · {label} prompt · median of {len(rows['plain'])} rounds")
+    print(f"  {'runner':<16} {'tok/s':>8} {'vs plain':>18} {'vs llama-lookup':>18} "
+          f"{'accepted/drafted':>18} {'tok/pass':>9}  same text")  # fmt: skip
     for key, xs in rows.items():
         tps = statistics.median(x["tps"] for x in xs)
+
+        def ratio(ys: list[dict] | None, xs=xs) -> str:
+            if ys is None or ys is xs:
+                return "-"
+            r = paired(xs, ys)
+            return f"{statistics.median(r):.2f}x ({min(r):.2f}-{max(r):.2f})" if r else "-"
+
         d = statistics.median(x["drafted"] for x in xs)
         a = statistics.median(x["accepted"] for x in xs)
         share = f"{a:.0f}/{d:.0f} ({100 * a / d:.0f}%)" if d else "-"
         passes = [x["tokens"] / x["passes"] for x in xs if x.get("passes")]
         per_pass = f"{statistics.median(passes):.2f}" if passes else "-"
         same = ("yes" if {x["text"] for x in xs} == texts else "no") if "text" in xs[0] else "n/a"
-        print(f"  {key:<16} {tps:>8.1f} {tps / plain:>8.2f}x {share:>18} {per_pass:>9}  {same}")
+        print(f"  {key:<16} {tps:>8.1f} {ratio(rows['plain']):>18} {ratio(reference):>18} {share:>18} "
+              f"{per_pass:>9}  {same}")  # fmt: skip
         ks = [x.get("k_chosen") for x in xs if x.get("k_chosen")]
         if ks:
             print(f"  {'':<16} k chosen (last run): {ks[-1]}")

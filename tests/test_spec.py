@@ -165,6 +165,19 @@ def test_policy_checks_free_proposals_it_did_not_draft_and_resumes_drafting():
     assert q.stats["s"].kept[:3] == pytest.approx([1, 1, 0], rel=0.1, abs=1e-9)
 
 
+def test_policy_probes_an_unknown_source_only_when_its_proposals_are_not_watched():
+    p = KPolicy(k_max=8)
+    for n, c in {1: 1.0, 3: 2.3, 9: 5.1}.items():
+        p.observe_batch(n, c)
+        p.observe_batch(n, c)
+    src = ("lookup", 2)
+    for _ in range(3):  # misses long ago: nothing known now, and the prior says do not draft
+        p.observe_draft(src, 2, 0)
+    p.tokens_emitted(200)
+    assert p.choose(src, 8) == p.explore_k  # a draft model's proposals: probed
+    assert p.choose(src, 8, watched=True) == 0  # prompt lookup: its proposals are checked anyway
+
+
 def test_policy_does_not_probe_a_draft_model_that_could_never_pay():
     p = KPolicy(k_max=4)
     for n, c in ((1, 1.0), (1, 1.0), (3, 1.5), (3, 1.5), (5, 2.0), (5, 2.0)):

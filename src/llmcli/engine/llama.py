@@ -1055,7 +1055,7 @@ class _Speculation:
             if not tokens:
                 return []
             self.source = ("lookup", n)
-            k = policy.choose(self.source, len(tokens))
+            k = policy.choose(self.source, len(tokens), watched=True)
             policy.note_choice(k)
             if k == 0:
                 policy.watch(self.source, tokens)

@@ -116,7 +116,8 @@ class KPolicy:
     decay: float = 0.95  # per emitted token: old evidence fades (half-life about 14 tokens)
     # A source not tried for a while (decayed tries at the first position below this, about 27
     # tokens) is probed with a short draft even when the model says no: a prior that never gets
-    # evidence could keep a copying answer from ever being drafted.
+    # evidence could keep a copying answer from ever being drafted. Not for a `watched` source
+    # (prompt lookup): its undrafted proposals are checked anyway, so a probe would buy nothing.
     explore_below: float = 0.25
     explore_k: int = 2
     # A source expected to give at least this many tokens a pass at the largest k is tried there
@@ -263,9 +264,10 @@ class KPolicy:
             total += p
         return total
 
-    def choose(self, source: object, available: int, draft_cost: float = 0.0) -> int:
+    def choose(self, source: object, available: int, draft_cost: float = 0.0, watched: bool = False) -> int:
         """How many of `available` proposed tokens to verify (0: a plain step). `draft_cost` is
-        the seconds a draft model spends per proposed token (0 for prompt lookup)."""
+        the seconds a draft model spends per proposed token (0 for prompt lookup); `watched` says
+        the proposal is checked with `watch` when it is not drafted."""
         top = min(self.k_max, available)
         if top < self.k_min:
             return 0
@@ -292,7 +294,7 @@ class KPolicy:
                 self.refreshed_at = self.batches
                 return stale
         acc = self._acc(source)
-        if best_k == 0 and acc.tried[0] < self.explore_below:
+        if best_k == 0 and acc.tried[0] < self.explore_below and not watched:
             # no probe where even every proposal accepted could not pay: a draft model nearly as
             # slow as the target (its cost per token, catching up included, is measured)
             if draft_cost > 0 and all(
