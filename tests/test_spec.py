@@ -273,6 +273,24 @@ def test_policy_gives_a_near_tie_to_the_longer_draft_but_not_a_loss():
     assert far.choose(src, 8) == 6
 
 
+def test_policy_refreshes_rarely_while_not_drafting():
+    """Not drafting, the close candidate is a draft expected to lose: it is re-measured once in
+    `refresh_every_idle` batches, not once in `refresh_every`."""
+    p = KPolicy(k_max=1)
+    for _ in range(2):
+        p.observe_batch(1, 1.0)
+        p.observe_batch(2, 1.7)
+    src = ("lookup", 3)
+    ks = []
+    for i in range(144):  # half accepted: k=1 gives 1.5 tokens for 1.7 steps, 0.88 of plain
+        k = p.choose(src, 1, watched=True)
+        ks.append(k)
+        p.observe_batch(k + 1, 1.7 if k else 1.0)
+        p.observe_draft(src, 1, i % 2)  # drafted, or what the watched proposal gave
+    refreshes = len(ks) - ks.count(0)
+    assert 1 <= refreshes <= len(ks) // p.refresh_every_idle + 1 < len(ks) // p.refresh_every
+
+
 def test_policy_cost_is_robust_to_one_slow_batch():
     p = KPolicy()
     for seconds in (9.0, 1.0, 1.1, 0.9, 30.0, 1.0):  # the first is the graph build

@@ -133,6 +133,7 @@ class KPolicy:
     samples: dict[int, deque] = field(default_factory=dict)
     refresh_within: float = 0.8
     refresh_every: int = 16  # batches
+    refresh_every_idle: int = 48
     batches: int = 0  # target batches observed
     refreshed_at: int = 0
     measured_at: dict[int, int] = field(default_factory=dict)  # positions -> batch count then
@@ -285,8 +286,10 @@ class KPolicy:
         # A near-tie is decided by costs measured long ago when one side is never chosen: a batch
         # size measured while the machine was busy would stay "expensive" for good. Now and then
         # the stalest close candidate (within `refresh_within` of the best) runs instead, at most
-        # one such batch in `refresh_every`.
-        if self.batches - self.refreshed_at > self.refresh_every:
+        # one such batch in `refresh_every` while drafting; while not drafting the candidate is a
+        # draft expected to lose, so only one in `refresh_every_idle`.
+        every = self.refresh_every if best_k > 0 else self.refresh_every_idle
+        if self.batches - self.refreshed_at > every:
             floor = self.refresh_within * best
             close = [k for k in speeds if k != best_k and k + 1 in self.costs and speeds[k] >= floor]
             stale = min(close, key=lambda k: self.measured_at.get(k + 1, 0), default=None)
