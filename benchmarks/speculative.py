@@ -2,7 +2,7 @@
 
 For each model (the bundled Gemma 3 270M and SmolLM2-135M-Instruct) and each prompt (a copy-heavy
 one: a ~2,000-character source file followed by "the same file again, unchanged:"; and one with
-nothing to copy), in rotating order over several rounds, on the same threads, greedy:
+nothing to copy), in a shuffled order each round over several rounds, on the same threads, greedy:
 - plain: llmcli's engine, no speculation;
 - lookup: llmcli's engine, prompt lookup, adaptive k, exact (the default);
 - lookup-fast: the same with --no-spec-exact (any batch size);
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import re
 import statistics
 import subprocess
@@ -162,8 +163,10 @@ def main() -> None:
                 calls[key]()
             rows: dict[str, list[dict]] = {key: [] for key in calls}
             order = list(calls)
-            for r in range(args.rounds):
-                for key in order[r % len(order) :] + order[: r % len(order)]:
+            shuffle = random.Random(0).shuffle  # a new order each round, the same for every sitting:
+            for _ in range(args.rounds):  # no runner always follows the same one (or a subprocess)
+                shuffle(order)
+                for key in order:
                     rows[key].append(calls[key]())
             results[f"{name}/{label}"] = rows
             report(name, label, rows)
