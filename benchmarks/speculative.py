@@ -8,6 +8,7 @@ nothing to copy), in a shuffled order each round over several rounds, on the sam
 - lookup-fast: the same with --no-spec-exact (any batch size);
 - llama-lookup: llama.cpp's own prompt-lookup tool, built from the installed release's vendored
   tree (tests/llamacpp_tools.py), `-n N --temp 0 -t T --spec-draft-n-max K`;
+- llama-lookup-default: the same without `--spec-draft-n-max` (its default k, 3 in 0.3.36);
 - self-draft: llama.cpp's llama-speculative-simple with the target as its own draft (its
   acceptance at temperature 0 should be 100%), and llmcli's `--spec-type draft` the same way.
 
@@ -155,6 +156,9 @@ def main() -> None:
                 self_argv = [str(tools["llama-speculative-simple"]), "-m", path, "-md", path, *common,
                              "--spec-draft-n-max", "4", "--spec-type", "draft-simple"]  # fmt: skip
                 calls["llama-lookup"] = lambda a=lookup_argv: tool_run(a)
+                # what a user gets from llama-lookup without the flag: its default n_max (3 in 0.3.36)
+                default_argv = [str(tools["llama-lookup"]), "-m", path, *common]
+                calls["llama-lookup-default"] = lambda a=default_argv: tool_run(a)
                 calls["llama-spec-self"] = lambda a=self_argv: tool_run(a)
             if args.runners:
                 wanted = {"plain", *args.runners.split(",")}
