@@ -289,3 +289,26 @@ def test_a_draft_with_another_vocabulary_is_refused_before_loading():
     line = result.stderr.strip().splitlines()[0]
     assert "gemma" in line.lower() and "SmolLM2" in line and "vocabulary" in line
     assert "token" in line or "tokenizer" in line
+
+
+@pytest.mark.parametrize("name", ["gemma3-270m", "smollm2-135m"])
+def test_greedy_argmax_picks_what_the_greedy_chain_picks(name):
+    """Temperature 0 without grammar or penalties reads the argmax of the logits in place instead
+    of running the sampler chain; at every position of a verification batch both give the same
+    token (the chain's greedy sampler keeps the first highest logit, as argmax does)."""
+    from llmcli.engine.llama import _pick
+
+    e = _engine(name, SpecOptions(kind="lookup", draft_max=8, exact=False))
+    try:
+        L = e._L
+        chain = e._build_sampler(SamplingParams(temperature=0), 0)
+        fast = _pick(L, e._ctx, chain, e.n_vocab, greedy=True)
+        slow = _pick(L, e._ctx, chain, e.n_vocab, greedy=False)
+        tokens = e.tokenize(PROMPTS[2], add_bos=e.add_bos)
+        assert e.decode(tokens[:-9]) == 0 and e.decode_all(tokens[-9:]) == 0
+        picks = [(fast(i), slow(i)) for i in range(9)]
+        assert all(a == b for a, b in picks), picks
+        assert len({a for a, _ in picks}) > 1  # the positions really differ
+        L.llama_sampler_free(chain)
+    finally:
+        e.close()
