@@ -755,7 +755,8 @@ class _Generation:
         self.grammar = _GrammarProbe(engine, sampler) if params.grammar else None
         self.ended_by_eog = False
         self.spec = _Speculation(engine, tokens) if engine.spec.enabled else None
-        greedy = params.temperature <= 0 and not params.grammar and params.repeat_penalty == 1.0
+        # at temperature 0 the chain ends in the greedy sampler: alone, nothing else shapes the pick
+        greedy = params.temperature <= 0 and self.L.llama_sampler_chain_n(sampler) == 1
         self.pick = _pick(self.L, engine._ctx, sampler, engine.n_vocab, greedy)
 
     def run(self) -> Iterator[Event]:
@@ -1078,7 +1079,7 @@ class _Speculation:
             policy.note_choice(k)
             if k == 0:
                 policy.watch(self.source, tokens)
-            self.tail = tokens[k:]  # checked after the batch if all k are accepted
+            self.tail = tokens[k:] if k else []  # checked after the batch if all k are accepted
             return tokens[:k]
         assert self.draft is not None
         self.source = "draft"
