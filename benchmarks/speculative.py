@@ -6,6 +6,9 @@ nothing to copy), in a shuffled order each round over several rounds, on the sam
 - plain: llmcli's engine, no speculation;
 - lookup: llmcli's engine, prompt lookup, adaptive k, exact (the default);
 - lookup-fast: the same with --no-spec-exact (any batch size);
+- lookup-fast-cold: the same on an engine loaded for that one answer, as one `llmcli generate`
+  runs: its policy starts without measured batch costs or acceptance (the others keep theirs
+  from the warm-up and the rounds before, as a chat session does);
 - llama-lookup: llama.cpp's own prompt-lookup tool, built from the installed release's vendored
   tree (tests/llamacpp_tools.py), `-n N --temp 0 -t T --spec-draft-n-max K`;
 - llama-lookup-default: the same without `--spec-draft-n-max` (its default k, 3 in 0.3.36);
@@ -13,10 +16,13 @@ nothing to copy), in a shuffled order each round over several rounds, on the sam
   acceptance at temperature 0 should be 100%), and llmcli's `--spec-type draft` the same way.
 
 llmcli's decode speed is measured by wall clock in the consumer: tokens after the first / time
-from the first token to the last (what a user waits for, Python and sampling included).
-llama.cpp's tools report their own "decoded N tokens in S seconds"; that span starts at the
-first decode after the prompt, so it counts one token more than ours, which favours them
-slightly. Medians over the rounds; each ratio (to plain, to llama-lookup) is the median of the
+from the first token to the last (what a user waits for, Python and sampling included), counted
+as llama.cpp's tools count theirs: through the end of the target pass that takes the answer past
+N tokens. llama-lookup drafts its full k whatever is left of -n and reports every token of the
+batch in which it passed -n; an answer cut at exactly N would end on short batches sized to what
+is left, which it never runs. Its "decoded N tokens in S seconds" span starts at the first
+sample after the prompt, so it counts one token more than ours, which favours it slightly.
+Medians over the rounds; each ratio (to plain, to llama-lookup) is the median of the
 ratios within a round, where the runs sat side by side, with its range over the rounds.
 
 Run under the exclusive CPU lock on a quiet machine:
@@ -56,29 +62,37 @@ def copy_prompt() -> str:
     return source + "\n\nThe same file again, unchanged:\n\n"
 
 
-def llmcli_run(engine, prompt: str, n: int) -> dict:
+def llmcli_run(engine, prompt: str, n: int, k_max: int = 8) -> dict:
+    """One greedy answer, measured as llama.cpp's tools measure theirs: through the end of the
+    target pass that takes the count past `n` (llama-lookup drafts its full k whatever is left and
+    stops after the batch in which it passed -n). Asked for exactly `n`, the last passes would be
+    short ones, sized to what is left, which a whole batch past `n` is not."""
     from llmcli.engine.base import Done, SamplingParams, Token
 
     engine.reset()
     tokens = engine.tokenize(prompt, add_bos=engine.add_bos)
-    first = last = None
+    marks: list[tuple[float, int, int]] = []  # (when, tokens so far, target passes so far)
     done = None
-    for event in engine.stream(tokens, SamplingParams(temperature=0, max_tokens=n)):
+    params = SamplingParams(temperature=0, max_tokens=n + k_max + 2)
+    for event in engine.stream(tokens, params):
         if isinstance(event, Token):
-            now = time.perf_counter()
-            first = first or now
-            last = now
+            marks.append((time.perf_counter(), event.n_tokens, event.passes))
         elif isinstance(event, Done):
             done = event
-    assert done is not None and first is not None and last is not None
+    assert done is not None and marks
+    end = next((i for i, m in enumerate(marks) if m[1] > n), len(marks) - 1)
+    if marks[end][2]:  # speculative: the rest of that pass's tokens (accepted, then its own sample)
+        while end + 1 < len(marks) and marks[end + 1][2] == marks[end][2]:
+            end += 1
+    first, last = marks[0], marks[end]
     s = done.stats
-    count = s.completion_tokens
+    count = last[1]
     return {
-        "tps": (count - 1) / (last - first) if last > first else 0.0,
+        "tps": (count - first[1]) / (last[0] - first[0]) if last[0] > first[0] else 0.0,
         "tokens": count,
         "drafted": s.drafted_tokens,
         "accepted": s.accepted_tokens,
-        "passes": s.target_passes,
+        "passes": last[2] or None,
         "text": done.text,
         "k_chosen": (s.speculative or {}).get("k_chosen"),
         "batch_cost": (s.speculative or {}).get("batch_cost"),
@@ -149,7 +163,19 @@ def main() -> None:
             with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
                 f.write(prompt + "\n")  # llama.cpp's -f drops one trailing newline: the same prompt
                 prompt_file = f.name
-            calls = {key: (lambda r=r, p=prompt: llmcli_run(r, p, args.tokens)) for key, r in runners.items()}
+            calls = {
+                key: (lambda r=r, p=prompt, k=k: llmcli_run(r, p, args.tokens, k))
+                for key, r in runners.items()
+            }
+
+            def cold(p=prompt, k=k):  # what one `llmcli generate` gets: no batch costs or acceptance yet
+                fresh = engine(SpecOptions(kind="lookup", draft_max=k, exact=False))
+                try:
+                    return llmcli_run(fresh, p, args.tokens, k)
+                finally:
+                    fresh.close()
+
+            calls["lookup-fast-cold"] = cold
             if tools:
                 common = ["-f", prompt_file, "-n", str(args.tokens), "--temp", "0", "-t", str(args.threads)]
                 lookup_argv = [str(tools["llama-lookup"]), "-m", path, *common, "--spec-draft-n-max", str(k)]
