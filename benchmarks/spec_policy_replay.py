@@ -118,11 +118,11 @@ class Machine:
 
 
 def replay(prompt: list[int], answer: list[int], machine: Machine, policy, k_max: int = 8,
-           ngram: tuple[int, int] = (3, 1)) -> tuple[float, int, dict[int, int]]:  # fmt: skip
+           ngram: tuple[int, int] | None = None) -> tuple[float, int, dict[int, int]]:  # fmt: skip
     """Seconds (cost units) to produce the answer, passes, and how often each k was chosen."""
     from llmcli.engine.spec import NgramProposer
 
-    proposer = NgramProposer(*ngram)
+    proposer = NgramProposer(*ngram) if ngram else NgramProposer()
     proposer.extend(prompt)
     policy.shadows = []
     i = passes = 0

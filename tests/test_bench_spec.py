@@ -54,7 +54,7 @@ def test_default_is_plain_then_prompt_lookup_with_counts_per_repetition(backend)
     assert lookup["k_chosen"] == {"8": 2 * passes} and lookup["mean_k"] == 8
     settings = {k: lookup[k] for k in ("spec_draft_n_min", "spec_ngram_max", "spec_ngram_min",
                                        "spec_adaptive", "spec_exact", "model_draft")}  # fmt: skip
-    assert settings == {"spec_draft_n_min": 1, "spec_ngram_max": 3, "spec_ngram_min": 1,
+    assert settings == {"spec_draft_n_min": 1, "spec_ngram_max": 4, "spec_ngram_min": 1,
                         "spec_adaptive": True, "spec_exact": True, "model_draft": None}  # fmt: skip
     assert lookup["exact_positions"] == {"short": 9, "long": 9}
     assert lookup["text_matches_plain"] is True

@@ -336,7 +336,7 @@ def test_json_record_carries_the_proposer_and_counts(fake):
     n = doc["usage"]["completion_tokens"]
     passes = -(-n // (fake_engine_accepts + 1))
     assert spec["type"] == "lookup" and spec["draft_max"] == 4 and spec["adaptive"] is True
-    assert spec["ngram_max"] == 3 and spec["exact"] is True
+    assert spec["ngram_max"] == 4 and spec["exact"] is True
     assert spec["target_passes"] == passes
     assert spec["drafted_tokens"] == 4 * passes and spec["accepted_tokens"] == 2 * passes
     assert spec["acceptance"] == pytest.approx(0.5)

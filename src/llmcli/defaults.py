@@ -28,5 +28,5 @@ KV_CACHE_MAX_MB = 2000
 # verification batch (adaptive k chooses within, down to 0), and prompt lookup's n-gram lengths.
 SPEC_DRAFT_N_MAX = 8
 SPEC_DRAFT_N_MIN = 1
-SPEC_NGRAM_MAX = 3
+SPEC_NGRAM_MAX = 4  # as llama-lookup (LLAMA_NGRAM_MAX)
 SPEC_NGRAM_MIN = 1

@@ -19,6 +19,8 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
+from llmcli import defaults
+
 KINDS = ("none", "lookup", "draft")
 # llama.cpp's --spec-type names for the same two proposers, accepted as synonyms.
 ALIASES = {"ngram-simple": "lookup", "ngram": "lookup", "draft-simple": "draft", "off": "none"}
@@ -38,7 +40,9 @@ class NgramProposer:
     """Prompt lookup: propose the tokens that followed the most recent earlier occurrence of the
     longest suffix (`ngram_max` .. `ngram_min` tokens) of everything seen so far."""
 
-    def __init__(self, ngram_max: int = 3, ngram_min: int = 1) -> None:
+    def __init__(
+        self, ngram_max: int = defaults.SPEC_NGRAM_MAX, ngram_min: int = defaults.SPEC_NGRAM_MIN
+    ) -> None:
         self.ngram_max = max(1, ngram_max)
         self.ngram_min = max(1, min(ngram_min, self.ngram_max))
         self.tokens: list[int] = []
