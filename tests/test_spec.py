@@ -273,6 +273,29 @@ def test_policy_gives_a_near_tie_to_the_longer_draft_but_not_a_loss():
     assert far.choose(src, 8) == 6
 
 
+def test_policy_drafts_only_what_is_expected_to_beat_a_plain_step_by_a_margin():
+    """A draft predicted to be barely faster than a plain step is not run: the acceptance behind
+    the prediction is an estimate picked because it looked high."""
+
+    def policy(kept: int, margin: float) -> KPolicy:
+        p = KPolicy(k_max=1, draft_margin=margin)
+        for _ in range(2):
+            p.observe_batch(1, 1.0)
+            p.observe_batch(2, 1.7)
+        for i in range(41):
+            p.observe_draft(src, 1, int(i < kept))
+        return p
+
+    src = ("lookup", 4)
+    barely = policy(30, 0.03)
+    assert 1.0 < (1 + barely.acceptance(src)[0]) / 1.7 < 1.03  # 1.6% faster than plain, predicted
+    assert barely.choose(src, 1, watched=True) == 0
+    assert policy(30, 0.0).choose(src, 1, watched=True) == 1
+    clearly = policy(38, 0.03)
+    assert (1 + clearly.acceptance(src)[0]) / 1.7 > 1.1
+    assert clearly.choose(src, 1, watched=True) == 1
+
+
 def test_policy_refreshes_rarely_while_not_drafting():
     """Not drafting, the close candidate is a draft expected to lose: it is re-measured once in
     `refresh_every_idle` batches, not once in `refresh_every`."""

@@ -132,6 +132,9 @@ class KPolicy:
     # sizes measured at different moments and depths, which on a busy machine differ by more than
     # this; a longer draft also keeps measuring acceptance further out.
     prefer_longer: float = 0.08
+    # A draft must be expected to beat a plain step by this much: the acceptance it is chosen on is
+    # an estimate, chosen because it looks high, so a draft predicted barely to pay loses on average.
+    draft_margin: float = 0.03
     cost_window: int = 9  # batches of one size whose median is its cost
     costs: dict[int, float] = field(default_factory=dict)  # positions -> median seconds
     samples: dict[int, deque] = field(default_factory=dict)
@@ -284,6 +287,8 @@ class KPolicy:
         for k in range(self.k_min, top + 1):
             speeds[k] = self.expected_tokens(rates, k) / (self.cost(k + 1) + k * draft_cost)
         best_k = max(speeds, key=lambda k: (speeds[k], -k))
+        if best_k > 0 and speeds[best_k] < (1 + self.draft_margin) * speeds[0]:
+            best_k = 0
         best = speeds[best_k]
         if best_k > 0 and self.prefer_longer > 0:
             best_k = max(k for k in speeds if k > 0 and speeds[k] >= (1 - self.prefer_longer) * best)
