@@ -108,8 +108,8 @@ class KPolicy:
 
     where t(n) is the measured cost of n positions (interpolated linearly between measured sizes,
     a prior slope where only one is known) and a_i the decayed acceptance at draft position i,
-    pulled toward `prior` while little is known. With `adaptive` False it always drafts
-    min(k_max, available)."""
+    pulled toward `prior` while little is known; a draft only where it is expected to beat a plain
+    step by `draft_margin`. With `adaptive` False it always drafts min(k_max, available)."""
 
     k_max: int = 8
     k_min: int = 1
