@@ -90,7 +90,7 @@ def llmcli_run(engine, prompt: str, n: int, k_max: int = 8) -> dict:
     return {
         "tps": (count - first[1]) / (last[0] - first[0]) if last[0] > first[0] else 0.0,
         "tokens": count,
-        "drafted": s.drafted_tokens,
+        "drafted": s.drafted_tokens,  # drafted and accepted: the whole answer, a pass or two past `n`
         "accepted": s.accepted_tokens,
         "passes": last[2] or None,
         "text": done.text,
@@ -151,10 +151,11 @@ def main() -> None:
             return LlamaEngine(path, EngineOptions(ctx_size=4096, threads=args.threads,
                                                    speculative=spec or SpecOptions()))  # fmt: skip
 
+        fast = SpecOptions(kind="lookup", draft_max=k, exact=False)  # lookup-fast, warm and cold
         runners = {
             "plain": engine(),
             "lookup": engine(SpecOptions(kind="lookup", draft_max=k)),
-            "lookup-fast": engine(SpecOptions(kind="lookup", draft_max=k, exact=False)),
+            "lookup-fast": engine(fast),
             "self-draft": engine(
                 SpecOptions(kind="draft", draft_max=4, model_draft=path, exact=False, adaptive=False)
             ),  # fmt: skip
@@ -168,8 +169,8 @@ def main() -> None:
                 for key, r in runners.items()
             }
 
-            def cold(p=prompt, k=k):  # what one `llmcli generate` gets: no batch costs or acceptance yet
-                fresh = engine(SpecOptions(kind="lookup", draft_max=k, exact=False))
+            def cold(p=prompt, k=k, fast=fast):  # one `llmcli generate`: no batch costs or acceptance yet
+                fresh = engine(fast)
                 try:
                     return llmcli_run(fresh, p, args.tokens, k)
                 finally:
