@@ -24,7 +24,9 @@ its logarithm, --drift per step, 0.95 memory: about ±13%), per-batch jitter (--
 attention that costs more per position as the context grows (--depth, per 1,000 tokens). Plain
 decoding is charged under the same noise. The cost tables are shapes measured on a two-core
 machine with batch sizes interleaved (`batch_cost` in `--json` shows the engine's in-flight
-view); `--costs 1,1.7,2.3,...` gives another.
+view); `--costs 1,1.7,2.3,...` gives another. `--requests 1` replays fresh engines (one answer
+each; the default 2 keeps a policy across two answers, as a chat does), and `--stored` lets each
+policy start from stored batch costs (the table itself), as a fresh engine does after earlier runs.
 """
 
 from __future__ import annotations
@@ -169,6 +171,7 @@ def main() -> None:
     rep.add_argument("--costs", help="relative costs of 1..9 positions, comma-separated")
     rep.add_argument("--requests", type=int, default=2, help="answers replayed on one policy, in a row")
     rep.add_argument("--noise", action="store_true", help="a busy machine (see the module's help)")
+    rep.add_argument("--stored", action="store_true", help="the policy starts from stored batch costs")
     rep.add_argument("--seeds", type=int, default=12, help="noise seeds averaged over")
     rep.add_argument("--drift", type=float, default=0.04)
     rep.add_argument("--jitter", type=float, default=0.05)
@@ -203,7 +206,13 @@ def main() -> None:
                     values.append(plain_seconds(prompt, answer, Machine(costs, s, *noise)) / spent)
             return statistics.mean(values), passes, chosen
 
-        adaptive = speed(lambda k_max=k_max: KPolicy(k_max=k_max), k_max)
+        def adaptive_policy(k_max=k_max, costs=costs) -> KPolicy:
+            policy = KPolicy(k_max=k_max)
+            if args.stored:  # as a fresh engine finds the costs earlier runs stored
+                policy.stored = {n + 1: c / costs[0] for n, c in enumerate(costs)}
+            return policy
+
+        adaptive = speed(adaptive_policy, k_max)
         fixed = {
             k: speed(lambda k=k: KPolicy(k_max=k, k_min=k, adaptive=False), k)[0] for k in (1, 2, 4, k_max)
         }

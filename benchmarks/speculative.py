@@ -7,8 +7,10 @@ nothing to copy), in a shuffled order each round over several rounds, on the sam
 - lookup: llmcli's engine, prompt lookup, adaptive k, exact (the default);
 - lookup-fast: the same with --no-spec-exact (any batch size);
 - lookup-fast-cold: the same on an engine loaded for that one answer, as one `llmcli generate`
-  runs: its policy starts without measured batch costs or acceptance (the others keep theirs
-  from the warm-up and the rounds before, as a chat session does);
+  runs: its policy starts from the batch costs stored by earlier runs (LLMCLI_CACHE_DIR/spec-costs)
+  and without acceptance evidence (the others keep theirs from the warm-up and the rounds before,
+  as a chat session does);
+- lookup-fast-first: the same with an empty cache dir, as the first run on a machine;
 - llama-lookup: llama.cpp's own prompt-lookup tool, built from the installed release's vendored
   tree (tests/llamacpp_tools.py), `-n N --temp 0 -t T --spec-draft-n-max K`;
 - llama-lookup-default: the same without `--spec-draft-n-max` (its default k, 3 in 0.3.36);
@@ -32,7 +34,9 @@ Run under the exclusive CPU lock on a quiet machine:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import random
 import re
 import statistics
@@ -40,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,6 +102,22 @@ def llmcli_run(engine, prompt: str, n: int, k_max: int = 8) -> dict:
         "k_chosen": (s.speculative or {}).get("k_chosen"),
         "batch_cost": (s.speculative or {}).get("batch_cost"),
     }
+
+
+@contextlib.contextmanager
+def first_run() -> Iterator[None]:
+    """An engine made inside starts as on a machine where llmcli never ran: an empty cache dir, so
+    no batch costs stored by earlier runs."""
+    before = os.environ.get("LLMCLI_CACHE_DIR")
+    with tempfile.TemporaryDirectory() as empty:
+        os.environ["LLMCLI_CACHE_DIR"] = empty
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop("LLMCLI_CACHE_DIR", None)
+            else:
+                os.environ["LLMCLI_CACHE_DIR"] = before
 
 
 def tool_run(argv: list[str]) -> dict:
@@ -169,14 +190,16 @@ def main() -> None:
                 for key, r in runners.items()
             }
 
-            def cold(p=prompt, k=k, fast=fast):  # one `llmcli generate`: no batch costs or acceptance yet
-                fresh = engine(fast)
-                try:
-                    return llmcli_run(fresh, p, args.tokens, k)
-                finally:
-                    fresh.close()
+            def cold(p=prompt, k=k, fast=fast, first=False):  # one `llmcli generate`
+                with first_run() if first else contextlib.nullcontext():
+                    fresh = engine(fast)
+                    try:
+                        return llmcli_run(fresh, p, args.tokens, k)
+                    finally:
+                        fresh.close()
 
             calls["lookup-fast-cold"] = cold
+            calls["lookup-fast-first"] = lambda cold=cold: cold(first=True)
             if tools:
                 common = ["-f", prompt_file, "-n", str(args.tokens), "--temp", "0", "-t", str(args.threads)]
                 lookup_argv = [str(tools["llama-lookup"]), "-m", path, *common, "--spec-draft-n-max", str(k)]

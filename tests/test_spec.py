@@ -337,6 +337,69 @@ def test_policy_ignores_the_first_batch_of_each_size():
     assert p.costs[3] == pytest.approx(1.2)
 
 
+def test_policy_starts_from_stored_costs_scaled_by_this_runs_step_and_blends_what_it_measures():
+    p = KPolicy(k_max=8)
+    p.stored = {1: 1.0, 5: 3.0, 9: 5.0}
+    assert p.cost(9) == pytest.approx(5.0) and p.cost(3) == pytest.approx(2.0)  # relative units
+    assert p.known_cost(9) and p.known_cost(5) and not p.known_cost(3)
+    for _ in range(4):  # the first is the graph build
+        p.observe_batch(1, 0.02)
+    assert p.cost(9) == pytest.approx(0.10) and p.cost(7) == pytest.approx(0.08)
+    assert p.cost(10) == pytest.approx(0.10 + p.prior_slope * 0.02)  # past what is known
+    for seconds in (0.5, 0.06, 0.06):  # this run's batch of 9 costs 3 steps, not 5
+        p.observe_batch(9, seconds)
+    assert p.cost(9) == pytest.approx((2 * 0.06 + p.stored_weight * 0.10) / (2 + p.stored_weight))
+    p.reset_costs({1: 1.0, 9: 4.0})  # another thread count: its own stored costs
+    assert p.costs == {} and p.stored == {1: 1.0, 9: 4.0} and p.cost(9) == pytest.approx(4.0)
+
+
+def test_policy_with_stored_costs_does_not_try_a_batch_they_say_is_too_dear():
+    """Without stored costs a fresh policy tries the largest k once while it is unmeasured (small
+    batches overestimate big ones); stored costs from an earlier run answer that already."""
+    def first_choices(stored):
+        p = KPolicy(k_max=8)
+        p.stored = dict(stored)
+        for _ in range(3):
+            p.observe_batch(1, 1.0)
+        for _ in range(3):
+            p.observe_batch(3, 1.6)
+            p.observe_draft("src", 2, 2)
+        return p.choose("src", 8)
+
+    assert first_choices({}) == 8
+    assert first_choices({1: 1.0, 3: 1.6, 5: 2.2, 9: 12.0}) < 8
+
+
+def test_policy_remembers_each_batch_once_and_only_with_a_measured_step():
+    p = KPolicy(k_max=8)
+    for seconds in (1.0, 1.0, 2.0, 2.0):  # size 3: the first is the graph build
+        p.observe_batch(3, seconds)
+    assert p.remember() == {}  # no plain step measured yet: no unit
+    p.observe_batch(1, 0.5)
+    p.observe_batch(1, 0.5)
+    assert p.remember() == {3: (pytest.approx(4.0), 1)}  # one step: it stands for one batch
+    assert p.remember() == {}  # nothing new since
+    for _ in range(3):
+        p.observe_batch(1, 0.5)
+        p.observe_batch(3, 2.0)
+    assert p.remember() == {3: (pytest.approx(4.0), 3)}
+
+
+def test_policy_counts_a_watched_proposal_from_its_first_matching_token():
+    """Evidence from a proposal that was not drafted arrives token by token: after two of its
+    tokens came true, the first two draft positions are counted accepted, before it ends."""
+    p = KPolicy(k_max=8)
+    p.watch("src", [5, 6, 7, 8, 9, 10, 11, 12])
+    p.emitted(5)
+    p.emitted(6)
+    acc = p.stats["src"]
+    assert acc.tried[0] > 0.8 and acc.kept[0] == acc.tried[0]
+    assert acc.tried[1] > 0.9 and acc.kept[1] == acc.tried[1]
+    assert acc.tried[2] == 0 and len(p.shadows) == 1
+    p.emitted(0)  # a miss at the third position ends it
+    assert acc.tried[2] == 1 and acc.kept[2] == 0 and p.shadows == []
+
+
 def test_spec_options_validate():
     with pytest.raises(UsageError, match="needs a draft model"):
         SpecOptions(kind="draft").validate()

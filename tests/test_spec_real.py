@@ -312,3 +312,41 @@ def test_greedy_argmax_picks_what_the_greedy_chain_picks(name):
         L.llama_sampler_free(chain)
     finally:
         e.close()
+
+
+def test_batch_costs_are_stored_for_the_next_engine_and_a_bad_store_is_ignored(tmp_path, monkeypatch):
+    """What one run measured a verification batch to cost is where the next engine on the same
+    model and settings starts (a `generate` no longer tries batch sizes blind); an unreadable
+    store is ignored and rewritten, never an error."""
+    monkeypatch.setenv("LLMCLI_CACHE_DIR", str(tmp_path / "cache"))
+    fast = SpecOptions(kind="lookup", draft_max=8, exact=False)
+    params = SamplingParams(temperature=0, max_tokens=48)
+    first = _engine("smollm2-135m", fast)
+    try:
+        done = run(first, PROMPTS[1] * 3, params)
+        assert done.stats.speculative["batch_cost_stored"] == {}
+        measured = done.stats.speculative["batch_cost"]
+    finally:
+        first.close()
+    files = list((tmp_path / "cache" / "spec-costs").glob("*.json"))
+    assert len(files) == 1
+    stored = json.loads(files[0].read_text())
+    assert stored["key"]["threads"] == 2 and stored["key"]["model"]["size"] > 0
+    assert set(stored["costs"]) == set(measured) - {"1"} and stored["costs"]
+
+    second = _engine("smollm2-135m", fast)
+    try:
+        done = run(second, PROMPTS[1] * 3, params)
+        assert set(done.stats.speculative["batch_cost_stored"]) == {"1", *stored["costs"]}
+    finally:
+        second.close()
+
+    files[0].write_text("{not json")
+    third = _engine("smollm2-135m", fast)
+    try:
+        done = run(third, PROMPTS[1] * 3, params)
+        assert done.stats.speculative["batch_cost_stored"] == {}
+        assert done.text
+    finally:
+        third.close()
+    assert json.loads(files[0].read_text())["costs"]  # rewritten from this run

@@ -31,7 +31,8 @@ def data_dir() -> Path:
 
 
 def cache_dir() -> Path:
-    """Re-creatable files: the assembled default model, hash records (`LLMCLI_CACHE_DIR`)."""
+    """Re-creatable files: the assembled default model, hash records, saved KV states, what
+    speculative decoding measured (`LLMCLI_CACHE_DIR`)."""
     if env := os.environ.get("LLMCLI_CACHE_DIR"):
         return Path(env).expanduser()
     from platformdirs import user_cache_path

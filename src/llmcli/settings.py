@@ -162,8 +162,8 @@ SETTINGS: dict[str, Setting] = {
 ENVIRONMENT: dict[str, str] = {
     "LLMCLI_CONFIG": "The configuration file (default: config.toml in the user config directory).",
     "LLMCLI_DATA_DIR": "Sessions, chat history and aliases (default: the user data directory).",
-    "LLMCLI_CACHE_DIR": "Re-creatable files: the assembled default model, hash records "
-    "(default: the user cache directory).",
+    "LLMCLI_CACHE_DIR": "Re-creatable files: the assembled default model, hash records, saved KV "
+    "states, speculative decoding's measured batch limits and costs (default: the user cache directory).",
     "LLMCLI_DEBUG": "Set to 1 for tracebacks and llama.cpp logs, like --debug.",
     "LLMCLI_API_KEY": "API key for served models (after a named endpoint's api_key_env and api_key).",
     "OPENAI_API_KEY": "API key for served models when LLMCLI_API_KEY is not set.",

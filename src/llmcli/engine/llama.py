@@ -166,6 +166,7 @@ class LlamaEngine:
         self._draft: _DraftModel | None = None
         self._spec_batch = None
         self._k_policy: KPolicy | None = None
+        self._file_identity: dict | None = None  # the model file's, for the keys of cached measurements
         if self.spec.enabled and self.spec.kind == "draft":
             check_draft_vocab(llama_cpp, self.path, Path(str(self.spec.model_draft)))
         started = time.perf_counter()
@@ -633,20 +634,10 @@ class LlamaEngine:
         rounds differently from the one-row GEMV; flash attention splits the keys across threads
         for a single query over 512 or more cells. Probed once per model, build and settings on
         a fixed token sequence (kernel choice depends on shapes, not values), cached on disk."""
-        import hashlib
         import json
 
-        from llmcli import paths
-        from llmcli.engine.state import model_identity
-
-        L, opts = self._L, self.options
         top = self.spec.draft_max + 1
-        key = json.dumps({"model": model_identity(self.path), "llama_cpp": llama_cpp_version(),
-                          "system": L.llama_print_system_info().decode("utf-8", "replace"),
-                          "gpu_layers": self._gpu_layers_requested(), "flash_attn": opts.flash_attn,
-                          "type_k": opts.type_k, "type_v": opts.type_v, "top": top,
-                          "threads": self.threads, "probe": 2}, sort_keys=True)  # fmt: skip
-        cache = paths.cache_dir() / "spec-exact" / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
+        key, cache = self._settings_file("spec-exact", top=top, probe=2)
         try:
             short, long = json.loads(cache.read_text())["positions"]
             return int(short), int(long)
@@ -662,6 +653,67 @@ class LlamaEngine:
         except OSError:
             pass
         return short, long
+
+    def _settings_file(self, folder: str, threads: int | None = None, **extra) -> tuple[str, Path]:
+        """A key naming this model, build and settings at the current thread count, and the file
+        under the cache dir that holds what was measured for it (`spec-exact`, `spec-costs`)."""
+        import hashlib
+        import json
+
+        from llmcli import paths
+        from llmcli.engine.state import model_identity
+
+        L, opts = self._L, self.options
+        if self._file_identity is None:
+            self._file_identity = model_identity(self.path)
+        key = json.dumps({"model": self._file_identity, "llama_cpp": llama_cpp_version(),
+                          "system": L.llama_print_system_info().decode("utf-8", "replace"),
+                          "gpu_layers": self._gpu_layers_requested(), "flash_attn": opts.flash_attn,
+                          "type_k": opts.type_k, "type_v": opts.type_v,
+                          "threads": threads or self.threads, **extra}, sort_keys=True)  # fmt: skip
+        name = hashlib.sha256(key.encode()).hexdigest()[:32] + ".json"
+        return key, paths.cache_dir() / folder / name
+
+    def stored_batch_costs(self, threads: int) -> dict[int, float]:
+        """What earlier runs measured a verification batch of n positions to cost, relative to
+        one step, on this model, build and settings (empty when nothing was, or it cannot be read)."""
+        import json
+
+        try:
+            doc = json.loads(self._settings_file("spec-costs", threads, costs=1)[1].read_text())
+            stored = {int(n): float(rel) for n, (rel, _) in doc["costs"].items()}
+        except (OSError, ValueError, KeyError, TypeError):
+            return {}
+        if not all(0 < rel < 1000 for rel in stored.values()):
+            return {}
+        return {1: 1.0, **stored} if stored else {}
+
+    def store_batch_costs(self, threads: int, measured: dict[int, tuple[float, int]]) -> None:
+        """Add this run's relative batch costs (n -> (relative cost, batches)) to the stored ones,
+        as a running mean that follows the machine (each size stands for at most 50 batches).
+        Best effort: a cache that cannot be written costs only the next run's head start."""
+        import json
+
+        from llmcli.atomic import locked, write_atomic
+
+        if not measured:
+            return
+        key, path = self._settings_file("spec-costs", threads, costs=1)
+        try:
+            with locked(path, timeout=2.0):
+                try:
+                    rows = json.loads(path.read_text())["costs"].items()
+                    old = {int(n): (float(r), float(w)) for n, (r, w) in rows}
+                except (OSError, ValueError, KeyError, TypeError):
+                    old = {}
+                for n, (rel, batches) in measured.items():
+                    r, w = old.get(n, (rel, 0.0))
+                    total = w + batches
+                    old[n] = ((r * w + rel * batches) / total, min(total, 50.0))
+                costs = {str(n): [round(r, 4), w] for n, (r, w) in sorted(old.items())}
+                write_atomic(path, json.dumps({"key": json.loads(key), "costs": costs}), lock=False)
+        except Exception:  # noqa: BLE001 - a lock timeout, a read-only cache: never fail the answer
+            return
 
     def _probe_exact(self, n_prefix: int, top: int) -> int:
         L = self._L
@@ -1031,6 +1083,9 @@ class _Speculation:
         policy = engine._k_policy
         if policy is None:  # kept across requests: batch costs are the machine's
             policy = KPolicy(k_max=opts.draft_max, k_min=max(1, opts.draft_min), adaptive=opts.adaptive)
+            if opts.adaptive:  # a fresh engine starts from what earlier runs measured
+                policy.stored = engine.stored_batch_costs(engine.threads)
+                policy.stored_threads = engine.threads
             engine._k_policy = policy
         self.policy: KPolicy = policy
         self.policy.chosen = {}
@@ -1107,12 +1162,20 @@ class _Speculation:
 
     def threads_changed(self) -> None:
         """Batch costs measured at the old thread count no longer hold."""
-        self.policy.reset_costs()
+        self.remember()  # what was measured at the old count is kept for it
+        self.policy.reset_costs(self.e.stored_batch_costs(self.e.threads) if self.policy.adaptive else None)
+        self.policy.stored_threads = self.e.threads
+
+    def remember(self) -> None:
+        """Store what this request measured, for the thread count it was measured at."""
+        if self.policy.adaptive and self.policy.stored_threads:
+            self.e.store_batch_costs(self.policy.stored_threads, self.policy.remember())
 
     def report(self, stats: Stats) -> None:
         stats.drafted_tokens, stats.accepted_tokens = self.drafted, self.accepted
         stats.target_passes = self.passes
         stats.speculative = {**self.e.spec_report(), **self.policy.summary()}
+        self.remember()
 
 
 class _DraftModel:

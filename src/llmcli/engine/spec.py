@@ -138,6 +138,14 @@ class KPolicy:
     cost_window: int = 9  # batches of one size whose median is its cost
     costs: dict[int, float] = field(default_factory=dict)  # positions -> median seconds
     samples: dict[int, deque] = field(default_factory=dict)
+    # What earlier runs measured on this machine, model and settings (positions -> cost relative
+    # to one step; `remember`): a fresh engine starts from it instead of trying batch sizes blind,
+    # and a size measured in this run is a blend that leans on it like `stored_weight` batches.
+    stored: dict[int, float] = field(default_factory=dict)
+    stored_weight: float = 2.0
+    observed: dict[int, int] = field(default_factory=dict)  # positions -> batches counted
+    remembered_at: dict[int, int] = field(default_factory=dict)  # positions -> `observed` when stored
+    stored_threads: int = 0  # the thread count `stored` and the measured costs are for
     refresh_within: float = 0.8
     refresh_every: int = 16  # batches
     refresh_every_idle: int = 48
@@ -172,12 +180,34 @@ class KPolicy:
         window = self.samples.setdefault(positions, deque(maxlen=self.cost_window))
         window.append(seconds)
         self.costs[positions] = statistics.median(window)
+        self.observed[positions] = self.observed.get(positions, 0) + 1
 
-    def reset_costs(self) -> None:
-        """Forget every measured batch cost (the thread count changed)."""
+    def reset_costs(self, stored: dict[int, float] | None = None) -> None:
+        """Forget every measured batch cost (the thread count changed); `stored`: what earlier runs
+        measured at the new settings."""
         self.costs.clear()
         self.samples.clear()
         self.measured_at.clear()
+        self.observed.clear()
+        self.remembered_at.clear()
+        self.stored = dict(stored or {})
+
+    def remember(self) -> dict[int, tuple[float, int]]:
+        """What to add to the stored costs: positions -> (cost relative to one step, batches it
+        stands for), for each size measured since the last call (a policy kept across requests is
+        asked once per request; nothing is counted twice). A ratio stands for no more batches than
+        either side of it was measured in: one plain step is a noisy unit."""
+        unit = self.costs.get(1)
+        if not unit:
+            return {}
+        steps = len(self.samples.get(1, ()))
+        out = {}
+        for n, c in self.costs.items():
+            new = self.observed.get(n, 0) - self.remembered_at.get(n, 0)
+            if n > 1 and new > 0:
+                out[n] = (c / unit, min(new, steps, self.cost_window))
+                self.remembered_at[n] = self.observed[n]
+        return out
 
     def observe_draft(self, source: object, drafted: int, accepted: int) -> None:
         self._count(source, drafted, accepted)
@@ -194,18 +224,22 @@ class KPolicy:
             self.shadows.append([source, list(tokens[:room]), 0, offset])
 
     def emitted(self, token: int) -> None:
-        """One token emitted: old evidence fades, and the watched proposals are checked against it."""
+        """One token emitted: old evidence fades, and the watched proposals are checked against it,
+        each draft position counted as soon as its token is known (a proposal that keeps matching
+        is evidence from its first token, not only once all of it has been seen)."""
         self.tokens_emitted(1)
         if not self.shadows:
             return
         still = []
         for shadow in self.shadows:
             source, tokens, matched, offset = shadow
+            acc = self._acc(source)
+            j = offset + matched  # the draft position this token answers (room was checked)
+            acc.tried[j] += 1
             if tokens[matched] != token:
-                self._count(source, matched + 1, matched, offset)
-            elif matched + 1 == len(tokens):
-                self._count(source, matched + 1, matched + 1, offset)
-            else:
+                continue
+            acc.kept[j] += 1
+            if matched + 1 < len(tokens):
                 shadow[2] = matched + 1
                 still.append(shadow)
         self.shadows = still
@@ -247,6 +281,8 @@ class KPolicy:
 
     def cost(self, positions: int) -> float:
         """Seconds for a batch of `positions`, relative units where nothing is measured."""
+        if self.stored:
+            return self._cost_with_stored(positions)
         costs = self.costs
         if positions in costs:
             return costs[positions]
@@ -264,6 +300,38 @@ class KPolicy:
             a, b = lo, hi
         slope = max(0.0, (costs[b] - costs[a]) / (b - a))
         return max(costs[a] + slope * (positions - a), 1e-9)
+
+    def _cost_with_stored(self, positions: int) -> float:
+        """`cost` with earlier runs' relative costs: scaled by this run's plain step (or, before
+        one is measured, by the sizes that are), each blended with what this run measured."""
+        stored, costs = self.stored, self.costs
+        if 1 in costs:
+            unit = costs[1]
+        else:
+            scales = [costs[n] / stored[n] for n in costs if stored.get(n)]
+            unit = statistics.median(scales) if scales else 1.0
+        rel = stored.get(positions)
+        if rel is None:
+            if positions in costs:
+                return costs[positions]
+            known = sorted(set(stored) | set(costs))
+            lo = max((s for s in known if s < positions), default=None)
+            hi = min((s for s in known if s > positions), default=None)
+            if hi is None or lo is None:  # outside what is known: the prior slope from the nearest
+                near = hi if lo is None else lo
+                assert near is not None  # `stored` is not empty
+                return max(self.cost(near) + self.prior_slope * unit * (positions - near), 1e-9)
+            a, b = self.cost(lo), self.cost(hi)
+            return a + (b - a) * (positions - lo) / (hi - lo)
+        guess = rel * unit
+        if positions not in costs:
+            return guess
+        j, w = len(self.samples.get(positions, ())), self.stored_weight
+        return (j * costs[positions] + w * guess) / (j + w)
+
+    def known_cost(self, positions: int) -> bool:
+        """Whether a batch of `positions` has a measured or stored cost (not extrapolated)."""
+        return positions in self.costs or positions in self.stored
 
     def expected_tokens(self, rates: list[float], k: int) -> float:
         total, p = 1.0, 1.0
@@ -300,7 +368,7 @@ class KPolicy:
         every = self.refresh_every if best_k > 0 else self.refresh_every_idle
         if self.batches - self.refreshed_at > every:
             floor = self.refresh_within * best
-            close = [k for k in speeds if k != best_k and k + 1 in self.costs and speeds[k] >= floor]
+            close = [k for k in speeds if k != best_k and self.known_cost(k + 1) and speeds[k] >= floor]
             stale = min(close, key=lambda k: self.measured_at.get(k + 1, 0), default=None)
             if stale is not None and self.batches - self.measured_at.get(stale + 1, 0) > self.refresh_every:
                 self.refreshed_at = self.batches
@@ -316,7 +384,7 @@ class KPolicy:
             return max(self.k_min, min(top, self.explore_k))
         if (
             best_k < top == self.k_max
-            and top + 1 not in self.costs
+            and not self.known_cost(top + 1)
             and acc.tried[0] >= 1
             and self.expected_tokens(rates, top) >= self.explore_long_tokens
         ):
@@ -329,4 +397,8 @@ class KPolicy:
     def summary(self) -> dict:
         unit = self.costs.get(1)
         relative = {str(n): round(c / unit, 3) for n, c in sorted(self.costs.items())} if unit else {}
-        return {"k_chosen": {str(k): n for k, n in sorted(self.chosen.items())}, "batch_cost": relative}
+        return {
+            "k_chosen": {str(k): n for k, n in sorted(self.chosen.items())},
+            "batch_cost": relative,
+            "batch_cost_stored": {str(n): round(r, 3) for n, r in sorted(self.stored.items())},
+        }
