@@ -370,6 +370,37 @@ def test_policy_with_stored_costs_does_not_try_a_batch_they_say_is_too_dear():
     assert first_choices({1: 1.0, 3: 1.6, 5: 2.2, 9: 12.0}) < 8
 
 
+def test_policy_with_stored_costs_recovers_from_a_batch_size_measured_in_a_busy_moment():
+    """Batches of 8 and 9 measured while the machine was busy look dear; never chosen again, their
+    cost would stay so for good (the median holds the old batches). With stored costs to lean on,
+    an unused measurement fades toward the stored cost, the size is tried again, and its new
+    batches replace the old: the policy ends on the long drafts that pay."""
+    cost = {1: 1.0, 2: 1.7, 3: 2.0, 4: 2.4, 5: 3.3, 6: 3.8, 7: 4.2, 8: 4.4, 9: 4.6}
+
+    def run(stored):
+        p = KPolicy(k_max=8)
+        p.stored = dict(stored)
+        for n, seconds in ((1, 1.0), (9, 9.0), (8, 8.0)):
+            for _ in range(4):
+                p.observe_batch(n, seconds)
+        rng, ks = random.Random(1), []
+        for _ in range(300):
+            k = p.choose("src", 8)
+            ks.append(k)
+            p.observe_batch(k + 1, cost[k + 1])
+            kept = 0
+            while kept < k and rng.random() < 0.97:
+                kept += 1
+            if k:
+                p.observe_draft("src", k, kept)
+            p.tokens_emitted(kept + 1)
+        return ks
+
+    assert max(run({})) < 7  # stuck on short drafts
+    tail = run(cost)[-100:]
+    assert sum(k >= 7 for k in tail) >= 60  # (72: near-ties are refreshed now and then)
+
+
 def test_policy_remembers_each_batch_once_and_only_with_a_measured_step():
     p = KPolicy(k_max=8)
     for seconds in (1.0, 1.0, 2.0, 2.0):  # size 3: the first is the graph build

@@ -1083,10 +1083,10 @@ class _Speculation:
         policy = engine._k_policy
         if policy is None:  # kept across requests: batch costs are the machine's
             policy = KPolicy(k_max=opts.draft_max, k_min=max(1, opts.draft_min), adaptive=opts.adaptive)
-            if opts.adaptive:  # a fresh engine starts from what earlier runs measured
-                policy.stored = engine.stored_batch_costs(engine.threads)
-                policy.stored_threads = engine.threads
             engine._k_policy = policy
+        if opts.adaptive:  # what this and earlier runs measured, read again for each request
+            policy.stored = engine.stored_batch_costs(engine.threads)
+            policy.stored_threads = engine.threads
         self.policy: KPolicy = policy
         self.policy.chosen = {}
         self.policy.shadows = []

@@ -141,8 +141,12 @@ class KPolicy:
     # What earlier runs measured on this machine, model and settings (positions -> cost relative
     # to one step; `remember`): a fresh engine starts from it instead of trying batch sizes blind,
     # and a size measured in this run is a blend that leans on it like `stored_weight` batches.
+    # A measurement's weight halves every `stored_half_life` batches since its size last ran: a size
+    # measured in a busy moment and never chosen since drifts back to the stored cost, and once it
+    # is a near-tie again it is refreshed (without stored costs it would stay dear for good).
     stored: dict[int, float] = field(default_factory=dict)
     stored_weight: float = 2.0
+    stored_half_life: float = 64.0
     observed: dict[int, int] = field(default_factory=dict)  # positions -> batches counted
     remembered_at: dict[int, int] = field(default_factory=dict)  # positions -> `observed` when stored
     stored_threads: int = 0  # the thread count `stored` and the measured costs are for
@@ -169,15 +173,20 @@ class KPolicy:
         """A target decode of `positions` took `seconds`; the first of each size is not counted
         (llama.cpp builds and allocates a graph for a new batch shape). A size's cost is the
         median of its last `cost_window` batches, so one batch that waited for a preempted
-        thread does not steer the choice for long."""
+        thread does not steer the choice for long. With stored costs to lean on, a size that runs
+        again after `stored_half_life` batches starts a new window: its old batches tell of
+        another moment of the machine, and the stored cost damps the new one's noise."""
         if positions < 1 or seconds <= 0:
             return
         self.batches += 1
+        last = self.measured_at.get(positions, self.batches)
         self.measured_at[positions] = self.batches
         if positions not in self.warmed:
             self.warmed.add(positions)
             return
         window = self.samples.setdefault(positions, deque(maxlen=self.cost_window))
+        if self.stored.get(positions) and self.batches - last > self.stored_half_life:
+            window.clear()
         window.append(seconds)
         self.costs[positions] = statistics.median(window)
         self.observed[positions] = self.observed.get(positions, 0) + 1
@@ -326,7 +335,9 @@ class KPolicy:
         guess = rel * unit
         if positions not in costs:
             return guess
-        j, w = len(self.samples.get(positions, ())), self.stored_weight
+        age = self.batches - self.measured_at.get(positions, self.batches)
+        j = len(self.samples.get(positions, ())) * 0.5 ** (age / self.stored_half_life)
+        w = self.stored_weight
         return (j * costs[positions] + w * guess) / (j + w)
 
     def known_cost(self, positions: int) -> bool:
