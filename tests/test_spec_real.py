@@ -350,3 +350,13 @@ def test_batch_costs_are_stored_for_the_next_engine_and_a_bad_store_is_ignored(t
     finally:
         third.close()
     assert json.loads(files[0].read_text())["costs"]  # rewritten from this run
+
+    import shutil
+
+    shutil.rmtree(files[0].parent)
+    files[0].parent.write_text("")  # a cache that cannot hold the store: a file where its folder goes
+    fourth = _engine("smollm2-135m", fast)
+    try:
+        assert run(fourth, PROMPTS[1] * 3, params).text  # answered; the store is skipped
+    finally:
+        fourth.close()
