@@ -10,7 +10,8 @@ kept only while it equals the sample); this module holds what needs no model:
 - `KPolicy` (adaptive k): from the measured cost of a verification batch of n positions (relative
   to a single decode step) and the running acceptance at each draft position, the k (0 = do not
   draft) that maximises the expected tokens per second; counts decay as the answer goes on, so a
-  source that stopped paying is dropped and one that was dropped is tried again later.
+  source that stopped paying is dropped and one that was dropped is tried again later. Batch costs
+  are the machine's: the engine stores them (`remember`) and a fresh policy starts from them.
 """
 
 from __future__ import annotations
