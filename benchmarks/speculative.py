@@ -2,7 +2,8 @@
 
 For each model (the bundled Gemma 3 270M and SmolLM2-135M-Instruct) and each prompt (a copy-heavy
 one: a ~2,000-character source file followed by "the same file again, unchanged:"; and one with
-nothing to copy), in a shuffled order each round over several rounds, on the same threads, greedy:
+nothing to copy; and with `--prompts loop`, a chat request whose greedy answer loops with a period
+shorter than k), in a shuffled order each round over several rounds, on the same threads, greedy:
 - plain: llmcli's engine, no speculation;
 - lookup: llmcli's engine, prompt lookup, adaptive k, exact (the default);
 - lookup-fast: the same with --no-spec-exact (any batch size);
@@ -60,6 +61,23 @@ NOTHING_TO_COPY_FOR = {
         "Here is a Python function that parses an ISO date string and returns a tuple:\n\n```python\n"
     ),
 }
+
+
+# Small models answering greedily fall into loops, often with a period shorter than k (SmolLM2
+# repeats one word to the end here, Gemma three): prompt lookup carries the period on.
+LOOP = (
+    "Repeat this list exactly, twice: alpha beta gamma delta epsilon zeta eta theta iota kappa lambda "
+    "mu nu xi omicron pi rho sigma tau"
+)
+
+
+def chat_prompt(engine, text: str) -> str:
+    """`text` as a user turn in the model's chat template (unchanged for a base model)."""
+    from llmcli import prompting, templates
+
+    if prompting.is_base(engine):
+        return text
+    return templates.render(prompting.prompt_format(engine), [{"role": "user", "content": text}])
 
 
 def copy_prompt() -> str:
@@ -146,7 +164,8 @@ def main() -> None:
     ap.add_argument("--draft-max", type=int, default=8, help="k for every proposer (llama.cpp's too)")
     ap.add_argument("--models", default="gemma3-270m,smollm2-135m")
     ap.add_argument("--no-tools", action="store_true", help="skip llama.cpp's tools")
-    ap.add_argument("--prompts", default="copy,nothing-to-copy", help="which prompts, comma-separated")
+    ap.add_argument("--prompts", default="copy,nothing-to-copy",
+                    help="which prompts, comma-separated: copy, nothing-to-copy, loop")  # fmt: skip
     ap.add_argument("--runners", help="only these runners, comma-separated (plain is always run)")
     ap.add_argument("--json", type=Path, help="also write every measurement here")
     args = ap.parse_args()
@@ -163,7 +182,8 @@ def main() -> None:
         tools = llamacpp_tools.ensure("llama-lookup", "llama-speculative-simple")
     results: dict = {}
     for name in args.models.split(","):
-        every = {"copy": copy_prompt(), "nothing-to-copy": NOTHING_TO_COPY_FOR.get(name, NOTHING_TO_COPY)}
+        every = {"copy": copy_prompt(), "nothing-to-copy": NOTHING_TO_COPY_FOR.get(name, NOTHING_TO_COPY),
+                 "loop": LOOP}  # fmt: skip
         prompts = {key: every[key] for key in args.prompts.split(",")}
         path = str(default_model.model_path(name))
         k = args.draft_max
@@ -181,6 +201,8 @@ def main() -> None:
                 SpecOptions(kind="draft", draft_max=4, model_draft=path, exact=False, adaptive=False)
             ),  # fmt: skip
         }
+        if "loop" in prompts:  # a chat request, as `generate` sends it to an instruct model
+            prompts["loop"] = chat_prompt(runners["plain"], LOOP)
         for label, prompt in prompts.items():
             with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
                 f.write(prompt + "\n")  # llama.cpp's -f drops one trailing newline: the same prompt

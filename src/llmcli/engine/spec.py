@@ -74,14 +74,21 @@ class NgramProposer:
             self.reset(self.tokens[:length])
 
     def propose(self, k: int) -> tuple[list[int], int]:
-        """Up to `k` tokens and the length of the n-gram that matched (0: no match, no tokens)."""
+        """`k` tokens and the length of the n-gram that matched (0: no match, no tokens). Where the
+        earlier occurrence is so recent that what followed it runs into the present (an answer
+        looping with a period shorter than k: "Beta Beta Beta"), the period is carried on: the
+        proposal continues as its own tokens would, as if they had been accepted."""
         seq = self.tokens
         if k <= 0:
             return [], 0
         for n in range(min(self.ngram_max, len(seq)), self.ngram_min - 1, -1):
             pos = self.index.get(tuple(seq[len(seq) - n :]))
             if pos is not None:
-                return seq[pos : pos + k], n
+                out = seq[pos : pos + k]
+                period = len(seq) - pos
+                while len(out) < k:
+                    out.append(out[len(out) - period])
+                return out, n
         return [], 0
 
 
