@@ -23,20 +23,22 @@ def test_lookup_proposes_what_followed_the_longest_earlier_match():
     tokens, n = p.propose(3)
     assert (tokens, n) == ([4, 5, 6], 2)  # "2 3" matched; "9 2 3" never occurred before
     p.append(4)
-    # what followed runs into the present: the period (6 tokens) is carried on
-    assert p.propose(8) == ([5, 6, 9, 2, 3, 4, 5, 6], 3)
+    assert p.propose(8) == ([5, 6, 9, 2, 3, 4], 3)  # runs up to the end of what is known
 
 
 def test_lookup_carries_a_short_loop_on_for_the_whole_draft():
     """A greedy answer stuck in a loop of period 2 ("Beta Beta" is one token repeated, "a b a b"
     two): the most recent occurrence of the last n-gram is a token or two back, so what followed it
-    is only that long; the proposal continues the period up to k."""
+    is only that long; once three periods are the same, the proposal continues it up to k."""
     p = NgramProposer(ngram_max=4, ngram_min=1)
     p.extend([9, 1, 2, 1, 2, 1, 2])
     assert p.propose(5) == ([1, 2, 1, 2, 1], 4)
     q = NgramProposer()
     q.extend([3, 7, 7, 7, 7])
     assert q.propose(8) == ([7] * 8, 3)  # "7 7 7" occurred one token back
+    r = NgramProposer()
+    r.extend([5, 1, 2, 1, 2])  # two periods only: not yet a loop
+    assert r.propose(8) == ([1, 2], 2)
 
 
 def test_lookup_prefers_the_most_recent_occurrence_and_misses_cleanly():

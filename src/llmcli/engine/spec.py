@@ -74,10 +74,12 @@ class NgramProposer:
             self.reset(self.tokens[:length])
 
     def propose(self, k: int) -> tuple[list[int], int]:
-        """`k` tokens and the length of the n-gram that matched (0: no match, no tokens). Where the
-        earlier occurrence is so recent that what followed it runs into the present (an answer
-        looping with a period shorter than k: "Beta Beta Beta"), the period is carried on: the
-        proposal continues as its own tokens would, as if they had been accepted."""
+        """Up to `k` tokens and the length of the n-gram that matched (0: no match, no tokens).
+        Where the earlier occurrence is so recent that what followed it runs into the present, the
+        answer may be looping with a period shorter than k ("Beta Beta Beta"): once the last three
+        periods are the same, the period is carried on to k tokens, as if the proposal's own
+        tokens had been accepted. (Carried on after fewer repeats, it guesses wrong in code and
+        lists, where a short stretch repeats once and the answer moves on.)"""
         seq = self.tokens
         if k <= 0:
             return [], 0
@@ -85,11 +87,20 @@ class NgramProposer:
             pos = self.index.get(tuple(seq[len(seq) - n :]))
             if pos is not None:
                 out = seq[pos : pos + k]
-                period = len(seq) - pos
-                while len(out) < k:
-                    out.append(out[len(out) - period])
+                if len(out) < k and self._looping(len(seq) - pos):
+                    period = len(seq) - pos
+                    while len(out) < k:
+                        out.append(out[len(out) - period])
                 return out, n
         return [], 0
+
+    def _looping(self, period: int, repeats: int = 3) -> bool:
+        """Whether the last `repeats` stretches of `period` tokens are the same."""
+        seq, end = self.tokens, len(self.tokens)
+        span = (repeats - 1) * period
+        if end < span + period:
+            return False
+        return all(seq[end - j] == seq[end - j - period] for j in range(1, span + 1))
 
 
 @dataclass
