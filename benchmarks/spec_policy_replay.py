@@ -74,7 +74,6 @@ def more_prompts() -> dict[str, str]:
 def record(out: Path, tokens: int) -> None:
     import speculative
 
-    from llmcli import prompting, templates
     from llmcli.engine.base import Done, EngineOptions, SamplingParams
     from llmcli.engine.llama import LlamaEngine
     from llmcli.hub import default_model
@@ -82,15 +81,12 @@ def record(out: Path, tokens: int) -> None:
     answers = {}
     for name in COSTS:
         engine = LlamaEngine(str(default_model.model_path(name)), EngineOptions(ctx_size=4096))
-        base = prompting.is_base(engine)
         texts = {  # the benchmark's two prompts are completions, as benchmarks/speculative.py runs them
             "copy": speculative.copy_prompt(),
             "nothing-to-copy": speculative.NOTHING_TO_COPY_FOR.get(name, speculative.NOTHING_TO_COPY),
         }
         for label, text in more_prompts().items():
-            if not base:
-                text = templates.render(prompting.prompt_format(engine), [{"role": "user", "content": text}])
-            texts[label] = text
+            texts[label] = speculative.chat_prompt(engine, text)
         for label, text in texts.items():
             engine.reset()
             ids = engine.tokenize(text, add_bos=engine.add_bos)

@@ -69,15 +69,17 @@ def test_kind_names_follow_llama_cpp_too():
 # -- adaptive k on simulated machines ------------------------------------------------------------
 
 
-def simulate(policy: KPolicy, accept: float, cost_per_position: float, steps: int = 400, seed: int = 0):
-    """Run the policy against a machine where a batch of n positions costs 1 + c*(n-1) and each
-    drafted token is accepted with probability `accept` (given the ones before it)."""
+def simulate(policy: KPolicy, accept: float, cost_per_position: float, steps: int = 400, seed: int = 0,
+             costs: dict[int, float] | None = None):  # fmt: skip
+    """Run the policy against a machine where a batch of n positions costs 1 + c*(n-1) (or
+    `costs[n]`) and each drafted token is accepted with probability `accept` (given the ones
+    before it)."""
     rng = random.Random(seed)
     emitted, seconds, ks = 0, 0.0, []
     for _ in range(steps):
         k = policy.choose("src", policy.k_max)
         ks.append(k)
-        cost = 1.0 + cost_per_position * k
+        cost = costs[k + 1] if costs else 1.0 + cost_per_position * k
         policy.observe_batch(k + 1, cost)
         seconds += cost
         kept = 0
@@ -398,18 +400,7 @@ def test_policy_with_stored_costs_recovers_from_a_batch_size_measured_in_a_busy_
         for n, seconds in ((1, 1.0), (9, 9.0), (8, 8.0)):
             for _ in range(4):
                 p.observe_batch(n, seconds)
-        rng, ks = random.Random(1), []
-        for _ in range(300):
-            k = p.choose("src", 8)
-            ks.append(k)
-            p.observe_batch(k + 1, cost[k + 1])
-            kept = 0
-            while kept < k and rng.random() < 0.97:
-                kept += 1
-            if k:
-                p.observe_draft("src", k, kept)
-            p.tokens_emitted(kept + 1)
-        return ks
+        return simulate(p, 0.97, 0.0, steps=300, seed=1, costs=cost)[1]
 
     assert max(run({})) < 7  # stuck on short drafts
     tail = run(cost)[-100:]
