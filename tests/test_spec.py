@@ -51,6 +51,27 @@ def test_lookup_prefers_the_most_recent_occurrence_and_misses_cleanly():
     assert q.propose(0) == ([], 0)
 
 
+def test_lookup_follows_the_occurrence_whose_context_matches_longest():
+    """An answer copying a stretch of the prompt: the last 4 tokens also occur later in the prompt
+    (a common phrase), but only the first place's context matches what the answer has copied, so
+    that is where the proposal is taken from. A context shorter than `context_min` does not count."""
+    copied = list(range(100, 112))  # 12 tokens of context the answer has copied
+    phrase = [1, 2, 3, 4]
+    prompt = [7, *copied, *phrase, 50, 51, 52, 9, 9, *phrase, 60, 61, 62]
+    p = NgramProposer()
+    p.extend([*prompt, 8, *copied, *phrase])
+    assert p.propose(3) == ([50, 51, 52], 4)
+    q = NgramProposer()
+    q.extend([*prompt, 8, *copied[-5:], *phrase])  # 5 tokens of matching context: the latest wins
+    assert q.propose(3) == ([60, 61, 62], 4)
+    r = NgramProposer()
+    r.extend([*prompt, 8, 5, 6, *phrase])  # no context: the most recent place
+    assert r.propose(3) == ([60, 61, 62], 4)
+    r.truncate(len(prompt))  # the places are rebuilt with the index
+    r.extend([8, *copied, *phrase])
+    assert r.propose(3) == ([50, 51, 52], 4)
+
+
 def test_lookup_truncate_forgets_later_tokens():
     p = NgramProposer(ngram_max=2, ngram_min=1)
     p.extend([5, 6, 7, 5])

@@ -39,7 +39,15 @@ def kind_of(name: str) -> str:
 
 class NgramProposer:
     """Prompt lookup: propose the tokens that followed the most recent earlier occurrence of the
-    longest suffix (`ngram_max` .. `ngram_min` tokens) of everything seen so far."""
+    longest suffix (`ngram_max` .. `ngram_min` tokens) of everything seen so far. Of the recent
+    occurrences of a full-length (`ngram_max`) suffix, one whose context before it matches the
+    present's for at least `context_min` tokens, and further than the most recent one's does, is
+    taken instead: the answer is copying that stretch (a file quoted twice, a JSON record like an
+    earlier one), and the most recent occurrence of a few common tokens may be another place."""
+
+    recent: int = 8  # occurrences of a full-length n-gram compared
+    context_min: int = 8  # tokens of matching context that make an older occurrence preferred
+    context_max: int = 32  # how far back a context is compared
 
     def __init__(
         self, ngram_max: int = defaults.SPEC_NGRAM_MAX, ngram_min: int = defaults.SPEC_NGRAM_MIN
@@ -49,10 +57,13 @@ class NgramProposer:
         self.tokens: list[int] = []
         # n-gram -> the position just after its most recent occurrence that has a continuation
         self.index: dict[tuple[int, ...], int] = {}
+        # full-length n-gram -> the positions just after its latest `recent` such occurrences
+        self.places: dict[tuple[int, ...], list[int]] = {}
 
     def reset(self, tokens: list[int]) -> None:
         self.tokens = []
         self.index = {}
+        self.places = {}
         self.extend(tokens)
 
     def extend(self, tokens: list[int]) -> None:
@@ -67,6 +78,11 @@ class NgramProposer:
             if end - n < 0:
                 break
             self.index[tuple(seq[end - n : end])] = end
+        if end >= self.ngram_max:
+            places = self.places.setdefault(tuple(seq[end - self.ngram_max : end]), [])
+            places.append(end)
+            if len(places) > self.recent:
+                del places[0]
 
     def truncate(self, length: int) -> None:
         """Forget tokens past `length` (a prompt that diverged); rebuilds the index."""
@@ -84,8 +100,11 @@ class NgramProposer:
         if k <= 0:
             return [], 0
         for n in range(min(self.ngram_max, len(seq)), self.ngram_min - 1, -1):
-            pos = self.index.get(tuple(seq[len(seq) - n :]))
+            key = tuple(seq[len(seq) - n :])
+            pos = self.index.get(key)
             if pos is not None:
+                if n == self.ngram_max:
+                    pos = self._best_place(key, pos)
                 out = seq[pos : pos + k]
                 if len(out) < k and self._looping(len(seq) - pos):
                     period = len(seq) - pos
@@ -93,6 +112,32 @@ class NgramProposer:
                         out.append(out[len(out) - period])
                 return out, n
         return [], 0
+
+    def _context(self, pos: int) -> int:
+        """How many tokens before the n-gram that ends at `pos` match those before the present's
+        (at most `context_max`)."""
+        seq, end = self.tokens, len(self.tokens)
+        start = self.ngram_max
+        length = 0
+        while (
+            length < self.context_max
+            and pos - start - length - 1 >= 0
+            and seq[pos - start - length - 1] == seq[end - start - length - 1]
+        ):
+            length += 1
+        return length
+
+    def _best_place(self, key: tuple[int, ...], latest: int) -> int:
+        places = self.places.get(key)
+        if not places or len(places) == 1:
+            return latest
+        best, best_context = latest, self._context(latest)
+        for pos in reversed(places):  # the most recent first: it wins ties
+            if pos != latest:
+                context = self._context(pos)
+                if context > best_context:
+                    best, best_context = pos, context
+        return best if best_context >= self.context_min else latest
 
     def _looping(self, period: int, repeats: int = 3) -> bool:
         """Whether the last `repeats` stretches of `period` tokens are the same."""
