@@ -114,8 +114,8 @@ class NgramProposer:
         return [], 0
 
     def _context(self, pos: int) -> int:
-        """How many tokens before the n-gram that ends at `pos` match those before the present's
-        (at most `context_max`)."""
+        """How many tokens before the full-length n-gram that ends just before `pos` match those
+        before the present's (at most `context_max`)."""
         seq, end = self.tokens, len(self.tokens)
         start = self.ngram_max
         length = 0
@@ -128,6 +128,8 @@ class NgramProposer:
         return length
 
     def _best_place(self, key: tuple[int, ...], latest: int) -> int:
+        """Of `key`'s recent places, the one to copy from: `latest` unless another's context
+        matches longer, and for at least `context_min` tokens."""
         places = self.places.get(key)
         if not places or len(places) == 1:
             return latest
