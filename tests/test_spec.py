@@ -394,6 +394,7 @@ def test_policy_starts_from_stored_costs_scaled_by_this_runs_step_and_blends_wha
 def test_policy_with_stored_costs_does_not_try_a_batch_they_say_is_too_dear():
     """Without stored costs a fresh policy tries the largest k once while it is unmeasured (small
     batches overestimate big ones); stored costs from an earlier run answer that already."""
+
     def first_choices(stored):
         p = KPolicy(k_max=8)
         p.stored = dict(stored)
