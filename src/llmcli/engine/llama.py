@@ -677,13 +677,8 @@ class LlamaEngine:
     def stored_batch_costs(self, threads: int) -> dict[int, float]:
         """What earlier runs measured a verification batch of n positions to cost, relative to
         one step, on this model, build and settings (empty when nothing was, or it cannot be read)."""
-        import json
-
-        try:
-            doc = json.loads(self._settings_file("spec-costs", threads, costs=1)[1].read_text())
-            stored = {int(n): float(rel) for n, (rel, _) in doc["costs"].items()}
-        except (OSError, ValueError, KeyError, TypeError):
-            return {}
+        rows = _read_costs(self._settings_file("spec-costs", threads, costs=1)[1])
+        stored = {n: rel for n, (rel, _) in rows.items()}
         if not all(0 < rel < 1000 for rel in stored.values()):
             return {}
         return {1: 1.0, **stored} if stored else {}
@@ -701,11 +696,7 @@ class LlamaEngine:
         key, path = self._settings_file("spec-costs", threads, costs=1)
         try:
             with locked(path, timeout=2.0):
-                try:
-                    rows = json.loads(path.read_text())["costs"].items()
-                    old = {int(n): (float(r), float(w)) for n, (r, w) in rows}
-                except (OSError, ValueError, KeyError, TypeError):
-                    old = {}
+                old = _read_costs(path)
                 for n, (rel, batches) in measured.items():
                     r, w = old.get(n, (rel, 0.0))
                     total = w + batches
@@ -1068,6 +1059,17 @@ def ggml_type(L, name: str) -> int:
     if value is None:
         raise UsageError(f"unknown KV cache type {name!r} (try f16, q8_0, q4_0)")
     return value
+
+
+def _read_costs(path: Path) -> dict[int, tuple[float, float]]:
+    """A stored batch-costs file: positions -> (cost relative to one step, batches it stands for);
+    empty when there is none or it cannot be read."""
+    import json
+
+    try:
+        return {int(n): (float(r), float(w)) for n, (r, w) in json.loads(path.read_text())["costs"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
 
 
 class _Speculation:
