@@ -335,7 +335,7 @@ def test_the_key_never_appears(fault_server, isolated, monkeypatch):
 def test_help_does_not_import_the_http_client():
     code = (
         "import sys\nfrom typer.testing import CliRunner\nfrom llmcli.cli.app import app\n"
-        "for args in ([\"--help\"], [\"generate\", \"--help\"], [\"bench\", \"--help\"]):\n"
+        'for args in (["--help"], ["generate", "--help"], ["bench", "--help"]):\n'
         "    assert CliRunner().invoke(app, args).exit_code == 0\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('httpx', 'httpcore')))\n"
     )

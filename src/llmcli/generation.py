@@ -105,8 +105,13 @@ def served_record(result: Result, params: dict) -> dict:
     return {
         "text": result.done.text,
         "finish_reason": result.done.finish_reason,
-        "model": {"ref": result.loaded.ref, "endpoint": engine.info.path, "name": engine.info.name,
-                  "server": engine.info.architecture, "context_size": s.context_size or None},  # fmt: skip
+        "model": {
+            "ref": result.loaded.ref,
+            "endpoint": engine.info.path,
+            "name": engine.info.name,
+            "server": engine.info.architecture,
+            "context_size": s.context_size or None,
+        },
         "prompt_format": result.prompt_format,
         "constraint": None
         if result.constraint is None
