@@ -3,9 +3,10 @@
 
 Step 1 (needs the models, about a minute): record each prompt and the plain greedy answer,
     python benchmarks/spec_policy_replay.py record --out /tmp/answers.json
-The prompts: benchmarks/speculative.py's copy and nothing-to-copy prompts, and six more (reformat
-JSON, rename a variable in a file, summarise with quotes, explain, count, translate), each built as
-`generate` builds it (the chat template for an instruct model, plain text for a base model).
+The prompts: benchmarks/speculative.py's copy, nothing-to-copy, repeat and edit prompts, and six
+more (reformat JSON, rename a variable in a file, summarise with quotes, explain, count,
+translate), each built as `generate` builds it (the chat template for an instruct model, plain
+text for a base model).
 
 Step 2 (pure Python, deterministic): replay prompt lookup + `KPolicy` over the recorded answers,
 with a table of what a batch of n positions costs relative to one step,
@@ -85,7 +86,9 @@ def record(out: Path, tokens: int) -> None:
             "copy": speculative.copy_prompt(),
             "nothing-to-copy": speculative.NOTHING_TO_COPY_FOR.get(name, speculative.NOTHING_TO_COPY),
         }
-        for label, text in more_prompts().items():
+        requests = {**more_prompts(), "repeat": speculative.REPEAT, "edit": speculative.EDIT}
+        for label, text in requests.items():
+            text = text.format(source=speculative.copy_source(True)) if label in ("repeat", "edit") else text
             texts[label] = speculative.chat_prompt(engine, text)
         for label, text in texts.items():
             engine.reset()

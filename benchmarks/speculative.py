@@ -2,8 +2,10 @@
 
 For each model (the bundled Gemma 3 270M and SmolLM2-135M-Instruct) and each prompt (a copy-heavy
 one: a ~2,000-character source file followed by "the same file again, unchanged:"; and one with
-nothing to copy; and with `--prompts loop`, a chat request whose greedy answer loops with a period
-shorter than k), in a shuffled order each round over several rounds, on the same threads, greedy:
+nothing to copy; with `--prompts repeat,edit`, the same file in a request to repeat it, or to fix
+a typo and print it again; and with `--prompts loop`, a chat request whose greedy answer loops with
+a period shorter than k), in a shuffled order each round over several rounds, on the same threads,
+greedy:
 - plain: llmcli's engine, no speculation;
 - lookup: llmcli's engine, prompt lookup, adaptive k, exact (the default);
 - lookup-fast: the same with --no-spec-exact (any batch size);
@@ -80,9 +82,24 @@ def chat_prompt(engine, text: str) -> str:
     return templates.render(prompting.prompt_format(engine), [{"role": "user", "content": text}])
 
 
-def copy_prompt() -> str:
+def copy_source(whole_lines: bool = False) -> str:
     source = (ROOT / "src" / "llmcli" / "engine" / "text.py").read_text(encoding="utf-8")[:2000]
-    return source + "\n\nThe same file again, unchanged:\n\n"
+    return source[: source.rfind("\n") + 1] if whole_lines else source
+
+
+def copy_prompt() -> str:
+    return copy_source() + "\n\nThe same file again, unchanged:\n\n"
+
+
+# The same file as a request (a user turn for an instruct model, raw for a base one): repeat it,
+# or edit it and print it again. Greedy, SmolLM2 does not copy after the raw prompt above (it
+# repeats its last line), where after `repeat` about 70% of its answer is the file's text; Gemma
+# copies 96% of the file after `edit`.
+REPEAT = "{source}\n\nRepeat the file above exactly, unchanged."
+EDIT = (
+    "Here is a Python file:\n\n```python\n{source}```\n\n"
+    "Fix the typo in the docstring and print the whole file again."
+)
 
 
 def llmcli_run(engine, prompt: str, n: int, k_max: int = 8) -> dict:
@@ -165,7 +182,7 @@ def main() -> None:
     ap.add_argument("--models", default="gemma3-270m,smollm2-135m")
     ap.add_argument("--no-tools", action="store_true", help="skip llama.cpp's tools")
     ap.add_argument("--prompts", default="copy,nothing-to-copy",
-                    help="which prompts, comma-separated: copy, nothing-to-copy, loop")  # fmt: skip
+                    help="comma-separated: copy, repeat, edit, nothing-to-copy, loop")  # fmt: skip
     ap.add_argument("--runners", help="only these runners, comma-separated (plain is always run)")
     ap.add_argument("--json", type=Path, help="also write every measurement here")
     args = ap.parse_args()
@@ -183,7 +200,7 @@ def main() -> None:
     results: dict = {}
     for name in args.models.split(","):
         every = {"copy": copy_prompt(), "nothing-to-copy": NOTHING_TO_COPY_FOR.get(name, NOTHING_TO_COPY),
-                 "loop": LOOP}  # fmt: skip
+                 "loop": LOOP, "repeat": None, "edit": None}  # fmt: skip
         prompts = {key: every[key] for key in args.prompts.split(",")}
         path = str(default_model.model_path(name))
         k = args.draft_max
@@ -201,8 +218,11 @@ def main() -> None:
                 SpecOptions(kind="draft", draft_max=4, model_draft=path, exact=False, adaptive=False)
             ),  # fmt: skip
         }
-        if "loop" in prompts:  # a chat request, as `generate` sends it to an instruct model
-            prompts["loop"] = chat_prompt(runners["plain"], LOOP)
+        requests = {"loop": LOOP, "repeat": REPEAT.format(source=copy_source(True)),
+                    "edit": EDIT.format(source=copy_source(True))}  # fmt: skip
+        for key, text in requests.items():  # a chat request, as `generate` sends it to an instruct model
+            if key in prompts:
+                prompts[key] = chat_prompt(runners["plain"], text)
         for label, prompt in prompts.items():
             with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
                 f.write(prompt + "\n")  # llama.cpp's -f drops one trailing newline: the same prompt
