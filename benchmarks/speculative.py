@@ -155,7 +155,9 @@ def first_run() -> Iterator[None]:
                 os.environ["LLMCLI_CACHE_DIR"] = before
 
 
-def tool_run(argv: list[str]) -> dict:
+def tool_run(argv: list[str], prompt: str | None = None) -> dict:
+    """One run of a llama.cpp tool: its speed and draft counts, and with `prompt` the answer's text
+    (its stdout after the echoed prompt)."""
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
     log = proc.stderr + proc.stdout
     if proc.returncode != 0:
@@ -165,12 +167,24 @@ def tool_run(argv: list[str]) -> dict:
     accepted = re.findall(r"n_accept\s*=\s*(\d+)", log)
     if not decoded:
         raise RuntimeError(f"no speed line from {argv[0]}: {log[-800:]}")
+    at = proc.stdout.find(prompt) if prompt else -1
     return {
         "tps": float(decoded[-1][2]),
         "tokens": int(decoded[-1][0]),
         "drafted": int(drafted[-1]) if drafted else 0,
         "accepted": int(accepted[-1]) if accepted else 0,
+        "answer": proc.stdout[at + len(prompt) :] if prompt and at >= 0 else None,
     }
+
+
+def same_answer(a: str | None, b: str | None) -> bool:
+    """Whether two answers agree as far as the shorter goes (each tool stops at its own count,
+    and llama.cpp's tools print a few newlines after the answer)."""
+    if a is None or b is None:
+        return False
+    a, b = a.rstrip(), b.rstrip()
+    n = min(len(a), len(b))
+    return n > 0 and a[:n] == b[:n]
 
 
 def main() -> None:
@@ -247,11 +261,11 @@ def main() -> None:
                 lookup_argv = [str(tools["llama-lookup"]), "-m", path, *common, "--spec-draft-n-max", str(k)]
                 self_argv = [str(tools["llama-speculative-simple"]), "-m", path, "-md", path, *common,
                              "--spec-draft-n-max", "4", "--spec-type", "draft-simple"]  # fmt: skip
-                calls["llama-lookup"] = lambda a=lookup_argv: tool_run(a)
+                calls["llama-lookup"] = lambda a=lookup_argv, p=prompt: tool_run(a, p)
                 # what a user gets from llama-lookup without the flag: its default n_max (3 in 0.3.36)
                 default_argv = [str(tools["llama-lookup"]), "-m", path, *common]
-                calls["llama-lookup-default"] = lambda a=default_argv: tool_run(a)
-                calls["llama-spec-self"] = lambda a=self_argv: tool_run(a)
+                calls["llama-lookup-default"] = lambda a=default_argv, p=prompt: tool_run(a, p)
+                calls["llama-spec-self"] = lambda a=self_argv, p=prompt: tool_run(a, p)
             if args.runners:
                 wanted = {"plain", *args.runners.split(",")}
                 calls = {key: call for key, call in calls.items() if key in wanted}
@@ -283,9 +297,10 @@ def report(model: str, label: str, rows: dict[str, list[dict]]) -> None:
     than a ratio of medians."""
     texts = {x["text"] for x in rows["plain"]}
     reference = rows.get("llama-lookup")
+    theirs = [x.get("answer") for x in reference] if reference else []
     print(f"\n{model} · {label} prompt · median of {len(rows['plain'])} rounds")
     print(f"  {'runner':<16} {'tok/s':>8} {'vs plain':>18} {'vs llama-lookup':>18} "
-          f"{'accepted/drafted':>18} {'tok/pass':>9}  same text")  # fmt: skip
+          f"{'accepted/drafted':>18} {'tok/pass':>9}  same text  as llama-lookup")  # fmt: skip
     for key, xs in rows.items():
         tps = statistics.median(x["tps"] for x in xs)
 
@@ -301,8 +316,12 @@ def report(model: str, label: str, rows: dict[str, list[dict]]) -> None:
         passes = [x["tokens"] / x["passes"] for x in xs if x.get("passes")]
         per_pass = f"{statistics.median(passes):.2f}" if passes else "-"
         same = ("yes" if {x["text"] for x in xs} == texts else "no") if "text" in xs[0] else "n/a"
+        # rounds whose answer is llama-lookup's answer of that round (a ratio between two
+        # different answers compares the answers as much as the tools)
+        mine = [x.get("text", x.get("answer")) for x in xs]
+        alike = "-" if xs is reference or not theirs else f"{sum(map(same_answer, mine, theirs))}/{len(xs)}"
         print(f"  {key:<16} {tps:>8.1f} {ratio(rows['plain']):>18} {ratio(reference):>18} {share:>18} "
-              f"{per_pass:>9}  {same}")  # fmt: skip
+              f"{per_pass:>9}  {same:<9}  {alike}")  # fmt: skip
         ks = [x.get("k_chosen") for x in xs if x.get("k_chosen")]
         if ks:
             print(f"  {'':<16} k chosen (last run): {ks[-1]}")
