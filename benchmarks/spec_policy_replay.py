@@ -86,9 +86,7 @@ def record(out: Path, tokens: int) -> None:
             "copy": speculative.copy_prompt(),
             "nothing-to-copy": speculative.NOTHING_TO_COPY_FOR.get(name, speculative.NOTHING_TO_COPY),
         }
-        requests = {**more_prompts(), "repeat": speculative.REPEAT, "edit": speculative.EDIT}
-        for label, text in requests.items():
-            text = text.format(source=speculative.copy_source(True)) if label in ("repeat", "edit") else text
+        for label, text in {**more_prompts(), **speculative.copy_requests()}.items():
             texts[label] = speculative.chat_prompt(engine, text)
         for label, text in texts.items():
             engine.reset()

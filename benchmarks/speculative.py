@@ -100,6 +100,13 @@ EDIT = (
     "Here is a Python file:\n\n```python\n{source}```\n\n"
     "Fix the typo in the docstring and print the whole file again."
 )
+CHAT_REQUESTS = ("loop", "repeat", "edit")  # sent as a user turn, as `generate` sends them
+
+
+def copy_requests() -> dict[str, str]:
+    """The `repeat` and `edit` requests' text, on the file cut at whole lines."""
+    source = copy_source(whole_lines=True)
+    return {"repeat": REPEAT.format(source=source), "edit": EDIT.format(source=source)}
 
 
 def llmcli_run(engine, prompt: str, n: int, k_max: int = 8) -> dict:
@@ -214,7 +221,7 @@ def main() -> None:
     results: dict = {}
     for name in args.models.split(","):
         every = {"copy": copy_prompt(), "nothing-to-copy": NOTHING_TO_COPY_FOR.get(name, NOTHING_TO_COPY),
-                 "loop": LOOP, "repeat": None, "edit": None}  # fmt: skip
+                 "loop": LOOP, **copy_requests()}  # fmt: skip
         prompts = {key: every[key] for key in args.prompts.split(",")}
         path = str(default_model.model_path(name))
         k = args.draft_max
@@ -232,11 +239,9 @@ def main() -> None:
                 SpecOptions(kind="draft", draft_max=4, model_draft=path, exact=False, adaptive=False)
             ),  # fmt: skip
         }
-        requests = {"loop": LOOP, "repeat": REPEAT.format(source=copy_source(True)),
-                    "edit": EDIT.format(source=copy_source(True))}  # fmt: skip
-        for key, text in requests.items():  # a chat request, as `generate` sends it to an instruct model
+        for key in CHAT_REQUESTS:  # as `generate` sends a request to an instruct model
             if key in prompts:
-                prompts[key] = chat_prompt(runners["plain"], text)
+                prompts[key] = chat_prompt(runners["plain"], prompts[key])
         for label, prompt in prompts.items():
             with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
                 f.write(prompt + "\n")  # llama.cpp's -f drops one trailing newline: the same prompt
