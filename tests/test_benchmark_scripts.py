@@ -70,3 +70,39 @@ def test_policy_replay_drafts_a_copied_answer_and_holds_plain_speed_on_a_fresh_o
         assert speeds["smollm2-135m/copy"] > 1.3, result.stdout
         assert 0.9 <= speeds["gemma3-270m/fresh"] <= 1.05, result.stdout
         assert "geometric mean" in result.stdout
+
+
+def _schedule_module():
+    sys.path.insert(0, str(SCRIPTS[0].parent))
+    try:
+        return importlib.import_module("spec_schedule")
+    finally:
+        sys.path.pop(0)
+
+
+def test_spec_schedule_reads_llama_lookups_drafts_pass_for_pass():
+    """The drafts llama-lookup verified, read back from its -v log: one list a pass, the empty
+    draft before the first sample left out, a piece holding a newline or a comma read whole."""
+    log = (
+        "0.02.248 D drafted [  ]\n"
+        "0.02.259 D drafted [  ]\n"
+        "The0.02.317 D drafted [ ' same':1142, ',':28, ':':42, '\n\n':261 ]\n"
+        " same0.02.317 D the sampled target token matches the 0th drafted token\n"
+        "0.02.328 D drafted [ '\n':198 ]\n"
+        "n_drafted    = 5\n"
+    )
+    schedule = _schedule_module()
+    assert schedule.drafts_from_log(log) == [[], [1142, 28, 42, 261], [198]]
+    proposer = schedule.ScriptedProposer(schedule.drafts_from_log(log))
+    assert proposer.propose(8) == ([], 0)
+    assert proposer.propose(2) == ([1142, 28], 4)  # cut to the k the engine asks for
+    assert proposer.propose(8) == ([198], 4)
+    assert proposer.propose(8) == ([], 0)  # past llama-lookup's last pass: plain steps
+
+
+def test_spec_schedule_refuses_a_log_it_cannot_read_whole():
+    schedule = _schedule_module()
+    with pytest.raises(ValueError, match="-v"):
+        schedule.drafts_from_log("n_drafted = 0\n")
+    with pytest.raises(ValueError, match="drafted 9"):
+        schedule.drafts_from_log("D drafted [  ]\nD drafted [ 'a':1 ]\nn_drafted    = 9\n")
