@@ -96,10 +96,7 @@ def main() -> None:
     engine_options = {"ctx_size": 4096, "threads": args.threads}
     fast = SpecOptions(kind="lookup", draft_max=k, exact=False)
     own = LlamaEngine(path, EngineOptions(**engine_options, speculative=fast))
-    fresh = speculative.NOTHING_TO_COPY_FOR.get(args.model, speculative.NOTHING_TO_COPY)
-    every = {"copy": speculative.copy_prompt(), "nothing-to-copy": fresh, "loop": speculative.LOOP,
-             **speculative.copy_requests()}  # fmt: skip
-    prompt = every[args.prompt]
+    prompt = speculative.prompts_for(args.model)[args.prompt]
     if args.prompt in speculative.CHAT_REQUESTS:
         prompt = speculative.chat_prompt(own, prompt)
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
@@ -142,7 +139,7 @@ def main() -> None:
     print(f"  {'runner':<14} {'tok/s':>7} {'vs llama-lookup':>20} {'geo mean':>9} {'accepted/drafted':>17} "
           f"{'passes':>7}")  # fmt: skip
     for key, xs in rows.items():
-        ratios = [x["tps"] / y["tps"] for x, y in zip(xs, reference, strict=True) if y["tps"]]
+        ratios = speculative.paired(xs, reference)
         geo = math.exp(statistics.mean(map(math.log, ratios))) if ratios else 0.0
         spread = f"{statistics.median(ratios):.3f}x ({min(ratios):.2f}-{max(ratios):.2f})"
         accepted = statistics.median(x["accepted"] for x in xs)
@@ -150,10 +147,9 @@ def main() -> None:
         passes = [x["passes"] for x in xs if x.get("passes")]
         print(f"  {key:<14} {statistics.median(x['tps'] for x in xs):>7.1f} {spread:>20} {geo:>8.3f}x "
               f"{share:>17} {statistics.median(passes) if passes else len(drafts):>7}")  # fmt: skip
-    theirs = statistics.median(x["accepted"] for x in reference)
-    mine = statistics.median(x["accepted"] for x in rows["same-batches"])
-    if mine != theirs:
-        print(f"  the answers differ (accepted {mine:.0f} against {theirs:.0f}): not the same batches")
+    apart = sum(x["accepted"] != y["accepted"] for x, y in zip(rows["same-batches"], reference, strict=True))
+    if apart:
+        print(f"  the answers differ in {apart} of {args.rounds} rounds: not the same batches there")
     same.close()
     own.close()
 

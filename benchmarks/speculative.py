@@ -103,6 +103,12 @@ EDIT = (
 CHAT_REQUESTS = ("loop", "repeat", "edit")  # sent as a user turn, as `generate` sends them
 
 
+def prompts_for(model: str) -> dict[str, str]:
+    """Every prompt by its label, as text (a key in CHAT_REQUESTS still goes into a user turn)."""
+    fresh = NOTHING_TO_COPY_FOR.get(model, NOTHING_TO_COPY)
+    return {"copy": copy_prompt(), "nothing-to-copy": fresh, "loop": LOOP, **copy_requests()}
+
+
 def copy_requests() -> dict[str, str]:
     """The `repeat` and `edit` requests' text, on the file cut at whole lines."""
     source = copy_source(whole_lines=True)
@@ -220,8 +226,7 @@ def main() -> None:
         tools = llamacpp_tools.ensure("llama-lookup", "llama-speculative-simple")
     results: dict = {}
     for name in args.models.split(","):
-        every = {"copy": copy_prompt(), "nothing-to-copy": NOTHING_TO_COPY_FOR.get(name, NOTHING_TO_COPY),
-                 "loop": LOOP, **copy_requests()}  # fmt: skip
+        every = prompts_for(name)
         prompts = {key: every[key] for key in args.prompts.split(",")}
         path = str(default_model.model_path(name))
         k = args.draft_max
