@@ -607,12 +607,15 @@ def test_a_notice_says_when_exactness_left_nothing_to_verify():
     from llmcli.engine.base import Stats
     from llmcli.generation import exact_limit_notice
 
-    settings = {"type": "lookup", "exact": True, "exact_positions": {"short": 3, "long": 1}}
+    settings = {"type": "lookup", "exact": True, "exact_positions": {"short": 3, "long": 1},
+                "exact_blocked": 39}  # fmt: skip
     s = Stats(decode_tokens=40, drafted_tokens=0, speculative=settings)
     assert "drafted nothing" in exact_limit_notice(s) and "--no-spec-exact" in exact_limit_notice(s)
     assert exact_limit_notice(Stats(decode_tokens=40, drafted_tokens=12, speculative=settings)) is None
     free = {**settings, "exact": False}
     assert exact_limit_notice(Stats(decode_tokens=40, speculative=free)) is None
-    roomy = {**settings, "exact_positions": {"short": 9, "long": 4}}
-    assert exact_limit_notice(Stats(decode_tokens=40, speculative=roomy)) is None
+    # a short context, where batches were allowed and nothing matched: no notice, whatever the
+    # limit at long contexts
+    unmatched = {**settings, "exact_blocked": 0}
+    assert exact_limit_notice(Stats(decode_tokens=40, speculative=unmatched)) is None
     assert exact_limit_notice(Stats(decode_tokens=40)) is None  # no speculation asked for

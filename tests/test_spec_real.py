@@ -360,3 +360,89 @@ def test_batch_costs_are_stored_for_the_next_engine_and_a_bad_store_is_ignored(t
         assert run(fourth, PROMPTS[1] * 3, params).text  # answered; the store is skipped
     finally:
         fourth.close()
+
+
+def test_decode_time_counts_every_verification_batch(monkeypatch):
+    """llama.cpp grows its output buffer in the first batch with more logit rows than any before,
+    and the synchronize that needs restarts its perf clock mid-batch; the engine times such a batch
+    itself. So the time llama.cpp's counters and the engine report together is at least the time
+    spent inside llama_decode (the same intervals on two clocks, not a speed)."""
+    import time
+
+    import llama_cpp
+
+    inside: list[float] = []
+    real = llama_cpp.llama_decode
+
+    def timed(ctx, batch):
+        started = time.perf_counter()
+        try:
+            return real(ctx, batch)
+        finally:
+            inside.append((time.perf_counter() - started) * 1000)
+
+    # not exact: the probe would grow the buffer before the request; fixed k: batches of 9 at once
+    spec = _engine("smollm2-135m", SpecOptions(kind="lookup", draft_max=8, adaptive=False, exact=False))
+    try:
+        monkeypatch.setattr(llama_cpp, "llama_decode", timed)
+        done = run(spec, PROMPTS[0], SamplingParams(temperature=0, max_tokens=24))
+        monkeypatch.setattr(llama_cpp, "llama_decode", real)
+        s = done.stats
+        assert s.drafted_tokens >= 8 and s.target_passes < s.decode_tokens  # batches ran
+        assert s.prefill_ms + s.decode_ms >= 0.9 * sum(inside)
+        assert s.prefill_ms + s.decode_ms <= s.total_ms
+    finally:
+        spec.close()
+
+
+def test_exact_limits_follow_the_thread_count_in_effect():
+    """Which kernels round alike depends on the thread count (one thread never splits attention's
+    keys), and the adaptive policy changes the count while an answer streams: the limits are
+    probed for every count it may choose, each as a fixed-count engine probes it, and a count
+    never probed verifies nothing."""
+    from llmcli.engine.llama import LlamaEngine
+
+    spec = SpecOptions(kind="lookup", draft_max=8)
+    adaptive = LlamaEngine(_path("smollm2-135m"), EngineOptions(ctx_size=512, speculative=spec))
+    try:
+        counts = adaptive.decode_policy.options
+        assert set(adaptive._exact_by_threads) == set(counts)
+        for n in counts:
+            fixed = LlamaEngine(_path("smollm2-135m"), EngineOptions(ctx_size=512, threads=n, speculative=spec))
+            try:
+                assert adaptive._exact_by_threads[n] == fixed.exact_positions
+            finally:
+                fixed.close()
+            adaptive.threads = n
+            short, long = adaptive._exact_by_threads[n]
+            assert adaptive.exact_limit(8) == short and adaptive.exact_limit(300) == long
+        adaptive.threads = max(counts) + 1
+        assert adaptive.exact_limit(8) == 1 and adaptive.exact_limit(300) == 1
+        report = adaptive.spec_report()
+        if len(counts) > 1:
+            assert set(report["exact_positions_by_threads"]) == {str(n) for n in counts}
+    finally:
+        adaptive.close()
+
+
+def test_the_exactness_notice_only_where_exactness_allowed_no_batch():
+    """Short context, batches allowed, nothing to copy: no notice. Past 256 cells, where on this
+    CPU build (two threads, flash attention) only one-position batches are exact: the notice, when
+    the probe found that; otherwise the answer may draft and the notice must not appear."""
+    from pathlib import Path
+
+    from realmodel import llmcli
+
+    def generate(prompt: str):
+        result = llmcli("generate", prompt, "-m", "smollm2-135m", "--raw", "-n", "6", "-t", "2",
+                        "--temperature", "0", "--spec-type", "lookup", "--json", timeout=300)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)["speculative"], result.stderr
+
+    record, err = generate("hi")
+    assert record["exact_blocked"] == 0 and "drafted nothing" not in err
+    source = (Path(__file__).parents[1] / "src" / "llmcli" / "engine" / "spec.py").read_text()
+    record, err = generate(source[:1500] + "\n\nThe same text again:\n" + source[:40])
+    assert ("drafted nothing" in err) == (record["drafted_tokens"] == 0 and record["exact_blocked"] > 0)
+    if record["exact_positions"]["long"] == 1:
+        assert record["exact_blocked"] > 0 and record["drafted_tokens"] == 0 and "drafted nothing" in err

@@ -236,13 +236,13 @@ def run_generate(
 
 def exact_limit_notice(s) -> str | None:
     """One line when speculation was asked for and `--spec-exact` let it verify nothing: on this
-    build no batch of two or more positions was bit-identical to one-token steps at this context
-    length, so the answer was decoded plainly."""
+    build no batch of two or more positions was bit-identical to one-token steps at the context
+    length the answer ran at (`exact_blocked` steps), so the answer was decoded plainly. An answer
+    that drafted nothing only because nothing matched gets no notice."""
     spec = s.speculative
     if not spec or not spec.get("exact") or s.drafted_tokens or not s.decode_tokens:
         return None
-    limits = spec.get("exact_positions") or {}
-    if min(limits.get("short", 2), limits.get("long", 2)) > 1:
+    if not spec.get("exact_blocked"):
         return None
     return (
         "speculative decoding drafted nothing: at this context length only one-position batches are "

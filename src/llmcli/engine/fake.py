@@ -217,7 +217,7 @@ class FakeEngine:
             stats.drafted_tokens, stats.accepted_tokens, stats.target_passes = drafted, accepted, passes
             every = spec.draft_max + 1
             stats.speculative = {**spec.settings(), "exact_positions": {"short": every, "long": every},
-                                 "k_chosen": {str(spec.draft_max): passes}}  # fmt: skip
+                                 "k_chosen": {str(spec.draft_max): passes}, "exact_blocked": 0}  # fmt: skip
         # Like llama.cpp's grammar sampler, a scripted reply satisfies the grammar exactly when it
         # runs to its end (the end-of-generation token is allowed only there) or is cut right there.
         complete = (ended or (reason == "length" and n == len(pieces))) if params.grammar else None

@@ -189,9 +189,12 @@ class LlamaEngine:
         self._abort = AbortFlag(llama_cpp)
         llama_cpp.llama_set_abort_callback(self._ctx, self._abort.callback, self._abort.data)
         self._cached: list[int] = []  # tokens whose keys/values sit in the cache at positions 0..n-1
+        self._outputs_reserved = 1  # rows of logits llama.cpp's output buffer holds (it only grows)
+        self._untimed_ms = 0.0  # evaluation time llama.cpp's perf counters missed since the reset
         self.info = self._model_info()
         self._lock = threading.Lock()
         self.exact_positions = (self.spec.draft_max + 1, self.spec.draft_max + 1)
+        self._exact_by_threads: dict[int, tuple[int, int]] = {}  # --spec-exact's limits per thread count
         if self.spec.enabled and self.spec.kind == "draft":
             with _deferred_signals() as hits:
                 self._draft = _DraftModel(self, hits)
@@ -202,7 +205,7 @@ class LlamaEngine:
         if self.spec.enabled:
             self._spec_batch = llama_cpp.llama_batch_init(self.spec.draft_max + 1, 0, 1)
             if self.spec.exact:
-                self.exact_positions = self._exact_batch_limits()
+                self._probe_exact_limits()
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -570,8 +573,15 @@ class LlamaEngine:
 
     def perf_ms(self) -> float:
         """Milliseconds llama.cpp has spent evaluating tokens since the last reset."""
+        return self._counted_ms() + self._untimed_ms
+
+    def _counted_ms(self) -> float:
         data = self._L.llama_perf_context(self._ctx)
         return data.t_p_eval_ms + data.t_eval_ms
+
+    def reset_perf(self) -> None:
+        self._L.llama_perf_context_reset(self._ctx)
+        self._untimed_ms = 0.0
 
     def decode(self, tokens: list[int]) -> int:
         """Evaluate tokens at the end of the cache; returns llama_decode's status."""
@@ -594,9 +604,28 @@ class LlamaEngine:
             batch.seq_id[i][0] = 0
             batch.logits[i] = 1
         batch.n_tokens = len(tokens)
-        rc = self._L.llama_decode(self._ctx, batch)
+        if len(tokens) <= self._outputs_reserved:
+            rc = self._L.llama_decode(self._ctx, batch)
+        else:
+            rc = self._decode_growing(batch, len(tokens))
         if rc == 0:
             self._cached.extend(tokens)
+        return rc
+
+    def _decode_growing(self, batch, outputs: int) -> int:
+        """llama_decode of a batch with more logit rows than any before it on this context. llama.cpp
+        then grows its output buffer, and the synchronize that needs restarts its perf clock in the
+        middle of the batch: the rest of the batch would count nowhere (decode speed read 2-3x too
+        high in a short answer). So such a batch is timed here and the part missed is added."""
+        L, ctx = self._L, self._ctx
+        L.llama_synchronize(ctx)
+        counted, started = self._counted_ms(), time.perf_counter()
+        rc = L.llama_decode(ctx, batch)
+        L.llama_synchronize(ctx)
+        elapsed = (time.perf_counter() - started) * 1000
+        self._untimed_ms += max(0.0, elapsed - (self._counted_ms() - counted))
+        if rc == 0:
+            self._outputs_reserved = outputs
         return rc
 
     def trim(self, length: int) -> None:
@@ -613,20 +642,49 @@ class LlamaEngine:
         if not self.spec.enabled:
             return {}
         short, long = self.exact_positions
-        return {**self.spec.settings(), "exact_positions": {"short": short, "long": long}}
+        report = {**self.spec.settings(), "exact_positions": {"short": short, "long": long}}
+        if len(self._exact_by_threads) > 1:
+            report["exact_positions_by_threads"] = {
+                str(n): {"short": a, "long": b} for n, (a, b) in sorted(self._exact_by_threads.items())
+            }
+        return report
 
     # llama.cpp's CPU attention takes another path for one query once the cache view reaches 512
     # cells (it splits the keys across threads), so exactness is probed on both sides of that.
     EXACT_SHORT_CELLS = 256
 
     def exact_limit(self, cached: int) -> int:
-        """Most positions a verification batch starting after `cached` tokens may have."""
-        short, long = self.exact_positions
+        """Most positions a verification batch starting after `cached` tokens may have, at the
+        thread count now in effect (a count never probed: 1, plain steps only)."""
+        if self.spec.exact:
+            short, long = self._exact_by_threads.get(self.threads, (1, 1))
+        else:
+            short, long = self.exact_positions
         if cached + short <= self.EXACT_SHORT_CELLS:
             return short
         return max(long, min(short, self.EXACT_SHORT_CELLS - cached))
 
-    def _exact_batch_limits(self) -> tuple[int, int]:
+    def _probe_exact_limits(self) -> None:
+        """--spec-exact's limits for every decode thread count this engine may run: the kernels'
+        rounding depends on the count (one thread never splits attention's keys; two do from 512
+        cells on), and the adaptive thread policy changes it while an answer streams."""
+        counts = self.decode_policy.options if self.adaptive else [self.threads]
+        try:
+            for n in sorted(set(counts) | {self.threads}, key=lambda n: n != self.threads):
+                self._L.llama_set_n_threads(self._ctx, n, n)
+                self._exact_by_threads[n] = self._exact_batch_limits(n)
+        finally:
+            self._L.llama_set_n_threads(self._ctx, self.threads, self.threads_batch)
+        self.exact_positions = self._exact_by_threads[self.threads]
+
+    def pin_batch_threads(self) -> None:
+        """Verification batches are decode work: they run on decode's thread count (the one their
+        exactness was probed and their costs are stored at), not on the count prefill last chose."""
+        if self.threads_batch != self.threads:
+            self.threads_batch = self.threads
+            self._L.llama_set_n_threads(self._ctx, self.threads, self.threads)
+
+    def _exact_batch_limits(self, threads: int) -> tuple[int, int]:
         """The most positions a verification batch may have and still give, at every position,
         logits bit-identical to decoding the same tokens one at a time (so that temperature 0
         reproduces the plain text exactly), for a short cache and a long one. Which CPU kernel runs
@@ -637,7 +695,7 @@ class LlamaEngine:
         import json
 
         top = self.spec.draft_max + 1
-        key, cache = self._settings_file("spec-exact", top=top, probe=2)
+        key, cache = self._settings_file("spec-exact", threads, top=top, probe=3)
         try:
             short, long = json.loads(cache.read_text())["positions"]
             return int(short), int(long)
@@ -717,14 +775,11 @@ class LlamaEngine:
         def row(i: int) -> bytes:
             return ctypes.string_at(L.llama_get_logits_ith(self._ctx, i), size)
 
-        def fill() -> bool:
-            self.reset()
-            step = self.n_batch
-            return all(self.decode(prefix[i : i + step]) == 0 for i in range(0, len(prefix), step))
-
         limit = 1
         try:
-            if not fill():
+            self.reset()
+            step = self.n_batch
+            if any(self.decode(prefix[i : i + step]) != 0 for i in range(0, len(prefix), step)):
                 return 1
             singles = []
             for t in tail:
@@ -732,7 +787,8 @@ class LlamaEngine:
                     return 1
                 singles.append(row(-1))
             for m in range(2, len(tail) + 1):
-                if not fill() or self.decode_all(tail[:m]) != 0:
+                self.trim(n_prefix)  # as verification does: the rejected rest leaves the cache
+                if len(self._cached) != n_prefix or self.decode_all(tail[:m]) != 0:
                     break
                 if any(row(i) != singles[i] for i in range(m)):
                     break
@@ -805,7 +861,7 @@ class _Generation:
     def run(self) -> Iterator[Event]:
         L, e = self.L, self.e
         self.started = time.perf_counter()
-        L.llama_perf_context_reset(e._ctx)
+        e.reset_perf()
         reason = yield from self.prefill()
         L.llama_synchronize(e._ctx)
         self.stats.prefill_ms = e.perf_ms()
@@ -915,6 +971,7 @@ class _Generation:
         max_tokens = params.max_tokens or 1 << 62
         adaptive = e.adaptive
         pick = self.pick
+        e.pin_batch_threads()
         pending = pick(-1)
         while True:
             stopped = yield from self._take(pending)
@@ -934,6 +991,7 @@ class _Generation:
                 spec.measured(1, elapsed)
                 if adaptive and (changed := e._observe("decode", elapsed)):  # plain steps only
                     yield ThreadsChanged("decode", *changed)
+                    e.pin_batch_threads()
                     spec.threads_changed()
                 if stopped:
                     return "stop"
@@ -1099,6 +1157,7 @@ class _Speculation:
         self.source: object = None
         self.tail: list[int] = []  # the proposed tokens past the chosen k
         self.drafted = self.accepted = self.passes = 0
+        self.exact_blocked = 0  # steps at which --spec-exact allowed no batch at this context length
         self.draft_prefill_ms = 0.0
         self.draft_token_s = 0.0  # measured seconds the draft model spends per proposed token
 
@@ -1124,8 +1183,10 @@ class _Speculation:
 
     def propose(self, room: int) -> list[int]:
         policy = self.policy
-        top = min(policy.k_max, room, self.e.exact_limit(len(self.e._cached)) - 1)
+        exact_top = self.e.exact_limit(len(self.e._cached)) - 1
+        top = min(policy.k_max, room, exact_top)
         if top < policy.k_min:
+            self.exact_blocked += exact_top < policy.k_min <= room
             return []
         if self.lookup is not None:
             tokens, n = self.lookup.propose(top)
@@ -1177,6 +1238,7 @@ class _Speculation:
         stats.drafted_tokens, stats.accepted_tokens = self.drafted, self.accepted
         stats.target_passes = self.passes
         stats.speculative = {**self.e.spec_report(), **self.policy.summary()}
+        stats.speculative["exact_blocked"] = self.exact_blocked
         self.remember()
 
 
