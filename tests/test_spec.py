@@ -517,6 +517,43 @@ def test_settings_come_from_env_and_config(fake, isolated, monkeypatch):
     assert not fake.made[-1].options.speculative.enabled
 
 
+def test_the_config_file_takes_what_the_flags_take_and_names_its_own_keys(fake, isolated, monkeypatch):
+    assert run("config", "set", "spec_type", "off").exit_code == 0  # a --spec-type synonym
+    assert run("config", "set", "spec_type", "ngram").exit_code == 0
+    refused = run("config", "set", "spec_draft_n_max", "100")  # --spec-draft-n-max's range, 0-64
+    assert refused.exit_code != 0 and "spec_draft_n_max must be at most 64" in refused.stderr
+    from llmcli import environment
+
+    (isolated / "config.toml").write_text('spec_type = "lookup"\nspec_draft_n_min = 9\n')
+    environment.current().settings_cache.clear()  # the file is read once per process
+    result = run("generate", "hi")  # above the default n-max, 8: the error says where 9 came from
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "spec_draft_n_min = 9 in the config file" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    (isolated / "config.toml").write_text('spec_type = "lookup"\n')
+    environment.current().settings_cache.clear()
+    monkeypatch.setenv("LLMCLI_SPEC_NGRAM_MIN", "9")
+    result = run("generate", "hi")
+    assert result.exit_code == 2 and "$LLMCLI_SPEC_NGRAM_MIN = 9" in result.stderr
+    assert not fake.made
+
+
+def test_draft_flags_over_configured_and_environment_defaults(fake, isolated, monkeypatch, tmp_path):
+    """A configured or exported setting is a default: -md on the command line picks the draft model
+    over a configured `spec_type = "lookup"`, and a draft setting exported for every run is no
+    error in a run without a draft model."""
+    draft = tmp_path / "draft.gguf"
+    draft.write_bytes(b"GGUF")
+    (isolated / "config.toml").write_text('spec_type = "lookup"\n')
+    assert run("generate", "hi", "-md", str(draft)).exit_code == 0
+    assert fake.made[-1].options.speculative.kind == "draft"
+    monkeypatch.setenv("LLMCLI_GPU_LAYERS_DRAFT", "0")
+    monkeypatch.setenv("LLMCLI_MODEL_DRAFT", str(draft))
+    result = run("generate", "hi", "--spec-type", "lookup")
+    assert result.exit_code == 0, result.stderr
+    assert fake.made[-1].options.speculative.kind == "lookup"
+
+
 def test_model_draft_alone_turns_on_the_draft_model_resolved_like_m(fake, tmp_path):
     draft = tmp_path / "draft.gguf"
     draft.write_bytes(b"GGUF")
@@ -535,6 +572,12 @@ def test_model_draft_alone_turns_on_the_draft_model_resolved_like_m(fake, tmp_pa
         (("--spec-type", "draft"), "needs a draft model"),
         (("--spec-type", "lookup", "--spec-draft-n-max", "99"), "--spec-draft-n-max must be in"),
         (("-md", "/nonexistent/draft.gguf"), "draft.gguf"),
+        (
+            ("--spec-type", "lookup", "-md", "/some/draft.gguf"),
+            "-md/--model-draft is given but --spec-type is lookup",
+        ),
+        (("-ngld", "3"), "-ngld and -cd set up the draft model"),
+        (("--spec-type", "lookup", "-cd", "128"), "-ngld and -cd set up the draft model"),
     ],
 )
 def test_bad_speculative_input_is_one_line_and_nonzero(fake, args, message):
@@ -559,14 +602,43 @@ def test_chat_set_reloads_with_new_speculative_settings_and_keeps_the_conversati
     assert "speculative: lookup, k up to 3, adaptive" in result.stderr
 
 
+def test_chat_set_takes_the_draft_models_offload_and_context_too(fake, tmp_path):
+    draft = tmp_path / "draft.gguf"
+    draft.write_bytes(b"GGUF")
+    lines = [f"/set model-draft {draft}", "/set gpu-layers-draft 0", "/set ctx-size-draft 256",
+             "/set ctx-size-draft -5", "/set ctx-size-draft 0", "/set"]  # fmt: skip
+    result = run("chat", input="".join(line + "\n" for line in lines))
+    assert result.exit_code == 0, result.stderr
+    assert "gpu-layers-draft = 0 (model reloaded)" in result.stderr
+    assert "ctx-size-draft = 256 (model reloaded)" in result.stderr
+    assert "ctx-size-draft must be >= 0" in result.stderr
+    spec = fake.made[-1].options.speculative
+    assert spec.kind == "draft" and spec.gpu_layers_draft == 0 and spec.ctx_size_draft is None
+
+
 def test_readout_shows_acceptance_while_streaming():
     from llmcli.repl.readout import LiveReadout
 
     readout = LiveReadout(io.StringIO(), columns=120, dim=False)
-    readout(Token("a", 1))
-    readout(Token("b", 5, drafted=8, accepted=6, passes=2))
+    readout(Token("a", 1))  # from the prompt's pass
+    readout(Token("b", 2, drafted=0, accepted=0, passes=1))  # a plain step: one token a pass
+    assert "accepted 0/0 · 1.00 tok/pass" in readout.status_text()
+    readout(Token("c", 9, drafted=8, accepted=6, passes=3))  # then 8 drafted, 6 kept, in two passes
     status = readout.status_text()
-    assert "accepted 6/8 (75%)" in status and "2.50 tok/pass" in status
+    assert "accepted 6/8 (75%)" in status and "2.67 tok/pass" in status
+
+
+def test_session_tokens_per_pass_counts_plain_turns_as_one_a_pass():
+    from llmcli.render.stats import stats_line
+    from llmcli.repl.chat_session import Totals
+
+    totals = Totals()
+    totals.add(Stats(decode_tokens=12, completion_tokens=12))  # a plain turn: 12 passes
+    assert "tok/pass" not in stats_line(totals.stats)  # nothing speculated yet
+    turn = Stats(decode_tokens=10, completion_tokens=10, drafted_tokens=8, accepted_tokens=6, target_passes=4,
+                 speculative={"type": "lookup"})  # fmt: skip
+    totals.add(turn)
+    assert "accepted 6/8 (75%) · 1.38 tok/pass" in stats_line(totals.stats)  # 22 tokens in 16 passes
 
 
 def test_stats_line_part_from_stats():

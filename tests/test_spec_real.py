@@ -408,7 +408,8 @@ def test_exact_limits_follow_the_thread_count_in_effect():
         counts = adaptive.decode_policy.options
         assert set(adaptive._exact_by_threads) == set(counts)
         for n in counts:
-            fixed = LlamaEngine(_path("smollm2-135m"), EngineOptions(ctx_size=512, threads=n, speculative=spec))
+            options = EngineOptions(ctx_size=512, threads=n, speculative=spec)
+            fixed = LlamaEngine(_path("smollm2-135m"), options)
             try:
                 assert adaptive._exact_by_threads[n] == fixed.exact_positions
             finally:
@@ -446,3 +447,17 @@ def test_the_exactness_notice_only_where_exactness_allowed_no_batch():
     assert ("drafted nothing" in err) == (record["drafted_tokens"] == 0 and record["exact_blocked"] > 0)
     if record["exact_positions"]["long"] == 1:
         assert record["exact_blocked"] > 0 and record["drafted_tokens"] == 0 and "drafted nothing" in err
+
+
+@pytest.mark.parametrize("command", ["generate", "bench"])
+def test_a_draft_that_is_not_a_gguf_file_is_named_in_the_error(command, tmp_path):
+    from realmodel import llmcli
+
+    bad = tmp_path / "notes.gguf"
+    bad.write_text("these are notes, not weights\n" * 20)
+    args = ["hi", "-n", "2"] if command == "generate" else ["--scenario", "spec", "-n", "2", "-r", "1"]
+    result = llmcli(command, *args, "-m", "smollm2-135m", "-md", str(bad), timeout=300)
+    assert result.returncode == 5, result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "draft model" in lines[0] and str(bad) in lines[0] and "GGUF" in lines[0]

@@ -32,7 +32,12 @@ def validate_file(path: Path, options: EngineOptions | None = None, *, force: bo
     draft = None
     spec = options.speculative if options is not None else None
     if spec is not None and spec.enabled and spec.kind == "draft" and spec.model_draft:
-        draft = gguf_file.read_header(Path(spec.model_draft))
+        from llmcli.errors import InvalidModelError
+
+        try:
+            draft = gguf_file.read_header(Path(spec.model_draft))
+        except InvalidModelError as exc:  # say which of the two files it is
+            raise InvalidModelError(f"draft model {spec.model_draft}: {exc.message}", hint=exc.hint) from None
     if options is not None and not force:
         check_memory(path, header, options, draft)
     if header.chat_template:

@@ -30,6 +30,7 @@ class Setting:
     help: str
     choices: tuple[str, ...] = ()
     minimum: float | None = None
+    maximum: float | None = None
 
     @property
     def env(self) -> str:
@@ -72,36 +73,41 @@ SETTINGS: dict[str, Setting] = {
             str,
             "none",
             "Speculative decoding: none, lookup (prompt lookup: n-grams of the context) or draft (a "
-            "draft model, -md); llama.cpp's ngram-simple and draft-simple are accepted too.",
-            ("none", "lookup", "draft", "ngram-simple", "draft-simple"),
+            "draft model, -md); llama.cpp's ngram-simple and draft-simple (and ngram, off) are "
+            "accepted too.",
+            ("none", "lookup", "draft", "ngram-simple", "draft-simple", "ngram", "off"),
         ),
         Setting(
             "spec_draft_n_max",
             int,
             defaults.SPEC_DRAFT_N_MAX,
-            "Speculative decoding: most tokens proposed per verification batch.",
+            "Speculative decoding: most tokens proposed per verification batch (0-64).",
             minimum=0,
+            maximum=64,
         ),
         Setting(
             "spec_draft_n_min",
             int,
             defaults.SPEC_DRAFT_N_MIN,
-            "Speculative decoding: fewest tokens worth a verification batch.",
+            "Speculative decoding: fewest tokens worth a verification batch (at most spec_draft_n_max).",
             minimum=0,
+            maximum=64,
         ),
         Setting(
             "spec_ngram_max",
             int,
             defaults.SPEC_NGRAM_MAX,
-            "Prompt lookup: the longest n-gram matched against the context.",
+            "Prompt lookup: the longest n-gram matched against the context (1-16).",
             minimum=1,
+            maximum=16,
         ),
         Setting(
             "spec_ngram_min",
             int,
             defaults.SPEC_NGRAM_MIN,
-            "Prompt lookup: the shortest n-gram matched against the context.",
+            "Prompt lookup: the shortest n-gram matched against the context (at most spec_ngram_max).",
             minimum=1,
+            maximum=16,
         ),
         Setting(
             "spec_adaptive",
@@ -223,6 +229,8 @@ def coerce(setting: Setting, raw: Any, *, text: bool = False) -> Any:
         raise ValueError(f"{setting.key} must be one of {', '.join(setting.choices)}, got {value!r}")
     if setting.minimum is not None and value < setting.minimum:
         raise ValueError(f"{setting.key} must be at least {setting.minimum:g}, got {value!r}")
+    if setting.maximum is not None and value > setting.maximum:
+        raise ValueError(f"{setting.key} must be at most {setting.maximum:g}, got {value!r}")
     return value
 
 

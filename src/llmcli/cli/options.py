@@ -203,27 +203,27 @@ SpecType = Annotated[
 ]  # fmt: skip
 SpecDraftNMax = Annotated[
     int | None,
-    typer.Option("--spec-draft-n-max", help="Most tokens proposed per verification batch "
+    typer.Option("--spec-draft-n-max", help="Most tokens proposed per verification batch, 0-64 "
                  f"(default {defaults.SPEC_DRAFT_N_MAX}).", envvar="LLMCLI_SPEC_DRAFT_N_MAX",
-                 rich_help_panel=SPEC_PANEL, show_default=False, min=0),
+                 rich_help_panel=SPEC_PANEL, show_default=False),
 ]  # fmt: skip
 SpecDraftNMin = Annotated[
     int | None,
-    typer.Option("--spec-draft-n-min", help="Fewest tokens worth a verification batch "
-                 f"(default {defaults.SPEC_DRAFT_N_MIN}).", envvar="LLMCLI_SPEC_DRAFT_N_MIN",
-                 rich_help_panel=SPEC_PANEL, show_default=False, min=0),
+    typer.Option("--spec-draft-n-min", help="Fewest tokens worth a verification batch, at most "
+                 f"--spec-draft-n-max (default {defaults.SPEC_DRAFT_N_MIN}).",
+                 envvar="LLMCLI_SPEC_DRAFT_N_MIN", rich_help_panel=SPEC_PANEL, show_default=False),
 ]  # fmt: skip
 SpecNgramMax = Annotated[
     int | None,
-    typer.Option("--spec-ngram-max", help="Prompt lookup: longest n-gram matched "
+    typer.Option("--spec-ngram-max", help="Prompt lookup: longest n-gram matched, 1-16 "
                  f"(default {defaults.SPEC_NGRAM_MAX}).", envvar="LLMCLI_SPEC_NGRAM_MAX",
-                 rich_help_panel=SPEC_PANEL, show_default=False, min=1),
+                 rich_help_panel=SPEC_PANEL, show_default=False),
 ]  # fmt: skip
 SpecNgramMin = Annotated[
     int | None,
-    typer.Option("--spec-ngram-min", help="Prompt lookup: shortest n-gram matched "
-                 f"(default {defaults.SPEC_NGRAM_MIN}).", envvar="LLMCLI_SPEC_NGRAM_MIN",
-                 rich_help_panel=SPEC_PANEL, show_default=False, min=1),
+    typer.Option("--spec-ngram-min", help="Prompt lookup: shortest n-gram matched, 1 to "
+                 f"--spec-ngram-max (default {defaults.SPEC_NGRAM_MIN}).", envvar="LLMCLI_SPEC_NGRAM_MIN",
+                 rich_help_panel=SPEC_PANEL, show_default=False),
 ]  # fmt: skip
 SpecAdaptive = Annotated[
     bool | None,
@@ -256,7 +256,7 @@ GpuLayersDraft = Annotated[
 ]  # fmt: skip
 CtxSizeDraft = Annotated[
     int | None,
-    typer.Option("--ctx-size-draft", "-cd", help="Draft model context size (default: the target's).",
+    typer.Option("--ctx-size-draft", "-cd", help="Draft model context size (0 or unset: the target's).",
                  envvar="LLMCLI_CTX_SIZE_DRAFT", rich_help_panel=SPEC_PANEL, show_default=False, min=0),
 ]  # fmt: skip
 
@@ -286,15 +286,27 @@ def spec_options(
         kind = kind_of(kind_value)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if draft_ref and source == "default":
-        kind = "draft"  # -md alone turns the draft model on, as in llama.cpp
+    if draft_ref and (
+        source == "default" or (_typed(model_draft, "model_draft") and not _typed(spec_type, "spec_type"))
+    ):
+        kind = "draft"  # -md alone turns the draft model on, as in llama.cpp (over a configured type)
+    if kind != "draft" and _typed(model_draft, "model_draft"):
+        raise UsageError(f"-md/--model-draft is given but --spec-type is {kind}",
+                         hint="use --spec-type draft, or leave out -md")  # fmt: skip
+    if kind != "draft" and (
+        _typed(gpu_layers_draft, "gpu_layers_draft") or _typed(ctx_size_draft, "ctx_size_draft")
+    ):
+        raise UsageError("-ngld and -cd set up the draft model: give it with -md/--model-draft")
     gpu = settings.resolve("gpu_layers_draft", gpu_layers_draft)
+    counts = {"spec_draft_n_max": draft_max, "spec_draft_n_min": draft_min,
+              "spec_ngram_max": ngram_max, "spec_ngram_min": ngram_min}  # fmt: skip
+    resolved = {key: settings.resolve_with_source(key, flag) for key, flag in counts.items()}
     spec = SpecOptions(
         kind=kind,
-        draft_max=settings.resolve("spec_draft_n_max", draft_max),
-        draft_min=settings.resolve("spec_draft_n_min", draft_min),
-        ngram_max=settings.resolve("spec_ngram_max", ngram_max),
-        ngram_min=settings.resolve("spec_ngram_min", ngram_min),
+        draft_max=resolved["spec_draft_n_max"][0],
+        draft_min=resolved["spec_draft_n_min"][0],
+        ngram_max=resolved["spec_ngram_max"][0],
+        ngram_min=resolved["spec_ngram_min"][0],
         adaptive=settings.resolve("spec_adaptive", adaptive),
         exact=settings.resolve("spec_exact", exact),
         model_draft_ref=draft_ref if kind == "draft" else None,
@@ -302,8 +314,32 @@ def spec_options(
         gpu_layers_draft=None if gpu is None or gpu < 0 else gpu,
         ctx_size_draft=settings.resolve("ctx_size_draft", ctx_size_draft) or None,
     )
-    spec.validate()
+    try:
+        spec.validate()
+    except UsageError as exc:  # the flags' names, but a value may come from the config or the environment
+        given = []
+        for key, (value, source) in resolved.items():
+            if key.removeprefix("spec_").replace("_", "-") not in exc.message:
+                continue
+            if source == "config":
+                given.append(f"{key} = {value} in the config file")
+            elif source == "env" or (source == "flag" and not _typed(counts[key], key)):
+                given.append(f"${settings.SETTINGS[key].env} = {value}")
+        if given and exc.hint is None:
+            exc.hint = "; ".join(given)
+        raise
     return spec
+
+
+def _typed(value: object, key: str) -> bool:
+    """Whether a flag's value was typed on this command line: Typer hands over an environment
+    variable's value as the flag's, and a variable, like the config file, is a default that a
+    flag may contradict without an error."""
+    import os
+
+    from llmcli import settings
+
+    return value is not None and str(value) != os.environ.get(settings.SETTINGS[key].env)
 
 
 def engine_options(

@@ -31,15 +31,20 @@ class Totals:
 
     turns: int = 0
     stats: Stats = field(default_factory=Stats)
+    passes: int = 0  # target passes of every turn: a plain turn makes one per decoded token
+    speculated: bool = False  # whether any turn speculated (only then is there a tok/pass to show)
 
     _SUMMED = ("prompt_tokens", "cached_tokens", "prefill_tokens", "prefill_ms", "completion_tokens",
-               "decode_tokens", "decode_ms", "drafted_tokens", "accepted_tokens",
-               "target_passes")  # fmt: skip
+               "decode_tokens", "decode_ms", "drafted_tokens", "accepted_tokens")  # fmt: skip
 
     def add(self, s: Stats) -> None:
         self.turns += 1
         for name in self._SUMMED:
             setattr(self.stats, name, getattr(self.stats, name) + getattr(s, name))
+        speculative = bool(s.speculative or s.target_passes)
+        self.passes += s.target_passes if speculative else s.decode_tokens
+        self.speculated = self.speculated or speculative
+        self.stats.target_passes = self.passes if self.speculated else 0
         for name, source in s.sources.items():  # a served model's unknown or estimated counts stay so
             if source in ("unknown", "chunks") or name not in self.stats.sources:
                 self.stats.sources[name] = source
@@ -258,6 +263,12 @@ class ChatSession:
                 raise UsageError(str(exc)) from None
             need = "on or off" if kind is bool else "an integer"
             raise UsageError(f"{name} needs {need}, got {value!r}") from None
+        if field_name == "ctx_size_draft":
+            if parsed < 0:
+                raise UsageError(f"{name} must be >= 0 (0: the target's), got {parsed}")
+            parsed = parsed or None  # 0: the target's, as -cd 0
+        elif field_name == "gpu_layers_draft" and parsed < 0:
+            parsed = None  # all when the build can offload, as -ngld -1
         setattr(spec, field_name, parsed)
         if field_name == "model_draft":
             spec.model_draft_ref = parsed
@@ -310,6 +321,8 @@ SPEC_SETTINGS: dict[str, tuple[str, type]] = {
     "spec-adaptive": ("adaptive", bool),
     "spec-exact": ("exact", bool),
     "model-draft": ("model_draft", str),
+    "gpu-layers-draft": ("gpu_layers_draft", int),  # -ngld; below 0: all when the build can offload
+    "ctx-size-draft": ("ctx_size_draft", int),  # -cd; 0: the target's
 }
 
 

@@ -114,7 +114,8 @@ class LiveReadout:
             from llmcli.render.stats import speculation_part
 
             drafted, accepted, passes = self.spec
-            line += " · " + speculation_part(drafted, accepted, self.tokens, passes)
+            # the first token came with the prompt's pass: per pass are the tokens after it
+            line += " · " + speculation_part(drafted, accepted, max(0, self.tokens - 1), passes)
         return line
 
     def _cols(self) -> int:
