@@ -163,15 +163,18 @@ def test_end_of_generation_inside_a_draft_stops_exactly_like_plain(monkeypatch):
         spec.close()
 
 
+@pytest.mark.parametrize("penalty", [1.0, 1.1])
 @pytest.mark.parametrize("name", ["gemma3-270m", "smollm2-135m"])
-def test_target_as_its_own_draft_accepts_everything_and_gives_the_same_text(name):
+def test_target_as_its_own_draft_accepts_everything_and_gives_the_same_text(name, penalty):
+    """Also with a repetition penalty (SmolLM2 recommends 1.1): the draft applies the target's,
+    over the same window, so it still proposes exactly what the target picks."""
     plain = _engine(name)
     # fixed k: a draft as big as the target costs a step per token, so adaptive k would not draft
     own = _engine(name, SpecOptions(kind="draft", draft_max=4, adaptive=False, model_draft=str(_path(name))))
     try:
         drafted = accepted = 0
         for prompt in PROMPTS[:4]:
-            params = SamplingParams(temperature=0, max_tokens=40)
+            params = SamplingParams(temperature=0, max_tokens=40, repeat_penalty=penalty, repeat_last_n=16)
             a, b = run(plain, prompt, params), run(own, prompt, params)
             same(a, b)
             drafted += b.stats.drafted_tokens

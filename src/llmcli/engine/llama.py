@@ -853,7 +853,7 @@ class _Generation:
         self.stopped_by_string = False
         self.grammar = _GrammarProbe(engine, sampler) if params.grammar else None
         self.ended_by_eog = False
-        self.spec = _Speculation(engine, tokens) if engine.spec.enabled else None
+        self.spec = _Speculation(engine, tokens, params) if engine.spec.enabled else None
         # at temperature 0 the chain ends in the greedy sampler: alone, nothing else shapes the pick
         greedy = params.temperature <= 0 and self.L.llama_sampler_chain_n(sampler) == 1
         self.pick = _pick(self.L, engine._ctx, sampler, engine.n_vocab, greedy)
@@ -1134,12 +1134,18 @@ class _Speculation:
     """One request's speculative decoding: the proposer (prompt lookup or the draft model), the
     adaptive k policy, and the counts the readout and the record show."""
 
-    def __init__(self, engine: LlamaEngine, prompt: list[int]) -> None:
+    def __init__(self, engine: LlamaEngine, prompt: list[int], params: SamplingParams | None = None) -> None:
         from llmcli.engine.spec import NgramProposer
 
         self.e = engine
         opts = engine.spec
         self.history = list(prompt)  # prompt and answer so far, the newest sampled token last
+        self.n_prompt = len(prompt)
+        # the target's repetition penalty, which the draft model applies too: a draft that proposes
+        # what the target would pick without it is rejected wherever the penalty decides
+        self.penalty: tuple[float, int] | None = None
+        if params is not None and params.repeat_penalty != 1.0 and params.repeat_last_n > 0:
+            self.penalty = (params.repeat_penalty, params.repeat_last_n)
         policy = engine._k_policy
         if policy is None:  # kept across requests: batch costs are the machine's
             policy = KPolicy(k_max=opts.draft_max, k_min=max(1, opts.draft_min), adaptive=opts.adaptive)
@@ -1206,7 +1212,10 @@ class _Speculation:
         if k == 0:
             return []
         started = time.perf_counter()
-        tokens = self.draft.propose(self.history, k, self.e.threads)
+        window: list[int] | None = None
+        if self.penalty is not None:  # the target's penalty sampler has seen the answer's tokens only
+            window = self.history[self.n_prompt :][-self.penalty[1] :]
+        tokens = self.draft.propose(self.history, k, self.e.threads, self.penalty, window)
         if tokens:
             per_token = (time.perf_counter() - started) / len(tokens)
             old = self.draft_token_s
@@ -1338,8 +1347,13 @@ class _DraftModel:
                 return False
         return True
 
-    def propose(self, history: list[int], k: int, threads: int) -> list[int]:
-        """Up to `k` greedy tokens after `history`; stops after an end-of-generation token."""
+    def propose(
+        self, history: list[int], k: int, threads: int, penalty: tuple[float, int] | None = None,
+        window: list[int] | None = None,
+    ) -> list[int]:  # fmt: skip
+        """Up to `k` greedy tokens after `history`; stops after an end-of-generation token. With
+        `penalty` (the target's repeat penalty and window), the tokens in `window` and those
+        proposed so far are penalised as llama.cpp's penalty sampler does before the pick."""
         L = self.L
         if threads != self.threads:
             L.llama_set_n_threads(self.ctx, threads, threads)
@@ -1347,8 +1361,9 @@ class _DraftModel:
         if len(history) + k > self.n_ctx or not self.sync(history):
             return []
         out: list[int] = []
+        pick = self.pick if penalty is None else self._penalised_pick(penalty, list(window or []), out)
         while True:
-            token = self.pick(-1)
+            token = pick(-1)
             if token >= self.n_vocab_target:  # a token the target's vocabulary does not have
                 break
             out.append(token)
@@ -1357,6 +1372,31 @@ class _DraftModel:
             if not self._decode([token]):
                 break
         return out
+
+    def _penalised_pick(self, penalty: tuple[float, int], window: list[int], out: list[int]):
+        """The greedy pick after llama.cpp's repetition penalty: each distinct token among the last
+        `last_n` of the answer (`window`, then what this proposal added, `out`) has its logit
+        divided by the penalty if positive, multiplied if not, in float32 as llama.cpp computes."""
+        import numpy as np
+
+        repeat, last_n = penalty
+        L, ctx = self.L, self.ctx
+        shape = (L.llama_vocab_n_tokens(self.vocab),)
+        factor = np.float32(repeat)
+
+        def pick(i: int) -> int:
+            recent = (window + out)[-last_n:]
+            row = np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, i), shape=shape)
+            if not recent:
+                return int(row.argmax())
+            row = row.copy()
+            ids = np.fromiter(set(recent), dtype=np.int64)
+            ids = ids[ids < shape[0]]
+            vals = row[ids]
+            row[ids] = np.where(vals <= 0, vals * factor, vals / factor)
+            return int(row.argmax())
+
+        return pick
 
     def close(self) -> None:
         L = self.L
