@@ -217,6 +217,7 @@ def test_ctrl_c_keeps_finished_cases(backend, monkeypatch):
         (("--spec-adaptive", "2"), "--spec-adaptive: expected 0 or 1 (a comma list sweeps), got '2'"),
         (("--spec-exact", "1", "--no-spec-exact"), "give --spec-exact or --no-spec-exact, not both"),
         (("--spec-ngram-max", "2", "--spec-ngram-min", "3"), "--spec-ngram-min must not exceed"),
+        (("--spec-draft-n-max", "0,4", "--spec-draft-n-min", "6"), "--spec-draft-n-min 6 exceeds every"),
         (("--spec-ngram-max", "17"), "--spec-ngram-max must satisfy 1 <= min <= max <= 16"),
         (("-f", "missing.txt"), "cannot read missing.txt: No such file or directory"),
         (("--prompt", "x", "-f", "p.txt"), "give --prompt or -f/--file, not both"),

@@ -500,6 +500,11 @@ def _spec_sweep(kinds, k, k_min, ngram_max, ngram_min, adaptive, exact, draft, n
         adaptive=adaptive, exact=exact, model_draft=draft,
         gpu_layers_draft=None if ngld is None or ngld < 0 else ngld, ctx_size_draft=cd,
     )  # fmt: skip
+    drafting = [k for k in sweep.draft_max if k > 0]
+    if too_big := [m for m in sweep.draft_min if drafting and all(m > k for k in drafting)]:
+        # a smaller k than n-min runs with n-min = k (a sweep over k); above every k it is a mistake
+        raise UsageError(f"--spec-draft-n-min {too_big[0]} exceeds every --spec-draft-n-max "
+                         f"({', '.join(map(str, drafting))})")  # fmt: skip
     if "lookup" in names and not any(b <= a for a in sweep.ngram_max for b in sweep.ngram_min):
         raise UsageError("--spec-ngram-min must not exceed --spec-ngram-max (in at least one combination)")
     sweep.points()  # every setting checked (k at most 64, n-gram lengths at most 16) before anything runs
