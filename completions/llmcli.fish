@@ -253,7 +253,7 @@ complete -c llmcli -n '__llmcli_at "bench"' -l spec-exact -x -d '1 (the default)
 complete -c llmcli -n '__llmcli_at "bench"' -l no-spec-exact -d 'The same as --spec-exact 0'
 complete -c llmcli -n '__llmcli_at "bench"' -o md -l model-draft -x -a '(__llmcli_dynamic "bench" model_draft)' -d 'Draft model (a path, hub reference or alias, like -m); it must share the vocabulary of every -m model'
 complete -c llmcli -n '__llmcli_at "bench"' -o ngld -l gpu-layers-draft -x -d 'Draft model layers to offload to the GPU (default: all when this build can offload)'
-complete -c llmcli -n '__llmcli_at "bench"' -o cd -l ctx-size-draft -x -d 'Draft model context size (default: the target\'s)'
+complete -c llmcli -n '__llmcli_at "bench"' -o cd -l ctx-size-draft -x -d 'Draft model context size (0 or unset: the target\'s)'
 complete -c llmcli -n '__llmcli_at "bench"' -l prompt -x -d 'The prompt to generate from (default: a short source file and "The same file again, unchanged:", a copy-heavy prompt)'
 complete -c llmcli -n '__llmcli_at "bench"' -o f -l file -l prompt-file -r -F -d 'Read the prompt from FILE (UTF-8), as generate -f'
 complete -c llmcli -n '__llmcli_at "bench"' -l timeout -x -d 'A served model: seconds its server may stay silent (connecting, or mid-stream) before the request fails as stalled (default 120)'

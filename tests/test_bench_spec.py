@@ -51,6 +51,8 @@ def test_default_is_plain_then_prompt_lookup_with_counts_per_repetition(backend)
     assert lookup["drafted"] == [8 * passes] * 2 and lookup["accepted"] == [ACCEPT * passes] * 2
     assert lookup["acceptance"] == pytest.approx(ACCEPT / 8)
     assert lookup["tokens_per_pass"] == pytest.approx(12 / passes)
+    assert plain["target_passes"] == plain["completion_tokens"]  # one pass a token
+    assert plain["tokens_per_pass"] == 1.0
     assert lookup["k_chosen"] == {"8": 2 * passes} and lookup["mean_k"] == 8
     settings = {k: lookup[k] for k in ("spec_draft_n_min", "spec_ngram_max", "spec_ngram_min",
                                        "spec_adaptive", "spec_exact", "model_draft")}  # fmt: skip
@@ -214,6 +216,7 @@ def test_ctrl_c_keeps_finished_cases(backend, monkeypatch):
         (("--spec-type", "draft"), "--spec-type draft needs a draft model: -md/--model-draft REF"),
         (("--spec-type", "lookup", "-md", "draft.gguf"), "-md/--model-draft is given but --spec-type"),
         (("-cd", "512"), "-ngld and -cd set up the draft model: give it with -md/--model-draft"),
+        (("-md", "draft.gguf", "-cd", "-1"), "-cd/--ctx-size-draft must be >= 0 (0: the target's), got -1"),
         (("--spec-adaptive", "2"), "--spec-adaptive: expected 0 or 1 (a comma list sweeps), got '2'"),
         (("--spec-exact", "1", "--no-spec-exact"), "give --spec-exact or --no-spec-exact, not both"),
         (("--spec-ngram-max", "2", "--spec-ngram-min", "3"), "--spec-ngram-min must not exceed"),

@@ -398,16 +398,19 @@ def test_decode_time_counts_every_verification_batch(monkeypatch):
         spec.close()
 
 
-def test_exact_limits_follow_the_thread_count_in_effect():
+def test_exact_limits_follow_the_thread_count_in_effect(tmp_path, monkeypatch):
     """Which kernels round alike depends on the thread count (one thread never splits attention's
     keys), and the adaptive policy changes the count while an answer streams: the limits are
     probed for every count it may choose, each as a fixed-count engine probes it, and a count
-    never probed verifies nothing."""
+    never probed verifies nothing. The probe is part of the load time, and reported."""
     from llmcli.engine.llama import LlamaEngine
 
+    monkeypatch.setenv("LLMCLI_CACHE_DIR", str(tmp_path))  # nothing probed yet
     spec = SpecOptions(kind="lookup", draft_max=8)
     adaptive = LlamaEngine(_path("smollm2-135m"), EngineOptions(ctx_size=512, speculative=spec))
     try:
+        assert 0 < adaptive.exact_probe_ms < adaptive.load_ms
+        assert adaptive.spec_report()["exact_probe_ms"] == round(adaptive.exact_probe_ms, 3)
         counts = adaptive.decode_policy.options
         assert set(adaptive._exact_by_threads) == set(counts)
         for n in counts:

@@ -311,6 +311,8 @@ def once(engine, text: str, fmt: str, n_gen: int, clock: Callable[[], int], stop
         prompt_tokens=len(tokens), completion_tokens=s.completion_tokens, decode_tokens=s.decode_tokens,
         ttft_ns=(first if first is not None else clock()) - start, prefill_ts=s.prefill_tps,
         decode_ts=decode_ts, drafted=s.drafted_tokens, accepted=s.accepted_tokens,
-        target_passes=s.target_passes, k_chosen=dict(report.get("k_chosen") or {}),
+        # a plain run makes one target pass a token
+        target_passes=s.target_passes if s.speculative else s.decode_tokens,
+        k_chosen=dict(report.get("k_chosen") or {}),
         exact_positions=report.get("exact_positions"), text=done.text,
     )  # fmt: skip

@@ -200,8 +200,8 @@ BenchGpuLayersDraft = Annotated[
 ]  # fmt: skip
 BenchCtxSizeDraft = Annotated[
     int | None,
-    typer.Option("--ctx-size-draft", "-cd", metavar="TOKENS", show_default=False, min=1,
-                 rich_help_panel=SPEC_PANEL, help="Draft model context size (default: the target's)."),
+    typer.Option("--ctx-size-draft", "-cd", metavar="TOKENS", show_default=False,
+                 rich_help_panel=SPEC_PANEL, help="Draft model context size (0 or unset: the target's)."),
 ]  # fmt: skip
 SpecPrompt = Annotated[
     str | None,
@@ -491,6 +491,8 @@ def _spec_sweep(kinds, k, k_min, ngram_max, ngram_min, adaptive, exact, draft, n
         )
     if (ngld is not None or cd is not None) and not draft:
         raise UsageError("-ngld and -cd set up the draft model: give it with -md/--model-draft")
+    if cd is not None and cd < 0:
+        raise UsageError(f"-cd/--ctx-size-draft must be >= 0 (0: the target's), got {cd}")
     sweep = spec.SpecSweep(
         kinds=s._dedupe(["none", *names]),
         draft_max=s.parse_ints("--spec-draft-n-max", k, [defaults.SPEC_DRAFT_N_MAX]),
@@ -498,7 +500,7 @@ def _spec_sweep(kinds, k, k_min, ngram_max, ngram_min, adaptive, exact, draft, n
         ngram_max=s.parse_ints("--spec-ngram-max", ngram_max, [defaults.SPEC_NGRAM_MAX], minimum=1),
         ngram_min=s.parse_ints("--spec-ngram-min", ngram_min, [defaults.SPEC_NGRAM_MIN], minimum=1),
         adaptive=adaptive, exact=exact, model_draft=draft,
-        gpu_layers_draft=None if ngld is None or ngld < 0 else ngld, ctx_size_draft=cd,
+        gpu_layers_draft=None if ngld is None or ngld < 0 else ngld, ctx_size_draft=cd or None,
     )  # fmt: skip
     drafting = [k for k in sweep.draft_max if k > 0]
     if too_big := [m for m in sweep.draft_min if drafting and all(m > k for k in drafting)]:

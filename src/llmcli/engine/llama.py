@@ -195,6 +195,7 @@ class LlamaEngine:
         self._lock = threading.Lock()
         self.exact_positions = (self.spec.draft_max + 1, self.spec.draft_max + 1)
         self._exact_by_threads: dict[int, tuple[int, int]] = {}  # --spec-exact's limits per thread count
+        self.exact_probe_ms = 0.0  # what finding them took at load (reading the cached ones: ~0)
         if self.spec.enabled and self.spec.kind == "draft":
             with _deferred_signals() as hits:
                 self._draft = _DraftModel(self, hits)
@@ -204,8 +205,11 @@ class LlamaEngine:
             self.load_ms = (time.perf_counter() - started) * 1000
         if self.spec.enabled:
             self._spec_batch = llama_cpp.llama_batch_init(self.spec.draft_max + 1, 0, 1)
-            if self.spec.exact:
+            if self.spec.exact:  # measured once per model, build and settings: part of the load
+                probing = time.perf_counter()
                 self._probe_exact_limits()
+                self.exact_probe_ms = (time.perf_counter() - probing) * 1000
+                self.load_ms = (time.perf_counter() - started) * 1000
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -643,6 +647,8 @@ class LlamaEngine:
             return {}
         short, long = self.exact_positions
         report = {**self.spec.settings(), "exact_positions": {"short": short, "long": long}}
+        if self.spec.exact:
+            report["exact_probe_ms"] = round(self.exact_probe_ms, 3)
         if len(self._exact_by_threads) > 1:
             report["exact_positions_by_threads"] = {
                 str(n): {"short": a, "long": b} for n, (a, b) in sorted(self._exact_by_threads.items())

@@ -168,7 +168,7 @@ def _spec_table(rows: list[dict], roofline: bool) -> tuple[list[str], list[list[
         row += [f"{r['avg_prefill_ts']:.1f}", _ts(r), vs]
         reps = max(1, r["repetitions"])
         row += [f"{sum(r['drafted']) / reps:.0f}", f"{sum(r['accepted']) / reps:.0f}"] if spec else ["", ""]
-        per_pass = "" if r["tokens_per_pass"] is None else f"{r['tokens_per_pass']:.2f}"
+        per_pass = "" if r["tokens_per_pass"] is None or not spec else f"{r['tokens_per_pass']:.2f}"
         row += [_percent(r["acceptance"]), per_pass]
         row += [_k_used(r), {True: "yes", False: "no", None: ""}[r["text_matches_plain"]]]
         row += [_percent(r["roofline_fraction"])] if roofline else []
