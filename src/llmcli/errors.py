@@ -36,6 +36,10 @@ class LlmcliError(Exception):
         self.message = message
         self.hint = hint
 
+    def about(self, what: str) -> LlmcliError:
+        """The same error, saying what it is about ("draft model /path: ...")."""
+        return type(self)(f"{what}: {self.message}", hint=self.hint)
+
     def one_line(self) -> str:
         text = f"llmcli: {self.label}: {self.message}"
         if self.hint:

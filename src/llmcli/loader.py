@@ -37,7 +37,7 @@ def validate_file(path: Path, options: EngineOptions | None = None, *, force: bo
         try:
             draft = gguf_file.read_header(Path(spec.model_draft))
         except InvalidModelError as exc:  # say which of the two files it is
-            raise InvalidModelError(f"draft model {spec.model_draft}: {exc.message}", hint=exc.hint) from None
+            raise exc.about(f"draft model {spec.model_draft}") from None
     if options is not None and not force:
         check_memory(path, header, options, draft)
     if header.chat_template:

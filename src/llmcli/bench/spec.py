@@ -175,8 +175,7 @@ def check(spec: SpecSweep, models: dict[str, ModelSummary], backend: Backend, of
     try:
         backend.inspect(spec.model_draft_path, resolved.ref)  # the GGUF header, validated
     except InvalidModelError as exc:  # say which of the two files it is
-        what = f"draft model {spec.model_draft_path}"
-        raise InvalidModelError(f"{what}: {exc.message}", hint=exc.hint) from None
+        raise exc.about(f"draft model {spec.model_draft_path}") from None
     for path in models:
         backend.check_draft(path, spec.model_draft_path)
 
@@ -311,8 +310,6 @@ def once(engine, text: str, fmt: str, n_gen: int, clock: Callable[[], int], stop
         prompt_tokens=len(tokens), completion_tokens=s.completion_tokens, decode_tokens=s.decode_tokens,
         ttft_ns=(first if first is not None else clock()) - start, prefill_ts=s.prefill_tps,
         decode_ts=decode_ts, drafted=s.drafted_tokens, accepted=s.accepted_tokens,
-        # a plain run makes one target pass a token
-        target_passes=s.target_passes if s.speculative else s.decode_tokens,
-        k_chosen=dict(report.get("k_chosen") or {}),
+        target_passes=s.passes, k_chosen=dict(report.get("k_chosen") or {}),
         exact_positions=report.get("exact_positions"), text=done.text,
     )  # fmt: skip

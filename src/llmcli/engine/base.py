@@ -186,6 +186,12 @@ class Stats:
         return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
 
     @property
+    def passes(self) -> int:
+        """Passes of the target model over the answer: verification batches and steps counted by
+        speculation, else one a decoded token."""
+        return self.target_passes if self.speculative or self.target_passes else self.decode_tokens
+
+    @property
     def tokens_per_pass(self) -> float:
         return self.decode_tokens / self.target_passes if self.target_passes else 0.0
 

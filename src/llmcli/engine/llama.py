@@ -553,7 +553,7 @@ class LlamaEngine:
                 raise UsageError("the grammar could not be parsed (GBNF syntax error; see --debug)")
             add(grammar)
         if params.repeat_penalty != 1.0:
-            add(self._penalties(params.repeat_last_n, params.repeat_penalty))
+            add(_penalty_sampler(L, self.n_vocab, params.repeat_last_n, params.repeat_penalty))
         if params.temperature <= 0:
             add(L.llama_sampler_init_greedy())
             return chain
@@ -566,14 +566,6 @@ class LlamaEngine:
         add(L.llama_sampler_init_temp(params.temperature))
         add(L.llama_sampler_init_dist(seed))
         return chain
-
-    def _penalties(self, last_n: int, repeat: float):
-        """The repetition-penalty sampler; llama.cpp builds differ on whether it takes n_vocab first."""
-        L = self._L
-        try:
-            return L.llama_sampler_init_penalties(self.n_vocab, last_n, repeat, 0.0, 0.0)
-        except TypeError:  # the four-argument form of other llama.cpp versions
-            return L.llama_sampler_init_penalties(last_n, repeat, 0.0, 0.0)
 
     def perf_ms(self) -> float:
         """Milliseconds llama.cpp has spent evaluating tokens since the last reset."""
@@ -824,6 +816,14 @@ class LlamaEngine:
             self.close()
         except Exception:
             pass
+
+
+def _penalty_sampler(L, n_vocab: int, last_n: int, repeat: float):
+    """The repetition-penalty sampler; llama.cpp builds differ on whether it takes n_vocab first."""
+    try:
+        return L.llama_sampler_init_penalties(n_vocab, last_n, repeat, 0.0, 0.0)
+    except TypeError:  # the four-argument form of other llama.cpp versions
+        return L.llama_sampler_init_penalties(last_n, repeat, 0.0, 0.0)
 
 
 def _pick(L, ctx, sampler, n_vocab: int, greedy: bool):
@@ -1306,6 +1306,7 @@ class _DraftModel:
         self.pick = _pick(L, self.ctx, self.sampler, L.llama_vocab_n_tokens(self.vocab), greedy=True)
         self.n_vocab_target = target.n_vocab
         self._cached: list[int] = []
+        self._penalised: tuple[tuple[float, int], object] | None = None  # (setting, sampler chain)
 
     def reset_perf(self) -> None:
         self.L.llama_perf_context_reset(self.ctx)
@@ -1358,8 +1359,8 @@ class _DraftModel:
         window: list[int] | None = None,
     ) -> list[int]:  # fmt: skip
         """Up to `k` greedy tokens after `history`; stops after an end-of-generation token. With
-        `penalty` (the target's repeat penalty and window), the tokens in `window` and those
-        proposed so far are penalised as llama.cpp's penalty sampler does before the pick."""
+        `penalty` (the target's repeat penalty and window), the pick is llama.cpp's penalty sampler
+        then greedy, primed with the tokens in `window`, as the target's chain has seen them."""
         L = self.L
         if threads != self.threads:
             L.llama_set_n_threads(self.ctx, threads, threads)
@@ -1367,7 +1368,7 @@ class _DraftModel:
         if len(history) + k > self.n_ctx or not self.sync(history):
             return []
         out: list[int] = []
-        pick = self.pick if penalty is None else self._penalised_pick(penalty, list(window or []), out)
+        pick = self.pick if penalty is None else self._penalised_pick(penalty, window or [])
         while True:
             token = pick(-1)
             if token >= self.n_vocab_target:  # a token the target's vocabulary does not have
@@ -1379,33 +1380,32 @@ class _DraftModel:
                 break
         return out
 
-    def _penalised_pick(self, penalty: tuple[float, int], window: list[int], out: list[int]):
-        """The greedy pick after llama.cpp's repetition penalty: each distinct token among the last
-        `last_n` of the answer (`window`, then what this proposal added, `out`) has its logit
-        divided by the penalty if positive, multiplied if not, in float32 as llama.cpp computes."""
-        import numpy as np
+    def _penalised_pick(self, penalty: tuple[float, int], window: list[int]):
+        """A pick through a chain of llama.cpp's penalty sampler and greedy (made once per setting),
+        reset and fed `window`; each pick is then accepted into it, as a proposal goes on."""
+        L = self.L
+        if self._penalised is None or self._penalised[0] != penalty:
+            self._free_penalised()
+            chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
+            repeat, last_n = penalty
+            n_vocab = L.llama_vocab_n_tokens(self.vocab)
+            L.llama_sampler_chain_add(chain, _penalty_sampler(L, n_vocab, last_n, repeat))
+            L.llama_sampler_chain_add(chain, L.llama_sampler_init_greedy())
+            self._penalised = (penalty, chain)
+        chain = self._penalised[1]
+        L.llama_sampler_reset(chain)
+        for token in window:
+            L.llama_sampler_accept(chain, token)
+        return lambda i: L.llama_sampler_sample(chain, self.ctx, i)  # accepts what it picks
 
-        repeat, last_n = penalty
-        L, ctx = self.L, self.ctx
-        shape = (L.llama_vocab_n_tokens(self.vocab),)
-        factor = np.float32(repeat)
-
-        def pick(i: int) -> int:
-            recent = (window + out)[-last_n:]
-            row = np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, i), shape=shape)
-            if not recent:
-                return int(row.argmax())
-            row = row.copy()
-            ids = np.fromiter(set(recent), dtype=np.int64)
-            ids = ids[ids < shape[0]]
-            vals = row[ids]
-            row[ids] = np.where(vals <= 0, vals * factor, vals / factor)
-            return int(row.argmax())
-
-        return pick
+    def _free_penalised(self) -> None:
+        if (made := getattr(self, "_penalised", None)) is not None:
+            self.L.llama_sampler_free(made[1])
+        self._penalised = None
 
     def close(self) -> None:
         L = self.L
+        self._free_penalised()
         if getattr(self, "sampler", None):
             L.llama_sampler_free(self.sampler)
             self.sampler = None

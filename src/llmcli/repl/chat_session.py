@@ -41,9 +41,8 @@ class Totals:
         self.turns += 1
         for name in self._SUMMED:
             setattr(self.stats, name, getattr(self.stats, name) + getattr(s, name))
-        speculative = bool(s.speculative or s.target_passes)
-        self.passes += s.target_passes if speculative else s.decode_tokens
-        self.speculated = self.speculated or speculative
+        self.passes += s.passes
+        self.speculated = self.speculated or bool(s.speculative or s.target_passes)
         self.stats.target_passes = self.passes if self.speculated else 0
         for name, source in s.sources.items():  # a served model's unknown or estimated counts stay so
             if source in ("unknown", "chunks") or name not in self.stats.sources:
