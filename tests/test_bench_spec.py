@@ -155,6 +155,9 @@ def test_draft_model_columns_and_record(backend):
     assert spec.kind == "draft" and spec.model_draft.endswith("draft.gguf") and spec.ctx_size_draft == 512
     table = _table(run("bench", "--scenario", "spec", "-n", "6", "-r", "1", "-md", "draft.gguf").stdout)
     assert "draft" in table[0] and table[2][table[0].index("draft")] == "draft.gguf"
+    doc = _bench("-n", "6", "-r", "1", "--spec-draft-model", "draft.gguf", "--spec-draft-ngl", "0")
+    assert doc["results"][1]["model_draft"] == "draft.gguf" and doc["results"][1]["spec_type"] == "draft"
+    assert backend.engines[-1].options.speculative.gpu_layers_draft == 0
 
 
 def test_prompt_and_prompt_file(backend, tmp_path):

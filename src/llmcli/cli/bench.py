@@ -188,14 +188,16 @@ NoSpecExact = Annotated[
 ]
 BenchModelDraft = Annotated[
     str | None,
-    typer.Option("--model-draft", "-md", metavar="MODEL", show_default=False, rich_help_panel=SPEC_PANEL,
+    typer.Option("--model-draft", "--spec-draft-model", "-md", metavar="MODEL", show_default=False,
+                 rich_help_panel=SPEC_PANEL,
                  autocompletion=o._complete_models,
                  help="Draft model (a path, hub reference or alias, like -m); it must share the vocabulary "
                  "of every -m model. Alone it makes the default --spec-type none,draft."),
 ]  # fmt: skip
 BenchGpuLayersDraft = Annotated[
     int | None,
-    typer.Option("--gpu-layers-draft", "-ngld", metavar="N", show_default=False, rich_help_panel=SPEC_PANEL,
+    typer.Option("--gpu-layers-draft", "--spec-draft-ngl", "--n-gpu-layers-draft", "-ngld",
+                 metavar="N", show_default=False, rich_help_panel=SPEC_PANEL,
                  help="Draft model layers to offload to the GPU (default: all when this build can offload)."),
 ]  # fmt: skip
 BenchCtxSizeDraft = Annotated[

@@ -97,6 +97,7 @@ GpuLayers = Annotated[
     int | None,
     typer.Option(
         "--gpu-layers",
+        "--n-gpu-layers",
         "-ngl",
         help="Layers to offload to the GPU (default: all when this build can offload, else 0).",
         envvar="LLMCLI_GPU_LAYERS",
@@ -243,14 +244,16 @@ SpecExact = Annotated[
 ]  # fmt: skip
 ModelDraft = Annotated[
     str | None,
-    typer.Option("--model-draft", "-md", help="Draft model for speculative decoding (a path, hub "
-                 "reference or alias, like -m); it must share the target's vocabulary.",
+    typer.Option("--model-draft", "--spec-draft-model", "-md",
+                 help="Draft model for speculative decoding (a path, hub reference or alias, like -m); "
+                 "it must share the target's vocabulary.",
                  envvar="LLMCLI_MODEL_DRAFT", rich_help_panel=SPEC_PANEL, autocompletion=_complete_models,
                  show_default=False),
 ]  # fmt: skip
 GpuLayersDraft = Annotated[
     int | None,
-    typer.Option("--gpu-layers-draft", "-ngld", help="Draft model layers to offload to the GPU (default: "
+    typer.Option("--gpu-layers-draft", "--spec-draft-ngl", "--n-gpu-layers-draft", "-ngld",
+                 help="Draft model layers to offload to the GPU (default: "
                  "all when this build can offload, else 0).", envvar="LLMCLI_GPU_LAYERS_DRAFT",
                  rich_help_panel=SPEC_PANEL, show_default=False),
 ]  # fmt: skip
