@@ -118,3 +118,29 @@ def test_utf8_is_never_broken():
     )
     assert "\ufffd" not in doc["text"]
     doc.get("text").encode("utf-8")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("generate", "hi", "-n", "2"),
+        ("generate", "hi", "-n", "2", "-md", "smollm2-135m", "-c", "1024", "-cd", "1100000"),
+        ("bench", "--scenario", "spec", "-n", "2", "-r", "1", "--ctx-size", "1100000"),
+    ],
+)
+def test_a_context_llama_cpp_cannot_allocate_is_one_line_exit_1(args):
+    """A context larger than the address space allows (past the memory check with --force):
+    llama.cpp refuses it, and that is one line and exit 1, not a crash (the model was freed once
+    on the way out, and again at exit)."""
+    import resource
+
+    def limit() -> None:  # 8 GiB of address space; 1.1M cells of SmolLM2's KV cache need ~25 GiB
+        resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+
+    command = [sys.executable, "-m", "llmcli", *args, "-m", "smollm2-135m", "-t", "2"]
+    if args[0] == "generate":
+        command += ["-c", "1100000", "--force"] if "-cd" not in args else ["--force"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, preexec_fn=limit)
+    assert result.returncode == 1, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    assert "could not create" in result.stderr

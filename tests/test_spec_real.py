@@ -467,3 +467,92 @@ def test_a_draft_that_is_not_a_gguf_file_is_named_in_the_error(command, tmp_path
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "draft model" in lines[0] and str(bad) in lines[0] and "GGUF" in lines[0]
+
+
+def _inside_decode(monkeypatch) -> dict[int, float]:
+    """Milliseconds spent inside llama_decode (synchronized), by context, from now on."""
+    import time
+
+    import llama_cpp
+
+    inside: dict[int, float] = {}
+    real = llama_cpp.llama_decode
+
+    def timed(ctx, batch):
+        started = time.perf_counter()
+        try:
+            return real(ctx, batch)
+        finally:
+            llama_cpp.llama_synchronize(ctx)
+            key = getattr(ctx, "value", None) or id(ctx)
+            inside[key] = inside.get(key, 0.0) + (time.perf_counter() - started) * 1000
+
+    monkeypatch.setattr(llama_cpp, "llama_decode", timed)
+    return inside
+
+
+def test_a_draft_models_prefill_is_counted_as_prefill_and_paid_in_each_measured_run(monkeypatch):
+    """The draft model evaluates the prompt too: that time is prefill (llama.cpp adds to its
+    counters only at a synchronize, which the draft had not reached when its prefill was read), and
+    decode time is no more than the time after the first token. A reset forgets the draft model's
+    cache as well as the target's, so every run after it pays the draft's prefill again (bench
+    reset between repetitions and read the draft's cache)."""
+    path = str(_path("smollm2-135m"))
+    spec = _engine("smollm2-135m", SpecOptions(kind="draft", model_draft=path, draft_max=4, exact=False))
+    try:
+        prompt = spec.tokenize(PROMPTS[0] * 6, add_bos=spec.add_bos)
+        assert len(prompt) > 100
+        for _ in range(2):
+            inside = _inside_decode(monkeypatch)
+            done = run(spec, prompt, SamplingParams(temperature=0, max_tokens=12))
+            s = done.stats
+            assert len(inside) == 2  # the target's context and the draft's
+            assert min(inside.values()) >= 0.3 * max(inside.values())  # each evaluated the prompt
+            assert s.prefill_ms + s.decode_ms >= 0.9 * sum(inside.values())
+            assert s.prefill_ms >= 0.75 * s.ttft_ms
+            assert s.decode_ms <= 1.05 * (s.total_ms - s.ttft_ms) + 5
+    finally:
+        spec.close()
+
+
+def test_a_draft_context_too_small_for_the_prompt_drafts_nothing_and_says_so():
+    """-cd smaller than the prompt: nothing is drafted, no k is recorded as chosen, the steps are
+    counted as blocked, and generate says so in one line naming -cd; the text is the plain text."""
+    from realmodel import llmcli
+
+    prompt = PROMPTS[0] * 16
+    args = ["generate", prompt, "-m", "smollm2-135m", "--raw", "-n", "8", "-t", "2", "--temperature", "0",
+            "-c", "1024", "--json"]  # fmt: skip
+    plain = llmcli(*args, timeout=300)
+    small = llmcli(*args, "-md", "smollm2-135m", "-cd", "256", "--no-spec-exact", timeout=300)
+    assert plain.returncode == 0 and small.returncode == 0, small.stderr
+    record = json.loads(small.stdout)
+    spec = record["speculative"]
+    assert record["usage"]["prompt_tokens"] > 256
+    assert spec["drafted_tokens"] == 0 and spec["k_chosen"] == {}
+    assert spec["draft_ctx_blocked"] > 0 and spec["n_ctx_draft"] == 256
+    assert record["text"] == json.loads(plain.stdout)["text"]
+    lines = [line for line in small.stderr.splitlines() if "draft model's context" in line]
+    assert len(lines) == 1 and "-cd" in lines[0] and "256 tokens" in lines[0]
+
+
+def test_no_draft_prefill_where_spec_exact_can_never_draft(monkeypatch):
+    """Past 256 cells, where (on this CPU build, two threads) only one-position batches are exact,
+    the draft model could never propose in this answer: its prefill is skipped, and the text is
+    the plain text. Where the probe allows long batches, the draft prefills as before."""
+    path = str(_path("smollm2-135m"))
+    spec = _engine("smollm2-135m", SpecOptions(kind="draft", model_draft=path, draft_max=4))
+    plain = _engine("smollm2-135m")
+    try:
+        prompt = spec.tokenize(PROMPTS[0] * 16, add_bos=spec.add_bos)
+        assert spec.EXACT_SHORT_CELLS < len(prompt) < 480
+        inside = _inside_decode(monkeypatch)
+        done = run(spec, prompt, SamplingParams(temperature=0, max_tokens=8))
+        never = all(long <= 1 for _, long in spec._exact_by_threads.values())
+        assert (len(inside) == 1) == never  # only the target's context evaluated anything
+        if never:
+            assert done.stats.drafted_tokens == 0 and done.stats.speculative["exact_blocked"] > 0
+        same(run(plain, prompt, SamplingParams(temperature=0, max_tokens=8)), done)
+    finally:
+        spec.close()
+        plain.close()

@@ -222,8 +222,9 @@ def run_generate(
         cache = {"path": str(prompt_cache), "restored_tokens": restored, "restore_ms": round(restore_ms, 3),
                  "read_only": prompt_cache_ro, "saved_bytes": 0}  # fmt: skip
     done = consume(engine, tokens, params, stream_stdout=stream_stdout)
-    if notice := exact_limit_notice(done.stats):
-        render.info(notice)
+    for notice in (exact_limit_notice(done.stats), draft_context_notice(done.stats)):
+        if notice:
+            render.info(notice)
     if cache is not None:
         done.stats.ttft_ms += cache["restore_ms"]  # the wait for the first token includes the read
         done.stats.total_ms += cache["restore_ms"]
@@ -248,6 +249,20 @@ def exact_limit_notice(s) -> str | None:
         "speculative decoding drafted nothing: at this context length only one-position batches are "
         "bit-identical to plain decoding on this build (--spec-exact); --no-spec-exact verifies in any "
         "batch (the same distribution, but at temperature 0 a near-tie may come out differently)"
+    )
+
+
+def draft_context_notice(s) -> str | None:
+    """One line when the draft model's context (-cd) was too small for the prompt and answer at
+    some steps (`draft_ctx_blocked`), which were then decoded plainly."""
+    spec = s.speculative or {}
+    blocked = spec.get("draft_ctx_blocked")
+    if not blocked:
+        return None
+    what = "drafted nothing" if not s.drafted_tokens else f"did not draft at {blocked} steps"
+    return (
+        f"speculative decoding {what}: the draft model's context ({spec.get('n_ctx_draft')} tokens, "
+        "-cd) cannot hold the prompt and answer; a larger -cd (0: the target's) lets it draft"
     )
 
 

@@ -267,6 +267,7 @@ class LlamaEngine:
         ctx = L.llama_init_from_model(self._model, params)
         if not ctx:
             L.llama_model_free(self._model)
+            self._model = None  # freed: close() must not free it again
             raise LlmcliError(
                 f"llama.cpp could not create a context of {n_ctx} tokens",
                 hint="try a smaller --ctx-size, or fewer --gpu-layers",
@@ -436,8 +437,12 @@ class LlamaEngine:
         return len(self._cached)
 
     def reset(self) -> None:
+        """Forget every cached token: the target's, and the draft model's (whose cache would
+        otherwise spare the next request the draft's prefill, which a measured run must pay)."""
         self._L.llama_memory_clear(self._L.llama_get_memory(self._ctx), True)
         self._cached = []
+        if self._draft is not None:
+            self._draft.reset()
 
     def _reuse_prefix(self, prompt: list[int]) -> int:
         """Keep the longest cached prefix of `prompt` (leaving one token to evaluate); drop the rest."""
@@ -639,6 +644,8 @@ class LlamaEngine:
             return {}
         short, long = self.exact_positions
         report = {**self.spec.settings(), "exact_positions": {"short": short, "long": long}}
+        if self._draft is not None:
+            report["n_ctx_draft"] = self._draft.n_ctx
         if self.spec.exact:
             report["exact_probe_ms"] = round(self.exact_probe_ms, 3)
         if len(self._exact_by_threads) > 1:
@@ -857,6 +864,7 @@ class _Generation:
         self.generated: list[int] = []
         self.piece_buf = ctypes.create_string_buffer(64)
         self.stopped_by_string = False
+        self.target_prefill_ms = 0.0  # the target's share of prefill_ms (the draft model's is the rest)
         self.grammar = _GrammarProbe(engine, sampler) if params.grammar else None
         self.ended_by_eog = False
         self.spec = _Speculation(engine, tokens, params) if engine.spec.enabled else None
@@ -870,10 +878,10 @@ class _Generation:
         e.reset_perf()
         reason = yield from self.prefill()
         L.llama_synchronize(e._ctx)
-        self.stats.prefill_ms = e.perf_ms()
+        self.stats.prefill_ms = self.target_prefill_ms = e.perf_ms()
         if reason is None and self.spec is not None:
             reason = self.spec.prefill_draft()
-            self.stats.prefill_ms = e.perf_ms() + self.spec.draft_ms()
+            self.stats.prefill_ms += self.spec.draft_prefill_ms
         if reason is None:
             reason = yield from (self.decode_loop() if self.spec is None else self.decode_loop_spec())
         yield from self.finish(reason)
@@ -1049,7 +1057,7 @@ class _Generation:
         L.llama_synchronize(e._ctx)
         stats.completion_tokens = len(self.generated)
         stats.decode_tokens = max(0, len(e._cached) - stats.cached_tokens - stats.prefill_tokens)
-        stats.decode_ms = max(0.0, e.perf_ms() - stats.prefill_ms)
+        stats.decode_ms = max(0.0, e.perf_ms() - self.target_prefill_ms)
         stats.total_ms = (time.perf_counter() - self.started) * 1000
         stats.context_used = len(e._cached)
         stats.threads = e.thread_report()
@@ -1170,22 +1178,43 @@ class _Speculation:
         self.tail: list[int] = []  # the proposed tokens past the chosen k
         self.drafted = self.accepted = self.passes = 0
         self.exact_blocked = 0  # steps at which --spec-exact allowed no batch at this context length
+        self.draft_ctx_blocked = 0  # steps at which the draft model's context could not hold the history
         self.draft_prefill_ms = 0.0
         self.draft_token_s = 0.0  # measured seconds the draft model spends per proposed token
 
     def prefill_draft(self) -> FinishReason | None:
-        """Evaluate the prompt in the draft model too (counted as prefill)."""
+        """Evaluate the prompt in the draft model too (counted as prefill). Not where this answer
+        can never draft: --spec-exact allows no batch past the short-context limit at any thread
+        count the engine may choose, and the context only grows from here; nor where the draft
+        model's context cannot hold the prompt (both are counted as blocked steps when decoding)."""
         if self.draft is None:
             return None
         self.draft.reset_perf()
+        if not self.draft_can_run():
+            return None
         # the whole prompt, in the target's chunks: a target used as its own draft then holds
         # bit-identical keys and values (a chunk of another shape would round apart)
         ok = self.draft.sync(self.history)
-        self.draft_prefill_ms = self.draft.perf_ms()
+        self.draft_prefill_ms = self.draft_ms()
         return None if ok or not self.e._abort.is_set() else "interrupted"
 
+    def draft_can_run(self) -> bool:
+        """Whether the draft model could still propose in this answer."""
+        assert self.draft is not None
+        if len(self.history) + self.policy.k_min > self.draft.n_ctx:
+            return False
+        e = self.e
+        if not e.spec.exact or len(e._cached) < e.EXACT_SHORT_CELLS:
+            return True
+        return any(long > self.policy.k_min for _, long in e._exact_by_threads.values())
+
     def draft_ms(self) -> float:
-        return self.draft.perf_ms() if self.draft is not None else 0.0
+        """The draft model's evaluation time so far (llama.cpp adds to its counters only when it
+        synchronizes, which a batch with no logits read yet has not done)."""
+        if self.draft is None:
+            return 0.0
+        self.draft.L.llama_synchronize(self.draft.ctx)
+        return self.draft.perf_ms()
 
     def seen(self, token: int) -> None:
         self.history.append(token)
@@ -1212,6 +1241,11 @@ class _Speculation:
             self.tail = tokens[k:] if k else []  # checked after the batch if all k are accepted
             return tokens[:k]
         assert self.draft is not None
+        room_draft = self.draft.n_ctx - len(self.history)  # -cd: what the draft's cache can hold
+        if room_draft < policy.k_min:
+            self.draft_ctx_blocked += 1
+            return []
+        top = min(top, room_draft)
         self.source = "draft"
         k = policy.choose(self.source, top, self.draft_token_s)
         policy.note_choice(k)
@@ -1254,6 +1288,8 @@ class _Speculation:
         stats.target_passes = self.passes
         stats.speculative = {**self.e.spec_report(), **self.policy.summary()}
         stats.speculative["exact_blocked"] = self.exact_blocked
+        if self.draft is not None:
+            stats.speculative["draft_ctx_blocked"] = self.draft_ctx_blocked
         self.remember()
 
 
@@ -1307,6 +1343,10 @@ class _DraftModel:
         self.n_vocab_target = target.n_vocab
         self._cached: list[int] = []
         self._penalised: tuple[tuple[float, int], object] | None = None  # (setting, sampler chain)
+
+    def reset(self) -> None:
+        self.L.llama_memory_clear(self.L.llama_get_memory(self.ctx), True)
+        self._cached = []
 
     def reset_perf(self) -> None:
         self.L.llama_perf_context_reset(self.ctx)
