@@ -565,7 +565,6 @@ def test_model_draft_alone_turns_on_the_draft_model_resolved_like_m(fake, tmp_pa
     assert json.loads(result.stdout)["speculative"]["model_draft_path"] == str(draft.resolve())
 
 
-
 def test_llama_cpp_names_of_the_draft_flags_are_taken(fake, tmp_path):
     """llama.cpp's current names (--spec-draft-model, --spec-draft-ngl, --n-gpu-layers-draft,
     --n-gpu-layers) set the same settings as -md, -ngld and -ngl."""
@@ -581,6 +580,7 @@ def test_llama_cpp_names_of_the_draft_flags_are_taken(fake, tmp_path):
         assert made.speculative.kind == "draft" and made.speculative.model_draft == str(draft.resolve())
         assert made.speculative.gpu_layers_draft == layers
     assert made.gpu_layers is None and fake.made[-2].options.gpu_layers == 0
+
 
 @pytest.mark.parametrize(
     "args, message",
