@@ -209,6 +209,39 @@ def test_ctrl_c_keeps_finished_cases(backend, monkeypatch):
     assert doc["results"][0]["test"] == "spec plain tg4"
 
 
+def test_an_error_after_some_cases_keeps_what_finished(backend, monkeypatch):
+    """A later case that cannot run (its draft model's context does not fit, say) ends the run
+    with its own error and exit code, after the finished results are written, marked incomplete."""
+    from llmcli.errors import LlmcliError
+
+    real, made = backend.chat_engine, []
+
+    def chat_engine(model, options):
+        made.append(options)
+        if len(made) == 2:
+            raise LlmcliError("llama.cpp could not create the draft model's context of 1100000 tokens")
+        return real(model, options)
+
+    monkeypatch.setattr(backend, "chat_engine", chat_engine)
+    result = run("bench", "--scenario", "spec", "-n", "4", "-t", "1", "-r", "1", "-o", "json")
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    assert doc["complete"] is False and doc["finished"] == 1 and doc["planned"] == 2
+    assert doc["results"][0]["test"] == "spec plain tg4"
+    assert result.stderr.splitlines()[-2:] == [
+        "llmcli: warning: stopped: 1 of 2 results finished; they are marked incomplete",
+        "llmcli: error: llama.cpp could not create the draft model's context of 1100000 tokens",
+    ]
+
+    def no_room(model, options):
+        raise LlmcliError("no room")
+
+    monkeypatch.setattr(backend, "chat_engine", no_room)
+    result = run("bench", "--scenario", "spec", "-n", "4", "-t", "1", "-r", "1", "-o", "json")
+    assert result.exit_code == 1 and result.stdout == ""  # nothing finished: the error alone
+    assert result.stderr.strip().splitlines() == ["llmcli: error: no room"]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -230,7 +263,7 @@ def test_ctrl_c_keeps_finished_cases(backend, monkeypatch):
         (("--prompt", "  "), "--prompt is empty"),
         (("-p", "512"), "-p, -pg and -d do not apply to --scenario spec"),
         (("-n", "0"), "--scenario spec needs an answer length: -n must be >= 1"),
-        (("-md", "nowhere.gguf"), "nowhere.gguf"),  # resolved like -m
+        (("-md", "nowhere.gguf"), "draft model: no such model file: nowhere.gguf"),  # resolved like -m
         (("-md", "other.gguf"), "the draft model other.gguf does not share the vocabulary of a.gguf"),
     ],
 )
@@ -238,7 +271,7 @@ def test_bad_input_is_one_line_before_anything_runs(backend, args, message):
     backend.foreign_vocab = {"other.gguf"}
     length = () if "-n" in args else ("-n", "4")
     result = run("bench", "--scenario", "spec", *length, "-r", "1", *args)
-    assert result.exit_code == (3 if message == "nowhere.gguf" else 2), result.stderr  # 3: model not found
+    assert result.exit_code == (3 if "nowhere.gguf" in message else 2), result.stderr  # 3: model not found
     assert message in result.stderr
     assert "Traceback" not in result.stderr and result.stdout == ""
     assert backend.engines == []  # nothing loaded, nothing measured

@@ -588,7 +588,8 @@ def test_llama_cpp_names_of_the_draft_flags_are_taken(fake, tmp_path):
         (("--spec-type", "medusa"), "--spec-type must be one of"),
         (("--spec-type", "draft"), "needs a draft model"),
         (("--spec-type", "lookup", "--spec-draft-n-max", "99"), "--spec-draft-n-max must be in"),
-        (("-md", "/nonexistent/draft.gguf"), "draft.gguf"),
+        (("-md", "/nonexistent/draft.gguf"), "draft model: no such model file: /nonexistent/draft.gguf"),
+        (("-md", "nosuchalias"), "draft model: no model or alias named 'nosuchalias'"),
         (
             ("--spec-type", "lookup", "-md", "/some/draft.gguf"),
             "-md/--model-draft is given but --spec-type is lookup",

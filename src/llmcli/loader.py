@@ -105,7 +105,12 @@ def load_engine(
     resolved = resolve_model(text, offline=offline)
     spec = options.speculative
     if spec.enabled and spec.kind == "draft":
-        draft = resolve_model(spec.model_draft_ref or spec.model_draft, offline=offline)
+        from llmcli.errors import LlmcliError
+
+        try:
+            draft = resolve_model(spec.model_draft_ref or spec.model_draft, offline=offline)
+        except LlmcliError as exc:  # say which of the two references it is
+            raise exc.about("draft model") from None
         options = replace(options, speculative=replace(spec, model_draft=str(draft.path),
                                                        model_draft_ref=draft.ref))  # fmt: skip
     env = environment.current()

@@ -353,6 +353,7 @@ class BenchRun:
     finished_at: str | None = None
     complete: bool = True
     interrupted: bool = False
+    error: Any = None  # the LlmcliError that stopped the run after some results finished
     bandwidth: Any = None  # membw.Bandwidth with --roofline
 
     @property

@@ -142,6 +142,15 @@ def execute(
         return runner.run_tests(the_plan.cases, the_plan.models, backend, run, options, progress, stop)
 
     from llmcli.bench import cpu_load
+    from llmcli.errors import LlmcliError
 
     with cpu_load.background(request.busy):
-        return runner.run_interruptible(work, backend)
+        try:
+            return runner.run_interruptible(work, backend)
+        except LlmcliError as exc:  # a later case failed (a model that does not fit, say)
+            if not run.results:
+                raise
+            run.complete = False  # what finished is kept, and marked incomplete
+            run.error = exc
+            run.finished_at = runner.now_iso()
+            return run

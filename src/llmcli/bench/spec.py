@@ -30,7 +30,7 @@ from llmcli.bench.results import BenchRun, ModelSummary, SpecResult, SpecSample
 from llmcli.bench.runner import Backend, Event, Interrupted, now_iso, reraise_second_ctrl_c
 from llmcli.bench.sweep import ContextSpec, Sweep, answer_settings
 from llmcli.engine.base import Done, EngineOptions, SamplingParams, SpecOptions, Token
-from llmcli.errors import InvalidModelError, UsageError
+from llmcli.errors import InvalidModelError, LlmcliError, UsageError
 
 # A copy-heavy default: a short source file, then a request to repeat it. Prompt lookup finds most
 # of the answer in the prompt. It is kept short (about 200 tokens with SmolLM2's template) so that
@@ -170,7 +170,10 @@ def check(spec: SpecSweep, models: dict[str, ModelSummary], backend: Backend, of
 
     if not spec.model_draft:
         raise UsageError("--spec-type draft needs a draft model: -md/--model-draft REF")
-    resolved = resolve_model(spec.model_draft, offline=offline)
+    try:
+        resolved = resolve_model(spec.model_draft, offline=offline)
+    except LlmcliError as exc:  # say which of the two references it is
+        raise exc.about("draft model") from None
     spec.model_draft_path = str(resolved.path)
     try:
         backend.inspect(spec.model_draft_path, resolved.ref)  # the GGUF header, validated

@@ -358,6 +358,11 @@ def bench(
     run = session.execute(request, plan, backend, Progress())
     sys.stdout.write(formats.render(run, output))
     sys.stdout.flush()
+    if run.error is not None:
+        render.warn(
+            f"stopped: {len(run.results)} of {run.planned} results finished; they are marked incomplete"
+        )
+        raise run.error
     if run.interrupted:
         render.warn(
             f"interrupted: {len(run.results)} of {run.planned} results finished; they are marked incomplete"
