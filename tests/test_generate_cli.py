@@ -77,6 +77,9 @@ def test_stats_line_on_stderr(fake):
         line,
     ), line
     assert "tok/s" not in result.stdout
+    both = run("generate", "hi", "--stats", "--json")  # the line is on stderr: it goes with --json too
+    assert both.exit_code == 0
+    assert json.loads(both.stdout)["text"] and both.stderr.splitlines()[-1].startswith("prompt ")
 
 
 def test_max_tokens_and_stop(fake):

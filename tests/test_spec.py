@@ -689,8 +689,16 @@ def test_memory_fit_counts_the_draft_model_too(monkeypatch, tmp_path):
     target, draft = Header(2 * gib), Header(2 * gib)
     opts = EngineOptions(ctx_size=1024, gpu_layers=0, speculative=SpecOptions(kind="draft", model_draft="d"))
     loader.check_memory(tmp_path / "t.gguf", target, opts)  # the target alone fits
-    with pytest.raises(ResourceError, match="draft model 2.0 GiB"):
+    with pytest.raises(ResourceError, match="draft model 2.0 GiB") as caught:
         loader.check_memory(tmp_path / "t.gguf", target, opts, draft)
+    assert caught.value.hint.startswith("use a smaller --ctx-size or quantization")
+    # a draft context of its own that is the larger part: the hint names -cd
+    big = SpecOptions(kind="draft", model_draft="d", ctx_size_draft=3_000_000)
+    small = Header(1 << 20)
+    with pytest.raises(ResourceError, match="draft model 2.8 GiB") as caught:
+        loader.check_memory(tmp_path / "t.gguf", small, EngineOptions(ctx_size=1024, gpu_layers=0, speculative=big),
+                            Header(1 << 20))  # fmt: skip
+    assert caught.value.hint.startswith("use a smaller -cd/--ctx-size-draft or quantization")
 
 
 def test_a_notice_says_when_exactness_left_nothing_to_verify():

@@ -61,16 +61,19 @@ def check_memory(path: Path, header, options: EngineOptions, draft=None) -> None
     need = header.tensor_bytes + kv + (128 << 20)
     gib = 1 << 30
     what = f"weights {header.tensor_bytes / gib:.1f} GiB, KV cache for {n_ctx} tokens {kv / gib:.1f} GiB"
+    smaller = "--ctx-size"
     if draft is not None:
         d_ctx = options.speculative.ctx_size_draft or n_ctx
         d_kv = draft.kv_cache_bytes(d_ctx)
         need += draft.tensor_bytes + d_kv + (64 << 20)
         what += f", draft model {(draft.tensor_bytes + d_kv) / gib:.1f} GiB with its KV cache"
+        if options.speculative.ctx_size_draft:  # its own context size: name the flag that set it
+            smaller = "-cd/--ctx-size-draft" if d_kv > kv else "--ctx-size or -cd/--ctx-size-draft"
     if need > mem.available:
         raise ResourceError(
             f"{path.name} needs about {need / gib:.1f} GiB ({what}) but {mem.available / gib:.1f} GiB "
             "is available",
-            hint="use a smaller --ctx-size or quantization, or --force to load anyway",
+            hint=f"use a smaller {smaller} or quantization, or --force to load anyway",
         )
 
 

@@ -137,7 +137,7 @@ def generate(
         raise
     if as_json:
         render.out_json(result.record())
-    if stats and not as_json:
+    if stats:  # stderr, so with --json too
         sys.stderr.write(result.stats_line() + "\n")
     if result.done.finish_reason == "interrupted":
         if result.incomplete:
