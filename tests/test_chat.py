@@ -75,6 +75,22 @@ def test_set_lists_and_changes_settings(engine):
     assert engine.made[0].history[-1].params.top_p == 0.95
 
 
+def test_set_refuses_what_is_not_a_setting_in_one_line_and_the_chat_goes_on(engine):
+    result = chat("/set json_schema off", "/set defaulted abc", "/set seed 1.5", "/set temperature inf",
+                  "/set repeat_last_n -3", "/set repeat_penalty inf", "hello")  # fmt: skip
+    assert result.exit_code == 0 and "Traceback" not in result.stderr
+    assert result.stderr.count("unknown setting") == 2 and "spec-type" in result.stderr
+    assert "seed needs an integer (or none), got '1.5'" in result.stderr
+    assert "--temperature must be >= 0 and finite, got inf" in result.stderr
+    assert (
+        "repeat_last_n must be >= 0" in result.stderr
+        and "--repeat-penalty must be > 0 and finite" in result.stderr
+    )
+    assert result.stdout == "echo: hello\n"
+    params = engine.made[0].history[-1].params
+    assert params.temperature == 0.8 and params.repeat_last_n == 64 and params.json_schema is None
+
+
 def test_show_and_context_and_stats(engine):
     result = chat("/stats", "hello", "/show", "/context", "/stats")
     err = result.stderr

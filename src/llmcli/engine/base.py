@@ -8,6 +8,7 @@ all consume this one stream; non-streaming output is the joined stream.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Literal, Protocol
@@ -39,11 +40,17 @@ class SamplingParams:
         from llmcli.errors import UsageError
 
         checks = [
-            (self.temperature >= 0, f"--temperature must be >= 0, got {self.temperature}"),
+            (
+                0 <= self.temperature < math.inf,
+                f"--temperature must be >= 0 and finite, got {self.temperature}",
+            ),
             (self.top_k >= 0, f"--top-k must be >= 0, got {self.top_k}"),
             (0 < self.top_p <= 1, f"--top-p must be in (0, 1], got {self.top_p}"),
             (0 <= self.min_p <= 1, f"--min-p must be in [0, 1], got {self.min_p}"),
-            (self.repeat_penalty > 0, f"--repeat-penalty must be > 0, got {self.repeat_penalty}"),
+            (
+                0 < self.repeat_penalty < math.inf,
+                f"--repeat-penalty must be > 0 and finite, got {self.repeat_penalty}",
+            ),
             (self.max_tokens >= 0, f"--max-tokens must be >= 0 (0: no limit), got {self.max_tokens}"),
             (
                 self.seed is None or 0 <= self.seed < 2**32 - 1,

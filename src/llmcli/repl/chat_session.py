@@ -203,10 +203,14 @@ class ChatSession:
         if name.replace("_", "-") in SPEC_SETTINGS:
             self.set_spec(name.replace("_", "-"), value)
             return
-        known = {f.name: f for f in fields(SamplingParams) if f.name != "grammar"}
+        # the constraint is the command line's (--grammar-file, --json-schema); `defaulted` is bookkeeping
+        known = {
+            f.name: f for f in fields(SamplingParams) if f.name not in ("grammar", "json_schema", "defaulted")
+        }
         key = name.replace("-", "_")
         if key not in known:
-            raise UsageError(f"unknown setting {name!r}; settable: {', '.join(sorted(known))}")
+            settable = sorted(known) + sorted(SPEC_SETTINGS)
+            raise UsageError(f"unknown setting {name!r}; settable: {', '.join(settable)}")
         current = getattr(self.params, key)
         try:
             if key == "stop":
@@ -216,7 +220,10 @@ class ChatSession:
             else:
                 parsed = type(current)(value)
         except ValueError:
-            raise UsageError(f"{name} needs a {type(current).__name__}, got {value!r}") from None
+            kind = "an integer (or none)" if key == "seed" else f"a {type(current).__name__}"
+            raise UsageError(f"{name} needs {kind}, got {value!r}") from None
+        if key == "repeat_last_n" and parsed < 0:
+            raise UsageError(f"repeat_last_n must be >= 0 (0: no penalty window), got {parsed}")
         old = current
         setattr(self.params, key, parsed)
         try:
