@@ -620,6 +620,19 @@ def test_chat_set_reloads_with_new_speculative_settings_and_keeps_the_conversati
     assert "speculative: lookup, k up to 3, adaptive" in result.stderr
 
 
+def test_chat_model_switch_keeps_the_speculative_settings_set_in_the_session(fake, tmp_path):
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"GGUF")
+    lines = ["/set spec-type lookup", "/set spec-draft-n-max 4", f"/model {other}", "hello"]
+    result = run("chat", input="".join(line + "\n" for line in lines))
+    assert result.exit_code == 0, result.stderr
+    assert "now using" in result.stderr
+    assert len(fake.made) == 4  # the start, two /set reloads, the switch
+    last = fake.made[-1]
+    assert last.options.speculative.kind == "lookup" and last.options.speculative.draft_max == 4
+    assert last.history and "hello" in last.history[-1].prompt
+
+
 def test_chat_set_takes_the_draft_models_offload_and_context_too(fake, tmp_path):
     draft = tmp_path / "draft.gguf"
     draft.write_bytes(b"GGUF")

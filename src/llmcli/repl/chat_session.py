@@ -294,8 +294,16 @@ class ChatSession:
         return value
 
     def switch_model(self, ref: str, speculative=None) -> None:
+        """Load `ref` in place of the current model. The speculative settings in effect (the command
+        line's, or what `/set` changed since) go with it, except to a served model, which drafts
+        on its server if at all."""
+        from llmcli import endpoints
+        from llmcli.engine.base import SpecOptions
+
         assert self.load_model is not None
-        new = self.load_model(ref) if speculative is None else self.load_model(ref, speculative)
+        if speculative is None:
+            speculative = SpecOptions() if endpoints.lookup(ref) is not None else self.spec
+        new = self.load_model(ref, speculative)
         try:
             self.check_model(new)
         except BaseException:
