@@ -556,3 +556,42 @@ def test_no_draft_prefill_where_spec_exact_can_never_draft(monkeypatch):
     finally:
         spec.close()
         plain.close()
+
+
+def test_ctrl_c_while_an_engine_is_freed_frees_everything_once(monkeypatch):
+    """A Ctrl-C that arrives while the engine frees llama.cpp's objects (a command returning, or
+    the interpreter exiting) waits until everything is freed: an explicit close() then raises it,
+    a finalizer drops it (it could only print a traceback); nothing is freed twice."""
+    import gc
+    import os
+    import signal
+
+    import llama_cpp
+
+    freed: list[str] = []
+    real_free, real_model_free = llama_cpp.llama_free, llama_cpp.llama_model_free
+
+    def free(ctx):
+        os.kill(os.getpid(), signal.SIGINT)  # delivered between two frees
+        freed.append("ctx")
+        return real_free(ctx)
+
+    def model_free(model):
+        freed.append("model")
+        return real_model_free(model)
+
+    monkeypatch.setattr(llama_cpp, "llama_free", free)
+    monkeypatch.setattr(llama_cpp, "llama_model_free", model_free)
+    path = str(_path("smollm2-135m"))
+    engine = _engine("smollm2-135m", SpecOptions(kind="draft", model_draft=path, draft_max=2, exact=False))
+    freed.clear()  # the vocabulary check loaded and freed both models' vocabularies
+    with pytest.raises(KeyboardInterrupt):
+        engine.close()
+    assert sorted(freed) == ["ctx", "ctx", "model", "model"]  # the draft's and the target's, once each
+    engine.close()  # nothing left to free, nothing raised
+    assert len(freed) == 4
+    engine = _engine("smollm2-135m")
+    freed.clear()
+    del engine
+    gc.collect()  # the finalizer: no KeyboardInterrupt escapes it
+    assert sorted(freed) == ["ctx", "model"]

@@ -140,6 +140,18 @@ def main() -> None:
     except BrokenPipeError:
         _silence_stdout()
         sys.exit(int(ExitCode.BROKEN_PIPE))
+    finally:
+        _quiet_teardown()
+
+
+def _quiet_teardown() -> None:
+    """The command is over and its exit code decided: a Ctrl-C (or SIGTERM) while the interpreter
+    frees the models (llama.cpp's free calls run in finalizers) would only print a traceback from
+    a finalizer, so from here on SIGINT is ignored and SIGTERM ends the process at once."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _install_sigterm() -> None:

@@ -803,6 +803,15 @@ class LlamaEngine:
         return limit
 
     def close(self) -> None:
+        """Free the draft model, the context and the model. Ctrl-C and SIGTERM wait until that is
+        done (one arriving between a free and forgetting the pointer would have it freed twice),
+        then take effect."""
+        with _deferred_signals() as hits:
+            self._free()
+        if hits:
+            _raise_for(hits)
+
+    def _free(self) -> None:
         L = self._L
         draft = getattr(self, "_draft", None)
         if draft is not None:
@@ -819,8 +828,12 @@ class LlamaEngine:
             self._model = None
 
     def __del__(self) -> None:  # pragma: no cover - best effort at interpreter exit
+        """An engine nobody closed (a command returning): freed with signals held, and one that
+        came meanwhile is dropped: the command is over, and from a finalizer it could only print
+        a traceback."""
         try:
-            self.close()
+            with _deferred_signals():
+                self._free()
         except Exception:
             pass
 
