@@ -144,6 +144,36 @@ def test_session_saved_after_every_turn_and_resumed(engine, isolated):
     assert len(doc["messages"]) == 4
 
 
+def test_ctrl_c_before_a_reply_streams_or_during_the_autosave_keeps_the_chat_and_the_save(
+    engine, isolated, monkeypatch
+):
+    """Ctrl-C while the history is fitted or the session is saved after a reply is ignored: the
+    turn finishes, its save is whole, and the chat goes on (before, it ended the chat with 130)."""
+    import os
+    import signal
+
+    from llmcli.conversation import Conversation
+    from llmcli.repl import session_files
+
+    real_fit, real_save = Conversation.fit, session_files.save
+
+    def fit(self, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        return real_fit(self, *args, **kwargs)
+
+    def save(name, record):
+        os.kill(os.getpid(), signal.SIGINT)
+        return real_save(name, record)
+
+    monkeypatch.setattr(Conversation, "fit", fit)
+    monkeypatch.setattr(session_files, "save", save)
+    result = chat("alpha", "beta", args=("--session", "work"))
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "echo: alpha\necho: beta\n"
+    doc = json.loads((isolated / "data" / "sessions" / "work.json").read_text())
+    assert [m["content"] for m in doc["messages"]] == ["alpha", "echo: alpha", "beta", "echo: beta"]
+
+
 def test_save_and_load(engine):
     chat("alpha", "/save mine")
     result = chat("/load mine", "beta")

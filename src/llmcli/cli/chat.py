@@ -151,7 +151,10 @@ def chat(
     else:
         repl.run_piped(sys.stdin)
     if name:
-        sessions.save(name, chat_session.to_record())
+        from llmcli.repl.loop import sigint_ignored
+
+        with sigint_ignored():  # a Ctrl-C now would only cut the save short
+            sessions.save(name, chat_session.to_record())
 
 
 def _session_to_continue(session: str | None, resume: bool) -> tuple[str | None, dict | None]:

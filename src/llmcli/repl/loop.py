@@ -55,7 +55,14 @@ class Repl:
     # -- turns -------------------------------------------------------------------------------
 
     def run_turn(self, text: str | None) -> None:
-        """Send `text` (or regenerate the last answer when None) and show the reply."""
+        """Send `text` (or regenerate the last answer when None) and show the reply. A Ctrl-C
+        before the reply streams (the history is fitted, a saved state read) or after it (the
+        summary line, the autosave) is ignored, so the turn and its save are never cut in half;
+        while it streams, Ctrl-C stops the reply (generation.drive)."""
+        with sigint_ignored():
+            self._run_turn(text)
+
+    def _run_turn(self, text: str | None) -> None:
         sink = LiveReadout(self.out) if self.interactive else PlainSink(self.out)
         sink.start()
         try:
@@ -149,6 +156,23 @@ class Repl:
                 check_sigterm()  # one that came with the keys that ended the prompt
                 if line is not None and not self.handle(line):
                     break
+
+
+@contextmanager
+def sigint_ignored():
+    """Ctrl-C does nothing in here, except where a nested handler (a streaming reply's) takes
+    it. Main thread only."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @contextmanager
