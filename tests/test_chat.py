@@ -174,6 +174,32 @@ def test_ctrl_c_before_a_reply_streams_or_during_the_autosave_keeps_the_chat_and
     assert [m["content"] for m in doc["messages"]] == ["alpha", "echo: alpha", "beta", "echo: beta"]
 
 
+def test_resume_and_load_give_back_the_sessions_sampling_settings_where_no_flag_says_otherwise(
+    engine, isolated
+):
+    chat("/set temperature 0.3", "/set top_k 7", "/set stop END|STOP", "/set seed 5", "alpha",
+         args=("--session", "work"))  # fmt: skip
+    path = isolated / "data" / "sessions" / "work.json"
+    doc = json.loads(path.read_text())
+    assert doc["params"]["temperature"] == 0.3 and doc["params"]["stop"] == ["END", "STOP"]
+    chat("beta", args=("--resume",))
+    params = engine.made[-1].history[-1].params
+    assert (params.temperature, params.top_k, params.stop, params.seed) == (0.3, 7, ["END", "STOP"], 5)
+    chat("gamma", args=("--resume", "--temperature", "0.9", "--seed", "9"))  # a flag wins
+    params = engine.made[-1].history[-1].params
+    assert (params.temperature, params.top_k, params.seed) == (0.9, 7, 9)
+    doc = json.loads(path.read_text())
+    doc["params"].update(temperature="hot", top_k=-3, max_tokens=2.5, stop="END")  # a hand-edited file
+    path.write_text(json.dumps(doc))
+    result = chat("delta", args=("--resume",))
+    assert result.exit_code == 0, result.stderr
+    params = engine.made[-1].history[-1].params
+    assert (params.temperature, params.top_k, params.max_tokens, params.stop) == (0.8, 40, 512, [])
+    chat("/set temperature 0.4", "/save mine")
+    result = chat("/load mine", "epsilon")
+    assert engine.made[-1].history[-1].params.temperature == 0.4
+
+
 def test_save_and_load(engine):
     chat("alpha", "/save mine")
     result = chat("/load mine", "beta")

@@ -135,6 +135,8 @@ def chat(
     if saved:
         assert name is not None  # a saved session always has its name
         chat_session.conversation = _conversation(saved, name)
+        if restored := chat_session.restore_params(saved.get("params")):
+            render.debug_log(f"the session's sampling settings: {', '.join(restored)}")
         from llmcli import kvstore
 
         chat_session.kv_restore = kvstore.session_state_path(name)

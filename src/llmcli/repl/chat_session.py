@@ -84,6 +84,42 @@ class ChatSession:
         self.recommended = apply_recommended(self.params, self.engine.info, self.loaded.ref)
         return self.recommended
 
+    # what a saved session's "params" give back on --resume and /load (the constraint is the
+    # command line's)
+    RESTORED = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "seed",
+                "max_tokens", "stop")  # fmt: skip
+
+    def restore_params(self, saved: object) -> list[str]:
+        """A saved session's sampling settings, where the command line (flags, environment,
+        config) set nothing; a value of the wrong type or out of range is skipped. Returns the
+        names restored."""
+        from llmcli.errors import UsageError
+
+        restored: list[str] = []
+        if not isinstance(saved, dict):
+            return restored
+        for name in self.RESTORED:
+            value, old = saved.get(name), getattr(self.params, name)
+            if value is None or not self._unset(name) or not _param_value(name, value):
+                continue
+            setattr(self.params, name, list(value) if name == "stop" else value)
+            try:
+                self.params.validate()
+            except UsageError:
+                setattr(self.params, name, old)
+                continue
+            restored.append(name)
+        self.params.defaulted = self.params.defaulted - set(restored)
+        return restored
+
+    def _unset(self, name: str) -> bool:
+        """Whether the command line left `name` as it comes (no flag, variable or config key)."""
+        if name == "seed":
+            return self.params.seed is None
+        if name == "stop":
+            return not self.params.stop
+        return name in self.params.defaulted
+
     def check_model(self, loaded: Loaded) -> None:
         """A base model is refused unless `allow_base`: it would answer in babble."""
         from llmcli.errors import UsageError
@@ -361,3 +397,12 @@ def stats_record(done: Done) -> dict[str, Any]:
             else {}
         ),  # fmt: skip
     }
+
+
+def _param_value(name: str, value: object) -> bool:
+    """Whether a saved session's `value` has the type of the sampling setting `name`."""
+    if name == "stop":
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return isinstance(value, int) or name not in ("seed", "top_k", "repeat_last_n", "max_tokens")
