@@ -529,7 +529,7 @@ def test_a_draft_context_too_small_for_the_prompt_drafts_nothing_and_says_so():
     record = json.loads(small.stdout)
     spec = record["speculative"]
     assert record["usage"]["prompt_tokens"] > 256
-    assert spec["drafted_tokens"] == 0 and spec["k_chosen"] == {}
+    assert spec["drafted_tokens"] == 0 and spec["k_chosen"] == {} and spec["acceptance"] is None
     assert spec["draft_ctx_blocked"] > 0 and spec["n_ctx_draft"] == 256
     assert record["text"] == json.loads(plain.stdout)["text"]
     lines = [line for line in small.stderr.splitlines() if "draft model's context" in line]

@@ -147,7 +147,7 @@ def speculative_record(s) -> dict | None:
         **s.speculative,
         "drafted_tokens": s.drafted_tokens,
         "accepted_tokens": s.accepted_tokens,
-        "acceptance": round(s.acceptance, 4),
+        "acceptance": round(s.acceptance, 4) if s.drafted_tokens else None,  # nothing proposed: no rate
         "target_passes": s.target_passes,
         "tokens_per_pass": round(s.tokens_per_pass, 4),
     }
