@@ -581,8 +581,11 @@ class LlamaEngine:
         return data.t_p_eval_ms + data.t_eval_ms
 
     def reset_perf(self) -> None:
+        """Start this request's timings: the target's counters and the draft model's."""
         self._L.llama_perf_context_reset(self._ctx)
         self._untimed_ms = 0.0
+        if self._draft is not None:
+            self._draft.reset_perf()
 
     def decode(self, tokens: list[int]) -> int:
         """Evaluate tokens at the end of the cache; returns llama_decode's status."""
@@ -1202,7 +1205,6 @@ class _Speculation:
         model's context cannot hold the prompt (both are counted as blocked steps when decoding)."""
         if self.draft is None:
             return None
-        self.draft.reset_perf()
         if not self.draft_can_run():
             return None
         # the whole prompt, in the target's chunks: a target used as its own draft then holds
