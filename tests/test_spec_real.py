@@ -365,16 +365,13 @@ def test_batch_costs_are_stored_for_the_next_engine_and_a_bad_store_is_ignored(t
         fourth.close()
 
 
-def test_decode_time_counts_every_verification_batch(monkeypatch):
-    """llama.cpp grows its output buffer in the first batch with more logit rows than any before,
-    and the synchronize that needs restarts its perf clock mid-batch; the engine times such a batch
-    itself. So the time llama.cpp's counters and the engine report together is at least the time
-    spent inside llama_decode (the same intervals on two clocks, not a speed)."""
+def _inside_decode(monkeypatch) -> dict[int, float]:
+    """Milliseconds spent inside llama_decode (synchronized), by context, from now on."""
     import time
 
     import llama_cpp
 
-    inside: list[float] = []
+    inside: dict[int, float] = {}
     real = llama_cpp.llama_decode
 
     def timed(ctx, batch):
@@ -382,17 +379,27 @@ def test_decode_time_counts_every_verification_batch(monkeypatch):
         try:
             return real(ctx, batch)
         finally:
-            inside.append((time.perf_counter() - started) * 1000)
+            llama_cpp.llama_synchronize(ctx)
+            key = getattr(ctx, "value", None) or id(ctx)
+            inside[key] = inside.get(key, 0.0) + (time.perf_counter() - started) * 1000
 
+    monkeypatch.setattr(llama_cpp, "llama_decode", timed)
+    return inside
+
+
+def test_decode_time_counts_every_verification_batch(monkeypatch):
+    """llama.cpp grows its output buffer in the first batch with more logit rows than any before,
+    and the synchronize that needs restarts its perf clock mid-batch; the engine times such a batch
+    itself. So the time llama.cpp's counters and the engine report together is at least the time
+    spent inside llama_decode (the same intervals on two clocks, not a speed)."""
     # not exact: the probe would grow the buffer before the request; fixed k: batches of 9 at once
     spec = _engine("smollm2-135m", SpecOptions(kind="lookup", draft_max=8, adaptive=False, exact=False))
     try:
-        monkeypatch.setattr(llama_cpp, "llama_decode", timed)
+        inside = _inside_decode(monkeypatch)
         done = run(spec, PROMPTS[0], SamplingParams(temperature=0, max_tokens=24))
-        monkeypatch.setattr(llama_cpp, "llama_decode", real)
         s = done.stats
         assert s.drafted_tokens >= 8 and s.target_passes < s.decode_tokens  # batches ran
-        assert s.prefill_ms + s.decode_ms >= 0.9 * sum(inside)
+        assert s.prefill_ms + s.decode_ms >= 0.9 * sum(inside.values())
         assert s.prefill_ms + s.decode_ms <= s.total_ms
     finally:
         spec.close()
@@ -467,28 +474,6 @@ def test_a_draft_that_is_not_a_gguf_file_is_named_in_the_error(command, tmp_path
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "draft model" in lines[0] and str(bad) in lines[0] and "GGUF" in lines[0]
-
-
-def _inside_decode(monkeypatch) -> dict[int, float]:
-    """Milliseconds spent inside llama_decode (synchronized), by context, from now on."""
-    import time
-
-    import llama_cpp
-
-    inside: dict[int, float] = {}
-    real = llama_cpp.llama_decode
-
-    def timed(ctx, batch):
-        started = time.perf_counter()
-        try:
-            return real(ctx, batch)
-        finally:
-            llama_cpp.llama_synchronize(ctx)
-            key = getattr(ctx, "value", None) or id(ctx)
-            inside[key] = inside.get(key, 0.0) + (time.perf_counter() - started) * 1000
-
-    monkeypatch.setattr(llama_cpp, "llama_decode", timed)
-    return inside
 
 
 def test_a_draft_models_prefill_is_counted_as_prefill_and_paid_in_each_measured_run(monkeypatch):
