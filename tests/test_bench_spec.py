@@ -257,7 +257,7 @@ def test_an_error_after_some_cases_keeps_what_finished(backend, monkeypatch):
         (("--spec-exact", "1", "--no-spec-exact"), "give --spec-exact or --no-spec-exact, not both"),
         (("--spec-ngram-max", "2", "--spec-ngram-min", "3"), "--spec-ngram-min must not exceed"),
         (("--spec-draft-n-max", "0,4", "--spec-draft-n-min", "6"), "--spec-draft-n-min 6 exceeds every"),
-        (("--spec-ngram-max", "17"), "--spec-ngram-max must satisfy 1 <= min <= max <= 16"),
+        (("--spec-ngram-max", "17"), "--spec-ngram-max must be in [1, 16], got 17"),
         (("-f", "missing.txt"), "cannot read missing.txt: No such file or directory"),
         (("--prompt", "x", "-f", "p.txt"), "give --prompt or -f/--file, not both"),
         (("--prompt", "  "), "--prompt is empty"),

@@ -147,8 +147,9 @@ def test_session_saved_after_every_turn_and_resumed(engine, isolated):
 def test_ctrl_c_before_a_reply_streams_or_during_the_autosave_keeps_the_chat_and_the_save(
     engine, isolated, monkeypatch
 ):
-    """Ctrl-C while the history is fitted or the session is saved after a reply is ignored: the
-    turn finishes, its save is whole, and the chat goes on (before, it ended the chat with 130)."""
+    """Ctrl-C while the history is fitted breaks into nothing: the reply stops as it begins and the
+    history is as it was. One while the session is saved after a reply is ignored: the save is
+    whole. The chat goes on either way (before, it ended the chat with 130)."""
     import os
     import signal
 
@@ -157,8 +158,12 @@ def test_ctrl_c_before_a_reply_streams_or_during_the_autosave_keeps_the_chat_and
 
     real_fit, real_save = Conversation.fit, session_files.save
 
+    fits = []
+
     def fit(self, *args, **kwargs):
-        os.kill(os.getpid(), signal.SIGINT)
+        fits.append(1)
+        if len(fits) == 1:  # the first turn's
+            os.kill(os.getpid(), signal.SIGINT)
         return real_fit(self, *args, **kwargs)
 
     def save(name, record):
@@ -167,11 +172,12 @@ def test_ctrl_c_before_a_reply_streams_or_during_the_autosave_keeps_the_chat_and
 
     monkeypatch.setattr(Conversation, "fit", fit)
     monkeypatch.setattr(session_files, "save", save)
-    result = chat("alpha", "beta", args=("--session", "work"))
+    result = chat("alpha", "beta", "gamma", args=("--session", "work"))
     assert result.exit_code == 0, result.stderr
-    assert result.stdout == "echo: alpha\necho: beta\n"
+    assert "echo: alpha" not in result.stdout and "echo: beta\necho: gamma\n" in result.stdout
+    assert "interrupted before the first token" in result.stderr
     doc = json.loads((isolated / "data" / "sessions" / "work.json").read_text())
-    assert [m["content"] for m in doc["messages"]] == ["alpha", "echo: alpha", "beta", "echo: beta"]
+    assert [m["content"] for m in doc["messages"]] == ["beta", "echo: beta", "gamma", "echo: gamma"]
 
 
 def test_resume_and_load_give_back_the_sessions_sampling_settings_where_no_flag_says_otherwise(
@@ -236,6 +242,26 @@ def test_interrupted_answer_is_kept_and_marked(monkeypatch, tmp_path):
     assert "[interrupted" in result.stderr
     assert result.stdout.startswith("012\n")
     assert "012" in factory.made[0].history[-1].prompt
+
+
+def test_ctrl_c_before_the_first_token_leaves_the_history_as_it_was(tmp_path):
+    """Nothing was said: no empty answer is kept (a history of two user turns in a row would not
+    even render with some templates), and /retry stopped that early keeps the previous answer."""
+    from llmcli.repl import session_files
+
+    factory = FakeEngine.factory(replies=["first answer", "x", "y"])
+    use_engine(factory)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    result = run("chat", "-m", str(model), "--session", "early", input="hello\n")
+    assert result.exit_code == 0, result.stderr
+    factory.made.clear()
+    use_engine(FakeEngine.factory(replies=["never"], interrupt_after=0))
+    result = run("chat", "-m", str(model), "--session", "early", input="cut me off\n/retry\n/context\n")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.count("[interrupted before the first token: the history is as it was]") == 2
+    messages = session_files.load("early")["messages"]
+    assert [(m["role"], m["content"]) for m in messages] == [("user", "hello"), ("assistant", "first answer")]
 
 
 def test_overflow_drops_oldest_with_notice(monkeypatch, tmp_path):

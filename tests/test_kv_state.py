@@ -322,6 +322,17 @@ def test_kv_clear_refuses_a_bad_name(fake):
     assert result.exit_code == 2 and "bad session name" in result.stderr
 
 
+def test_kv_clear_of_an_unknown_name_is_an_error_and_removes_nothing(fake, own_cache):
+    chat("hello", args=("--session", "alpha"))
+    result = run("kv", "clear", "alpha", "alhpa")
+    assert result.exit_code == 1 and result.stdout == ""
+    assert "no session named 'alhpa'" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert [s["name"] for s in json.loads(run("kv", "list", "--json").stdout)["states"]] == ["alpha"]
+    assert "removed 1 KV state" in run("kv", "clear", "alpha").stderr
+    again = run("kv", "clear", "alpha")  # the session is still there, its state already gone
+    assert again.exit_code == 0 and "removed 0 KV state" in again.stderr
+
+
 def test_doctor_shows_the_states(fake):
     chat("hello", args=("--session", "alpha"))
     result = run("doctor", "--offline", "--json")

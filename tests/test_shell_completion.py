@@ -65,6 +65,10 @@ def test_helper_values(shell_env):
 
     assert helper(env, "generate", "model", "") == store.completion_names()
     assert {"qwen-small", "tiny"} <= set(store.completion_names())
+    from llmcli.hub import default_model
+
+    bundled = {name for name in default_model.BUNDLED if default_model.installed(name)}
+    assert bundled and bundled <= set(store.completion_names())  # -m smollm2-135m works, so completes
     assert helper(env, "chat", "model", "t") == ["tiny"]
     assert helper(env, "pull", "ref", "org/repo:q8") == ["org/repo:Q8_0"]
     assert helper(env, "pull", "ref", "org/repo:Q4_K_") == [

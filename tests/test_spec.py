@@ -538,6 +538,92 @@ def test_the_config_file_takes_what_the_flags_take_and_names_its_own_keys(fake, 
     assert not fake.made
 
 
+def _config(isolated, text: str) -> None:
+    from llmcli import environment
+
+    (isolated / "config.toml").write_text(text)
+    environment.current().settings_cache.clear()  # the file is read once per process
+
+
+def test_config_set_keeps_each_pair_in_order_and_a_hand_made_bad_pair_stops_only_its_users(fake, isolated):
+    refused = run("config", "set", "spec_ngram_min", "5")
+    assert refused.exit_code != 0 and refused.stdout == ""
+    assert "spec_ngram_min = 5 is above spec_ngram_max = 4, its default" in refused.stderr
+    assert "set spec_ngram_max first" in refused.stderr
+    assert (
+        not (isolated / "config.toml").exists()
+        or "spec_ngram_min" not in (isolated / "config.toml").read_text()
+    )
+    assert run("config", "set", "spec_ngram_max", "6").exit_code == 0
+    assert run("config", "set", "spec_ngram_min", "5").exit_code == 0
+    refused = run("config", "set", "spec_ngram_max", "3")
+    assert refused.exit_code != 0
+    assert "spec_ngram_max = 3 is below spec_ngram_min = 5 in the config file" in refused.stderr
+    assert "spec_ngram_max = 6" in (isolated / "config.toml").read_text()  # unchanged
+    refused = run("config", "set", "spec_draft_n_min", "9")  # the default n-max is 8
+    assert refused.exit_code != 0 and "spec_draft_n_min = 9 is above spec_draft_n_max = 8" in refused.stderr
+    assert run("config", "set", "spec_draft_n_max", "0").exit_code == 0  # 0 (off) keeps n-min 1 valid
+
+    _config(isolated, "spec_ngram_min = 5\nspec_ngram_max = 4\nspec_draft_n_max = 2\nspec_draft_n_min = 3\n")
+    assert run("generate", "hi").exit_code == 0  # speculation off: the pairs are not used
+    assert not fake.made[-1].options.speculative.enabled
+    result = run("generate", "hi", "--spec-type", "lookup")
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "in the config file" in result.stderr
+
+
+def test_a_flag_counts_as_typed_by_where_click_took_it_from(fake, isolated, monkeypatch):
+    """An exported draft setting written another way than Click prints it (0512) is still a default,
+    no error in a run without a draft model; the same value typed on the command line is typed."""
+    monkeypatch.setenv("LLMCLI_CTX_SIZE_DRAFT", "0512")
+    monkeypatch.setenv("LLMCLI_GPU_LAYERS_DRAFT", "+3")
+    result = run("generate", "hi")
+    assert result.exit_code == 0, result.stderr
+    result = run("generate", "hi", "-ngld", "3")
+    assert result.exit_code == 2 and "-ngld and -cd set up the draft model" in result.stderr
+
+
+def test_errors_name_the_variable_or_config_key_a_spec_setting_came_from(fake, isolated, monkeypatch):
+    monkeypatch.setenv("LLMCLI_SPEC_TYPE", "bogus")
+    result = run("generate", "hi")
+    assert result.exit_code == 2 and "--spec-type must be one of" in result.stderr
+    assert "$LLMCLI_SPEC_TYPE = bogus" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    monkeypatch.delenv("LLMCLI_SPEC_TYPE")
+    _config(isolated, 'spec_type = "draft"\n')
+    result = run("generate", "hi")
+    assert result.exit_code == 2 and "needs a draft model" in result.stderr
+    assert 'spec_type = "draft" in the config file' in result.stderr
+    _config(isolated, 'model_draft = "nosuchdraft"\n')
+    result = run("generate", "hi")
+    assert result.exit_code != 0 and "draft model: no model or alias named 'nosuchdraft'" in result.stderr
+    assert 'model_draft = "nosuchdraft" in the config file' in result.stderr
+    _config(isolated, "")
+    monkeypatch.setenv("LLMCLI_MODEL_DRAFT", "otherdraft")
+    result = run("generate", "hi")
+    assert result.exit_code != 0 and "$LLMCLI_MODEL_DRAFT = otherdraft" in result.stderr
+    result = run("generate", "hi", "-md", "typeddraft")  # typed: no hint to look elsewhere
+    assert "typeddraft" in result.stderr and "LLMCLI_MODEL_DRAFT" not in result.stderr
+    assert not fake.made
+
+
+def test_the_config_and_environment_take_the_words_the_flags_take(fake, isolated, monkeypatch):
+    from llmcli import settings
+
+    assert run("config", "set", "spec_type", "LOOKUP").exit_code == 0
+    assert 'spec_type = "lookup"' in (isolated / "config.toml").read_text()
+    _config(isolated, 'spec_type = "Lookup"\n')
+    assert run("generate", "hi").exit_code == 0
+    assert fake.made[-1].options.speculative.kind == "lookup"
+    for word, value in (("y", True), ("T", True), ("n", False), ("f", False), ("on", True)):
+        assert settings.coerce(settings.SETTINGS["spec_exact"], word, text=True) is value
+    monkeypatch.setenv("LLMCLI_SPEC_EXACT", "n")
+    shown = run("config", "show")
+    assert shown.exit_code == 0, shown.stderr
+    monkeypatch.setenv("LLMCLI_SPEC_TYPE", "OFF")
+    assert run("generate", "hi").exit_code == 0
+    assert not fake.made[-1].options.speculative.enabled
+
+
 def test_draft_flags_over_configured_and_environment_defaults(fake, isolated, monkeypatch, tmp_path):
     """A configured or exported setting is a default: -md on the command line picks the draft model
     over a configured `spec_type = "lookup"`, and a draft setting exported for every run is no
@@ -608,11 +694,12 @@ def test_bad_speculative_input_is_one_line_and_nonzero(fake, args, message):
 
 def test_chat_set_reloads_with_new_speculative_settings_and_keeps_the_conversation(fake):
     lines = ["first", "/set spec-type lookup", "/set spec-draft-n-max 3", "second", "/stats",
-             "/set spec-type bogus", "/set"]  # fmt: skip
+             "/set spec-type bogus", "/set spec-type draft", "/set"]  # fmt: skip
     result = run("chat", input="".join(line + "\n" for line in lines))
     assert result.exit_code == 0, result.stderr
     assert "spec-type = lookup (model reloaded)" in result.stderr
-    assert "--spec-type must be one of" in result.stderr
+    assert "spec-type must be one of" in result.stderr and "--spec-type" not in result.stderr
+    assert "spec-type draft needs a draft model: /set model-draft REF" in result.stderr
     assert "spec-draft-n-max = 3" in result.stderr
     last = fake.made[-1]
     assert last.options.speculative.kind == "lookup" and last.options.speculative.draft_max == 3

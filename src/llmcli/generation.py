@@ -306,8 +306,11 @@ def drive(
         stream = engine.stream_messages(messages, params)
     else:
         stream = engine.stream(tokens, params)
-    with signals.interrupt_on_sigint(engine.interrupt), closing(stream) as events:
+    with signals.interrupt_on_sigint(engine.interrupt) as pressed_before, closing(stream) as events:
         for event in events:
+            if pressed_before:  # Ctrl-C before the request began: it stops now, at its first event
+                engine.interrupt()
+                pressed_before = False
             if sink is not None:
                 sink(event)
             if isinstance(event, ThreadsChanged):

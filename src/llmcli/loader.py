@@ -112,8 +112,11 @@ def load_engine(
 
         try:
             draft = resolve_model(spec.model_draft_ref or spec.model_draft, offline=offline)
-        except LlmcliError as exc:  # say which of the two references it is
-            raise exc.about("draft model") from None
+        except LlmcliError as exc:  # say which of the two references it is, and where it was set
+            error = exc.about("draft model")
+            if spec.model_draft_from:
+                error.hint = "; ".join(filter(None, [spec.model_draft_from, error.hint]))
+            raise error from None
         options = replace(options, speculative=replace(spec, model_draft=str(draft.path),
                                                        model_draft_ref=draft.ref))  # fmt: skip
     env = environment.current()

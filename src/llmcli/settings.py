@@ -31,6 +31,7 @@ class Setting:
     choices: tuple[str, ...] = ()
     minimum: float | None = None
     maximum: float | None = None
+    fold_case: bool = False  # choices taken in any case (as the flag takes them), kept lowercased
 
     @property
     def env(self) -> str:
@@ -76,6 +77,7 @@ SETTINGS: dict[str, Setting] = {
             "draft model, -md); llama.cpp's ngram-simple and draft-simple (and ngram, off) are "
             "accepted too.",
             ("none", "lookup", "draft", "ngram-simple", "draft-simple", "ngram", "off"),
+            fold_case=True,
         ),
         Setting(
             "spec_draft_n_max",
@@ -196,6 +198,12 @@ def _type_error(setting: Setting, raw: Any) -> str:
     return f"{setting.key} must be {setting.type_name}, got {shown}"
 
 
+# The words Click's boolean flags take, so that LLMCLI_SPEC_EXACT=y means what --spec-exact does.
+BOOL_WORDS = {word: True for word in ("1", "true", "t", "yes", "y", "on")} | {
+    word: False for word in ("0", "false", "f", "no", "n", "off")
+}
+
+
 def coerce(setting: Setting, raw: Any, *, text: bool = False) -> Any:
     """A value checked against its setting; `text` (env vars, `config set`) parses strings.
 
@@ -205,16 +213,7 @@ def coerce(setting: Setting, raw: Any, *, text: bool = False) -> Any:
         raw = raw.strip()
         try:
             if setting.type is bool:
-                value: Any = {
-                    "1": True,
-                    "true": True,
-                    "yes": True,
-                    "on": True,
-                    "0": False,
-                    "false": False,
-                    "no": False,
-                    "off": False,
-                }[raw.lower()]
+                value: Any = BOOL_WORDS[raw.lower()]
             else:
                 value = setting.type(raw)
         except (KeyError, ValueError):
@@ -225,6 +224,8 @@ def coerce(setting: Setting, raw: Any, *, text: bool = False) -> Any:
         value = raw
     else:
         raise ValueError(_type_error(setting, raw))
+    if setting.fold_case and isinstance(value, str):
+        value = value.strip().lower()
     if setting.choices and value not in setting.choices:
         raise ValueError(f"{setting.key} must be one of {', '.join(setting.choices)}, got {value!r}")
     if setting.minimum is not None and value < setting.minimum:
@@ -366,11 +367,38 @@ def set_value(key: str, raw: str) -> Any:
         raise ConfigError(str(exc)) from None
 
     def assign(doc) -> bool:
+        _check_pair(key, value, doc)
         doc[key] = value
         return True
 
     _edit(assign)
     return value
+
+
+# (lower, upper) settings that must stay in order: lower <= max(upper, floor).
+_PAIRS = (("spec_draft_n_min", "spec_draft_n_max", 1), ("spec_ngram_min", "spec_ngram_max", 1))
+
+
+def _check_pair(key: str, value: Any, doc) -> None:
+    """`config set` refuses to leave an ordered pair out of order in the file (its other half from the
+    file or its default). Reading the file checks each key alone, so a hand-made bad pair stops only
+    the runs that use it (the command names it then)."""
+    for low, high, floor in _PAIRS:
+        if key not in (low, high):
+            continue
+        other = high if key == low else low
+        if other in doc:
+            other_value, where = doc[other], " in the config file"
+            other_value = other_value.unwrap() if hasattr(other_value, "unwrap") else other_value
+        else:
+            other_value, where = SETTINGS[other].default, ", its default"
+        if not isinstance(other_value, int) or isinstance(other_value, bool):
+            return  # a wrong type there is reported by the file's own check
+        lower, upper = (value, other_value) if key == low else (other_value, value)
+        if lower > max(upper, floor):
+            side = "above" if key == low else "below"
+            raise ConfigError(f"{key} = {value} is {side} {other} = {other_value}{where}",
+                              hint=f"set {other} first")  # fmt: skip
 
 
 def unset_value(key: str) -> bool:

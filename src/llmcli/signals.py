@@ -14,19 +14,49 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+_held: list[int] | None = None  # Ctrl-C presses while `sigint_held` is in effect, not yet taken
+
 
 @contextmanager
-def interrupt_on_sigint(interrupt: Callable[[], None]) -> Iterator[None]:
-    """While streaming: the first Ctrl-C calls `interrupt` (generation stops soon and what was
-    produced is kept), a second one raises KeyboardInterrupt at once. SIGTERM calls `interrupt`
-    too, the moment it arrives (its own handler then ends the process). Main thread only; elsewhere
-    this does nothing."""
+def sigint_held() -> Iterator[None]:
+    """Ctrl-C does not break into what runs in here (a chat turn's bookkeeping: fitting the history,
+    reading a saved state, the summary, the save), so nothing is cut in half. A press is kept for
+    a reply that starts in here (`interrupt_on_sigint`), which then stops at once; one that no reply
+    takes is dropped at the end. Main thread only."""
     import signal
 
+    global _held
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    outer, _held = _held, []
+    previous = signal.signal(
+        signal.SIGINT, lambda signum, frame: _held.append(signum) if _held is not None else None
+    )
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        _held = outer
+
+
+@contextmanager
+def interrupt_on_sigint(interrupt: Callable[[], None]) -> Iterator[bool]:
+    """While streaming: the first Ctrl-C calls `interrupt` (generation stops soon and what was
+    produced is kept), a second one raises KeyboardInterrupt at once. SIGTERM calls `interrupt`
+    too, the moment it arrives (its own handler then ends the process). Yields whether a Ctrl-C
+    was held (`sigint_held`) before the request began: the caller then calls `interrupt` once the
+    request is under way (an engine clears its flag as a request starts), and that press counts
+    as the first. Main thread only; elsewhere this does nothing."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield False
+        return
     hits: list[int] = []
+    if _held:
+        hits.append(_held[0])
+        _held.clear()
 
     def handler(signum, frame):
         hits.append(signum)
@@ -37,7 +67,7 @@ def interrupt_on_sigint(interrupt: Callable[[], None]) -> Iterator[None]:
     previous = signal.signal(signal.SIGINT, handler)
     try:
         with SignalWatcher(interrupt):
-            yield
+            yield bool(hits)
     finally:
         signal.signal(signal.SIGINT, previous)
 

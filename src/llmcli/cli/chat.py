@@ -11,6 +11,7 @@ from llmcli.cli import options as o
 
 
 def chat(
+    ctx: typer.Context,
     model: o.Model = None,
     system: Annotated[
         str | None,
@@ -107,6 +108,7 @@ def chat(
         model_draft,
         gpu_layers_draft,
         ctx_size_draft,
+        ctx,
     )
     engine_opts = o.engine_options(ctx_size, gpu_layers, threads, batch_size, flash_attn, spec)
 
@@ -153,9 +155,9 @@ def chat(
     else:
         repl.run_piped(sys.stdin)
     if name:
-        from llmcli.repl.loop import sigint_ignored
+        from llmcli.signals import sigint_held
 
-        with sigint_ignored():  # a Ctrl-C now would only cut the save short
+        with sigint_held():  # a Ctrl-C now would only cut the save short
             sessions.save(name, chat_session.to_record())
 
 

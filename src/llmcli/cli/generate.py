@@ -13,6 +13,7 @@ from llmcli.errors import ExitCode, UsageError
 
 
 def generate(
+    ctx: typer.Context,
     prompt: Annotated[
         str | None, typer.Argument(help="The prompt. Piped stdin comes first, then this.")
     ] = None,
@@ -101,6 +102,7 @@ def generate(
         model_draft,
         gpu_layers_draft,
         ctx_size_draft,
+        ctx,
     )
     engine_opts = o.engine_options(ctx_size, gpu_layers, threads, batch_size, flash_attn, spec)
     loaded = load_engine(model, engine_opts, offline=offline, force=force, debug=render.debug(),

@@ -61,8 +61,15 @@ def clear(
     Example: llmcli kv clear notes
     """
     from llmcli import kvstore
+    from llmcli.errors import LlmcliError
+    from llmcli.repl import session_files
     from llmcli.units import human_size
 
+    # A name that is neither a saved state nor a session is most likely a typo: say so, remove nothing.
+    if unknown := [n for n in names or [] if not kvstore.session_state_path(n).exists()
+                   and not session_files.session_path(n).exists()]:  # fmt: skip
+        raise LlmcliError(f"no session named {unknown[0]!r} and no KV state saved for it",
+                          hint="`llmcli kv list` shows the saved states")  # fmt: skip
     before = {e.path: e.size for e in kvstore.entries()}
     removed = kvstore.clear(names or None)
     freed = sum(before.get(p, 0) for p in removed)

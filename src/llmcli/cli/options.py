@@ -275,6 +275,7 @@ def spec_options(
     model_draft: str | None = None,
     gpu_layers_draft: int | None = None,
     ctx_size_draft: int | None = None,
+    ctx: typer.Context | None = None,
 ) -> SpecOptions:
     """Speculative decoding's settings, resolved (flag > env > config > default) and checked. The
     draft model reference is resolved to a file by the loader, like -m."""
@@ -283,24 +284,28 @@ def spec_options(
     from llmcli.engine.spec import kind_of
     from llmcli.errors import UsageError
 
-    draft_ref = settings.resolve("model_draft", model_draft) or None
-    kind_value, source = settings.resolve_with_source("spec_type", spec_type)
+    draft_ref, draft_source = settings.resolve_with_source("model_draft", model_draft)
+    draft_ref = draft_ref or None
+    kind_value, kind_source = settings.resolve_with_source("spec_type", spec_type)
     try:
         kind = kind_of(kind_value)
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        hint = _came_from("spec_type", kind_value, kind_source, spec_type, ctx)
+        raise UsageError(str(exc), hint=hint) from None
     if draft_ref and (
-        source == "default" or (_typed(model_draft, "model_draft") and not _typed(spec_type, "spec_type"))
+        kind_source == "default"
+        or (_typed(model_draft, "model_draft", ctx) and not _typed(spec_type, "spec_type", ctx))
     ):
         kind = "draft"  # -md alone turns the draft model on, as in llama.cpp (over a configured type)
-    if kind != "draft" and _typed(model_draft, "model_draft"):
+    if kind != "draft" and _typed(model_draft, "model_draft", ctx):
         raise UsageError(f"-md/--model-draft is given but --spec-type is {kind}",
                          hint="use --spec-type draft, or leave out -md")  # fmt: skip
     if kind != "draft" and (
-        _typed(gpu_layers_draft, "gpu_layers_draft") or _typed(ctx_size_draft, "ctx_size_draft")
+        _typed(gpu_layers_draft, "gpu_layers_draft", ctx) or _typed(ctx_size_draft, "ctx_size_draft", ctx)
     ):
         raise UsageError("-ngld and -cd set up the draft model: give it with -md/--model-draft")
     gpu = settings.resolve("gpu_layers_draft", gpu_layers_draft)
+    draft_from = _came_from("model_draft", draft_ref, draft_source, model_draft, ctx)
     counts = {"spec_draft_n_max": draft_max, "spec_draft_n_min": draft_min,
               "spec_ngram_max": ngram_max, "spec_ngram_min": ngram_min}  # fmt: skip
     resolved = {key: settings.resolve_with_source(key, flag) for key, flag in counts.items()}
@@ -314,6 +319,7 @@ def spec_options(
         exact=settings.resolve("spec_exact", exact),
         model_draft_ref=draft_ref if kind == "draft" else None,
         model_draft=draft_ref if kind == "draft" else None,
+        model_draft_from=draft_from if kind == "draft" else None,
         gpu_layers_draft=None if gpu is None or gpu < 0 else gpu,
         ctx_size_draft=settings.resolve("ctx_size_draft", ctx_size_draft) or None,
     )
@@ -321,28 +327,56 @@ def spec_options(
         spec.validate()
     except UsageError as exc:  # the flags' names, but a value may come from the config or the environment
         given = []
-        for key, (value, source) in resolved.items():
-            if key.removeprefix("spec_").replace("_", "-") not in exc.message:
-                continue
-            if source == "config":
-                given.append(f"{key} = {value} in the config file")
-            elif source == "env" or (source == "flag" and not _typed(counts[key], key)):
-                given.append(f"${settings.SETTINGS[key].env} = {value}")
-        if given and exc.hint is None:
-            exc.hint = "; ".join(given)
+        for key, (value, source) in {**resolved, "spec_type": (kind_value, kind_source)}.items():
+            if "--" + key.removeprefix("spec_").replace("_", "-") in exc.message.replace("--spec-", "--"):
+                given.append(
+                    _came_from(key, value, source, spec_type if key == "spec_type" else counts[key], ctx)
+                )
+        if any(given) and exc.hint is None:
+            exc.hint = "; ".join(g for g in given if g)
         raise
     return spec
 
 
-def _typed(value: object, key: str) -> bool:
-    """Whether a flag's value was typed on this command line: Typer hands over an environment
-    variable's value as the flag's, and a variable, like the config file, is a default that a
-    flag may contradict without an error."""
+def _came_from(key: str, value: object, source: str, flag: object, ctx: typer.Context | None) -> str | None:
+    """Where a setting that was not typed on the command line came from, for an error's hint:
+    `$LLMCLI_SPEC_TYPE = bogus` or `spec_draft_n_min = 9 in the config file`; None when typed."""
     import os
 
     from llmcli import settings
 
-    return value is not None and str(value) != os.environ.get(settings.SETTINGS[key].env)
+    if source == "config":
+        shown = (
+            f'"{value}"'
+            if isinstance(value, str)
+            else str(value).lower()
+            if isinstance(value, bool)
+            else value
+        )
+        return f"{key} = {shown} in the config file"
+    if source == "env" or (source == "flag" and not _typed(flag, key, ctx)):
+        return f"${settings.SETTINGS[key].env} = {os.environ.get(settings.SETTINGS[key].env, value)}"
+    return None
+
+
+def _typed(value: object, key: str, ctx: typer.Context | None = None) -> bool:
+    """Whether a flag's value was typed on this command line: Typer hands over an environment
+    variable's value as the flag's, and a variable, like the config file, is a default that a
+    flag may contradict without an error. The command's context records where each value came
+    from; without one (a direct call) the value is compared with the variable's."""
+    import os
+
+    from llmcli import settings
+
+    if value is None:
+        return False
+    env = settings.SETTINGS[key].env
+    if ctx is not None:
+        for param in ctx.command.params:
+            if param.name and getattr(param, "envvar", None) == env:
+                source = ctx.get_parameter_source(param.name)
+                return source is not None and source.name == "COMMANDLINE"
+    return str(value) != os.environ.get(env)
 
 
 def engine_options(

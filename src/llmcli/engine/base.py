@@ -86,6 +86,7 @@ class SpecOptions:
     exact: bool = True
     model_draft: str | None = None  # the draft model's file (kind "draft")
     model_draft_ref: str | None = None  # as the user named it, for the record
+    model_draft_from: str | None = None  # where that name came from when not typed, for errors
     gpu_layers_draft: int | None = None
     ctx_size_draft: int | None = None  # None: the target's context size
 
@@ -98,11 +99,18 @@ class SpecOptions:
 
         if self.kind not in ("none", "lookup", "draft"):
             raise UsageError(f"--spec-type must be none, lookup or draft, got {self.kind!r}")
-        if self.draft_max < 0 or self.draft_max > 64:
+        # Each range always; a pair only where it is used, so that a configured pair that does not
+        # fit together (say an n-gram minimum above the maximum) does not stop a run that ignores it.
+        if not 0 <= self.draft_max <= 64:
             raise UsageError(f"--spec-draft-n-max must be in [0, 64], got {self.draft_max}")
-        if self.draft_min < 0 or self.draft_min > max(self.draft_max, 1):
+        if not 0 <= self.draft_min <= 64:
+            raise UsageError(f"--spec-draft-n-min must be in [0, 64], got {self.draft_min}")
+        for name, value in (("--spec-ngram-min", self.ngram_min), ("--spec-ngram-max", self.ngram_max)):
+            if not 1 <= value <= 16:
+                raise UsageError(f"{name} must be in [1, 16], got {value}")
+        if self.kind != "none" and self.draft_min > max(self.draft_max, 1):
             raise UsageError(f"--spec-draft-n-min must be in [0, --spec-draft-n-max], got {self.draft_min}")
-        if not 1 <= self.ngram_min <= self.ngram_max <= 16:
+        if self.kind == "lookup" and self.ngram_min > self.ngram_max:
             raise UsageError(
                 "--spec-ngram-min and --spec-ngram-max must satisfy 1 <= min <= max <= 16, got "
                 f"{self.ngram_min} and {self.ngram_max}"

@@ -129,8 +129,12 @@ def aliases_of(model: LocalModel) -> list[str]:
 
 
 def completion_names() -> list[str]:
-    """Names for shell completion: aliases and downloaded models (cheap: no header reads)."""
+    """Names for shell completion: aliases, the bundled models whose package is installed, and
+    downloaded models (cheap: no header reads, nothing assembled)."""
+    from llmcli.hub import default_model
+
     names = set(aliases.load())
+    names.update(name for name in default_model.BUNDLED if default_model.installed(name))
     for model in hub_models():
         names.add(model.name)
     return sorted(names)

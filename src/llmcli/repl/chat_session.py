@@ -54,6 +54,19 @@ class TurnResult:
     done: Done
     dropped_messages: int = 0
     dropped_tokens: int = 0
+    recorded: bool = True  # False: interrupted before the first token, so the history is as it was
+
+
+def _as_settings(message: str) -> str:
+    """An error about the speculative flags, naming the `/set` settings instead."""
+    import re
+
+    message = message.replace("-md/--model-draft REF", "/set model-draft REF")
+    return re.sub(r"--(spec-[a-z-]+)", r"\1", message)
+
+
+def _nothing_said(done: Done) -> bool:
+    return done.finish_reason == "interrupted" and not done.text
 
 
 @dataclass
@@ -147,7 +160,10 @@ class ChatSession:
         """Add a user message and produce the answer; the answer is recorded even if interrupted."""
         self.conversation.add_user(text)
         try:
-            return self._answer(sink)
+            result = self._answer(sink)
+            if not result.recorded:  # Ctrl-C before the first token: the turn did not happen
+                self.conversation.undo()
+            return result
         except StreamBrokenError:
             raise  # a served model broke off: its partial answer is in the history (see _answer)
         except BaseException:
@@ -156,11 +172,15 @@ class ChatSession:
 
     def retry(self, sink: Sink) -> TurnResult | None:
         """Regenerate the last answer (the previous one is discarded)."""
-        if self.conversation.pop_last_answer() is None and not (
+        previous = self.conversation.pop_last_answer()
+        if previous is None and not (
             self.conversation.messages and self.conversation.messages[-1].role == "user"
         ):
             return None
-        return self._answer(sink)
+        result = self._answer(sink)
+        if not result.recorded and previous is not None:  # stopped before a new one began: keep the old
+            self.conversation.messages.append(previous)
+        return result
 
     @property
     def served(self) -> bool:
@@ -177,12 +197,13 @@ class ChatSession:
         except StreamBrokenError as exc:
             self.conversation.add_assistant(exc.text, interrupted=True)
             raise
-        self.conversation.add_assistant(
-            done.text, interrupted=done.finish_reason == "interrupted", stats=stats_record(done)
-        )
+        if not _nothing_said(done):
+            self.conversation.add_assistant(
+                done.text, interrupted=done.finish_reason == "interrupted", stats=stats_record(done)
+            )
         self.last = done.stats
         self.totals.add(done.stats)
-        return TurnResult(done)
+        return TurnResult(done, recorded=not _nothing_said(done))
 
     def _answer(self, sink: Sink) -> TurnResult:
         if self.served:
@@ -197,12 +218,15 @@ class ChatSession:
         stats = done.stats
         stats.ttft_ms += restore_ms  # the wait for the first token includes reading the state
         stats.total_ms += restore_ms
-        self.conversation.add_assistant(
-            done.text, interrupted=done.finish_reason == "interrupted", stats=stats_record(done)
-        )
+        if not _nothing_said(done):
+            self.conversation.add_assistant(
+                done.text, interrupted=done.finish_reason == "interrupted", stats=stats_record(done)
+            )
         self.last = stats
         self.totals.add(stats)
-        return TurnResult(done, fitted.dropped_messages, fitted.dropped_tokens)
+        return TurnResult(
+            done, fitted.dropped_messages, fitted.dropped_tokens, recorded=not _nothing_said(done)
+        )
 
     def _restore_kv(self, prompt: list[int]) -> float:
         """Load the session's saved KV state (once, before the first turn); returns the ms spent."""
@@ -291,9 +315,9 @@ class ChatSession:
         field_name, kind = SPEC_SETTINGS[name]
         try:
             if kind is bool:
-                truth = {"1": True, "true": True, "on": True, "yes": True,
-                         "0": False, "false": False, "off": False, "no": False}  # fmt: skip
-                parsed: Any = truth[value.lower()]
+                from llmcli.settings import BOOL_WORDS
+
+                parsed: Any = BOOL_WORDS[value.strip().lower()]
             elif field_name == "kind":
                 parsed = kind_of(value)
             elif field_name == "model_draft":
@@ -302,7 +326,7 @@ class ChatSession:
                 parsed = kind(value)
         except (KeyError, ValueError) as exc:
             if field_name == "kind":
-                raise UsageError(str(exc)) from None
+                raise UsageError(_as_settings(str(exc))) from None
             need = "on or off" if kind is bool else "an integer"
             raise UsageError(f"{name} needs {need}, got {value!r}") from None
         if field_name == "ctx_size_draft":
@@ -314,12 +338,16 @@ class ChatSession:
         setattr(spec, field_name, parsed)
         if field_name == "model_draft":
             spec.model_draft_ref = parsed
+            spec.model_draft_from = None  # typed here
             spec.kind = "draft" if parsed else ("none" if spec.kind == "draft" else spec.kind)
         if spec.kind == "draft" and not spec.model_draft:
             spec.model_draft = spec.model_draft_ref
         if spec.kind != "draft":
             spec.model_draft = spec.model_draft_ref = None
-        spec.validate()
+        try:
+            spec.validate()
+        except UsageError as exc:  # in the REPL's own words
+            raise UsageError(_as_settings(exc.message), hint=exc.hint) from None
         self.switch_model(self.loaded.ref, speculative=spec)
 
     def spec_value(self, name: str) -> Any:

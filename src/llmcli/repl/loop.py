@@ -55,11 +55,13 @@ class Repl:
     # -- turns -------------------------------------------------------------------------------
 
     def run_turn(self, text: str | None) -> None:
-        """Send `text` (or regenerate the last answer when None) and show the reply. A Ctrl-C
-        before the reply streams (the history is fitted, a saved state read) or after it (the
-        summary line, the autosave) is ignored, so the turn and its save are never cut in half;
-        while it streams, Ctrl-C stops the reply (generation.drive)."""
-        with sigint_ignored():
+        """Send `text` (or regenerate the last answer when None) and show the reply. While it
+        streams, Ctrl-C stops the reply (generation.drive). A Ctrl-C before that (the history is
+        fitted, a saved state read) breaks into nothing but stops the reply as it begins; one after
+        it (the summary line, the autosave) is ignored: the turn and its save are never cut in half."""
+        from llmcli.signals import sigint_held
+
+        with sigint_held():
             self._run_turn(text)
 
     def _run_turn(self, text: str | None) -> None:
@@ -79,7 +81,9 @@ class Repl:
                 f"note: the history overflowed the context; dropped the {result.dropped_messages} oldest "
                 f"message(s), {result.dropped_tokens} tokens"
             )
-        if result.done.finish_reason == "interrupted":
+        if not result.recorded:
+            self.info("[interrupted before the first token: the history is as it was]")
+        elif result.done.finish_reason == "interrupted":
             self.info("[interrupted: the partial answer is kept in the history]")
         if self.session.constraint and result.done.constraint_complete is False:
             from llmcli.errors import IncompleteOutputError
@@ -157,23 +161,6 @@ class Repl:
                 check_sigterm()  # one that came with the keys that ended the prompt
                 if line is not None and not self.handle(line):
                     break
-
-
-@contextmanager
-def sigint_ignored():
-    """Ctrl-C does nothing in here, except where a nested handler (a streaming reply's) takes
-    it. Main thread only."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 @contextmanager
