@@ -58,11 +58,12 @@ class TurnResult:
 
 
 def _as_settings(message: str) -> str:
-    """An error about the speculative flags, naming the `/set` settings instead."""
+    """An error about the flags, naming the `/set` settings instead (spec-type, top_k)."""
     import re
 
     message = message.replace("-md/--model-draft REF", "/set model-draft REF")
-    return re.sub(r"--(spec-[a-z-]+)", r"\1", message)
+    message = re.sub(r"--(spec-[a-z-]+)", r"\1", message)
+    return re.sub(r"--([a-z][a-z-]*)", lambda m: m[1].replace("-", "_"), message)  # --top-k: top_k
 
 
 def _nothing_said(done: Done) -> bool:
@@ -288,9 +289,9 @@ class ChatSession:
         setattr(self.params, key, parsed)
         try:
             self.params.validate()
-        except UsageError:
+        except UsageError as exc:
             setattr(self.params, key, old)
-            raise
+            raise UsageError(_as_settings(exc.message), hint=exc.hint) from None
         self.params.defaulted = self.params.defaulted - {
             key
         }  # set by the user: a model's advice no longer applies
