@@ -110,7 +110,13 @@ def test_spec_scenario_on_smollm2_drafts_on_the_copy_prompt():
         assert r["acceptance"] is None or 0.0 <= r["acceptance"] <= 1.0
         assert r["target_passes"][0] >= 1 and r["tokens_per_pass"] >= 1.0
         assert r["vs_plain"] is not None and r["vs_plain"] > 0
-        assert sum(r["k_chosen"].values()) >= 1
+    assert sum(fast["k_chosen"].values()) >= 1
+    # --spec-exact drafts only where this CPU's batched kernels were probed bit-identical: on some
+    # (seen on an AVX2 AMD EPYC, one thread) no batch of two is, in a context this short
     assert exact["exact_positions"]["short"] >= 1 and exact["text_matches_plain"] is True
+    if exact["exact_positions"]["short"] > 1:
+        assert sum(exact["k_chosen"].values()) >= 1
+    else:
+        assert exact["drafted"] == [0] and exact["k_chosen"] == {}
     assert all(r["prompt_format"] == "template" and r["prompt_tokens"][0] > 50 for r in rows.values())
     assert all(1 <= r["completion_tokens"][0] <= 24 and r["samples_ts"] for r in rows.values())
