@@ -341,18 +341,13 @@ def spec_options(
 def _came_from(key: str, value: object, source: str, flag: object, ctx: typer.Context | None) -> str | None:
     """Where a setting that was not typed on the command line came from, for an error's hint:
     `$LLMCLI_SPEC_TYPE = bogus` or `spec_draft_n_min = 9 in the config file`; None when typed."""
+    import json
     import os
 
     from llmcli import settings
 
-    if source == "config":
-        shown = (
-            f'"{value}"'
-            if isinstance(value, str)
-            else str(value).lower()
-            if isinstance(value, bool)
-            else value
-        )
+    if source == "config":  # as TOML writes it
+        shown = json.dumps(value) if isinstance(value, (str, bool)) else value
         return f"{key} = {shown} in the config file"
     if source == "env" or (source == "flag" and not _typed(flag, key, ctx)):
         return f"${settings.SETTINGS[key].env} = {os.environ.get(settings.SETTINGS[key].env, value)}"
