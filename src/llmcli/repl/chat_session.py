@@ -158,7 +158,8 @@ class ChatSession:
         return max(16, min(wanted, self.engine.n_ctx // 4))
 
     def send(self, text: str, sink: Sink) -> TurnResult:
-        """Add a user message and produce the answer; the answer is recorded even if interrupted."""
+        """Add a user message and produce the answer; the answer is recorded even if interrupted,
+        unless before its first token: then neither is (the turn did not happen)."""
         self.conversation.add_user(text)
         try:
             result = self._answer(sink)
@@ -172,7 +173,8 @@ class ChatSession:
             raise
 
     def retry(self, sink: Sink) -> TurnResult | None:
-        """Regenerate the last answer (the previous one is discarded)."""
+        """Regenerate the last answer (the previous one is discarded, unless the new one is
+        interrupted before its first token)."""
         previous = self.conversation.pop_last_answer()
         if previous is None and not (
             self.conversation.messages and self.conversation.messages[-1].role == "user"
