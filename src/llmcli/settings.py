@@ -375,15 +375,15 @@ def set_value(key: str, raw: str) -> Any:
     return value
 
 
-# (lower, upper) settings that must stay in order: lower <= max(upper, floor).
-_PAIRS = (("spec_draft_n_min", "spec_draft_n_max", 1), ("spec_ngram_min", "spec_ngram_max", 1))
+# (lower, upper) settings that must stay in order: lower <= max(upper, 1) (n-max 0 turns drafting off).
+_PAIRS = (("spec_draft_n_min", "spec_draft_n_max"), ("spec_ngram_min", "spec_ngram_max"))
 
 
 def _check_pair(key: str, value: Any, doc) -> None:
     """`config set` refuses to leave an ordered pair out of order in the file (its other half from the
     file or its default). Reading the file checks each key alone, so a hand-made bad pair stops only
     the runs that use it (the command names it then)."""
-    for low, high, floor in _PAIRS:
+    for low, high in _PAIRS:
         if key not in (low, high):
             continue
         other = high if key == low else low
@@ -395,7 +395,7 @@ def _check_pair(key: str, value: Any, doc) -> None:
         if not isinstance(other_value, int) or isinstance(other_value, bool):
             return  # a wrong type there is reported by the file's own check
         lower, upper = (value, other_value) if key == low else (other_value, value)
-        if lower > max(upper, floor):
+        if lower > max(upper, 1):
             side = "above" if key == low else "below"
             raise ConfigError(f"{key} = {value} is {side} {other} = {other_value}{where}",
                               hint=f"set {other} first")  # fmt: skip

@@ -66,10 +66,6 @@ def _as_settings(message: str) -> str:
     return re.sub(r"--([a-z][a-z-]*)", lambda m: m[1].replace("-", "_"), message)  # --top-k: top_k
 
 
-def _nothing_said(done: Done) -> bool:
-    return done.finish_reason == "interrupted" and not done.text
-
-
 @dataclass
 class ChatSession:
     loaded: Loaded
@@ -200,13 +196,10 @@ class ChatSession:
         except StreamBrokenError as exc:
             self.conversation.add_assistant(exc.text, interrupted=True)
             raise
-        if not _nothing_said(done):
-            self.conversation.add_assistant(
-                done.text, interrupted=done.finish_reason == "interrupted", stats=stats_record(done)
-            )
+        recorded = self._record(done)
         self.last = done.stats
         self.totals.add(done.stats)
-        return TurnResult(done, recorded=not _nothing_said(done))
+        return TurnResult(done, recorded=recorded)
 
     def _answer(self, sink: Sink) -> TurnResult:
         if self.served:
@@ -221,15 +214,19 @@ class ChatSession:
         stats = done.stats
         stats.ttft_ms += restore_ms  # the wait for the first token includes reading the state
         stats.total_ms += restore_ms
-        if not _nothing_said(done):
-            self.conversation.add_assistant(
-                done.text, interrupted=done.finish_reason == "interrupted", stats=stats_record(done)
-            )
+        recorded = self._record(done)
         self.last = stats
         self.totals.add(stats)
-        return TurnResult(
-            done, fitted.dropped_messages, fitted.dropped_tokens, recorded=not _nothing_said(done)
-        )
+        return TurnResult(done, fitted.dropped_messages, fitted.dropped_tokens, recorded=recorded)
+
+    def _record(self, done: Done) -> bool:
+        """Add the answer to the history, marked if interrupted; one stopped before its first token
+        is not an answer: returns False and adds nothing."""
+        interrupted = done.finish_reason == "interrupted"
+        if interrupted and not done.text:
+            return False
+        self.conversation.add_assistant(done.text, interrupted=interrupted, stats=stats_record(done))
+        return True
 
     def _restore_kv(self, prompt: list[int]) -> float:
         """Load the session's saved KV state (once, before the first turn); returns the ms spent."""
