@@ -64,3 +64,29 @@ def test_model_path_missing(tmp_path):
 
 def test_model_is_directory(tmp_path):
     one_line_error(run("generate", "x", "-m", str(tmp_path)), 2, "directory")
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["generate", "hi", "-t", "abc"], ["'--threads'", "valid integer", "(see 'llmcli generate -h')"]),
+        (["generate", "hi", "--bogus"], ["no such option: --bogus", "(see 'llmcli generate -h')"]),
+        (["generate", "hi", "--temp"], ["'--temp' requires an argument"]),
+        (["nosuch"], ["no such command 'nosuch'", "(see 'llmcli -h')"]),
+        (["--bogus", "generate"], ["no such option: --bogus", "(see 'llmcli -h')"]),
+        (["models", "rm"], ["missing argument", "(see 'llmcli models rm -h')"]),
+        (["kv", "clear", "--nope"], ["no such option: --nope", "(see 'llmcli kv clear -h')"]),
+    ],
+)
+def test_click_usage_errors_are_one_line(fake, args, fragments):
+    """Click's own parse errors (a value of the wrong type, an unknown option or command, a missing
+    argument) read like every other usage error: one line, exit 2, not a Usage/Try/Error box."""
+    result = run(*args)
+    one_line_error(result, 2, "llmcli: usage error: ", *fragments)
+    assert "Usage:" not in result.stderr and "Try '" not in result.stderr
+
+
+def test_no_arguments_still_prints_the_help(fake):
+    result = run()
+    assert result.exit_code == 2
+    assert "Usage: llmcli" in result.stderr and "Commands:" in result.stderr

@@ -15,13 +15,29 @@ from typer.core import TyperGroup
 from llmcli import __version__, render
 from llmcli.errors import ExitCode, LlmcliError
 
+# Click's base exception, as the running Typer raises it (Typer vendors its own copy of Click, so
+# `import click` would name another class): found from the public BadParameter.
+_ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
 
 class _Boundary(TyperGroup):
-    """The one error boundary: domain errors become one stderr line and their exit code."""
+    """The one error boundary: domain errors become one stderr line and their exit code, and so do
+    Click's own usage errors (a bad flag value, an unknown option or command), which Click would
+    print as a three-line box."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:  # the root's own flags: `llmcli --bogus`
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except _ClickException as exc:
+            _report_click(exc)
+            raise typer.Exit(exc.exit_code) from None
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except _ClickException as exc:  # a subcommand's flags and arguments
+            _report_click(exc)
+            raise typer.Exit(exc.exit_code) from None
         except LlmcliError as exc:
             report(exc)
             raise typer.Exit(int(exc.exit_code)) from None
@@ -40,6 +56,22 @@ def _silence_stdout() -> None:
 
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
+
+
+def _report_click(exc) -> None:
+    """A Click usage error as one line naming the command's help: `llmcli: usage error: invalid
+    value for '--threads' / '-t': ... (see 'llmcli generate -h')`."""
+    if type(exc).__name__ == "NoArgsIsHelpError":  # `llmcli`, `llmcli models` alone: the help
+        exc.show()
+        return
+    message = " ".join(exc.format_message().split()).rstrip(".")
+    if message[:1].isupper() and message[1:2].islower():
+        message = message[0].lower() + message[1:]
+    ctx = getattr(exc, "ctx", None)
+    label = "usage error" if exc.exit_code == ExitCode.USAGE else "error"
+    hint = f" (see '{ctx.command_path} -h')" if ctx is not None and label == "usage error" else ""
+    sys.stderr.write(f"llmcli: {label}: {message}{hint}\n")
+    sys.stderr.flush()
 
 
 def report(exc: LlmcliError) -> None:
