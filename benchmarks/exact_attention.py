@@ -68,7 +68,11 @@ class CpuBackend:
         backend, begin, end = words[i - 8], words[i - 7], words[i - 6]
         count = (end - begin) // 8
         with open("/proc/self/mem", "rb", buffering=0) as mem:
-            listed = struct.unpack(f"<{count}Q", os.pread(mem.fileno(), 8 * count, begin)) if 0 < count < 16 else ()
+            listed = (
+                struct.unpack(f"<{count}Q", os.pread(mem.fileno(), 8 * count, begin))
+                if 0 < count < 16
+                else ()
+            )
         if backend not in listed or not self._lib.ggml_backend_is_cpu(backend):
             sys.exit("exact_attention: the backend found is not the context's CPU backend")
         return backend
@@ -95,8 +99,12 @@ def measure(name: str, threads: int, rounds: int, steps: int) -> dict:
     from llmcli.engine.llama import LlamaEngine
     from llmcli.hub import default_model
 
-    spec = SpecOptions(kind="lookup", draft_max=TOP - 1, exact=False, adaptive=False)  # for the probe's batches
-    engine = LlamaEngine(default_model.model_path(name), EngineOptions(ctx_size=2048, threads=threads, speculative=spec))
+    spec = SpecOptions(
+        kind="lookup", draft_max=TOP - 1, exact=False, adaptive=False
+    )  # for the probe's batches
+    engine = LlamaEngine(
+        default_model.model_path(name), EngineOptions(ctx_size=2048, threads=threads, speculative=spec)
+    )
     backend = CpuBackend(engine)
     row: dict = {"model": name, "threads": threads, "exact_positions": {}, "decode_tps": {}}
     for on in (False, True):
@@ -114,7 +122,7 @@ def measure(name: str, threads: int, rounds: int, steps: int) -> dict:
             for on in (False, True) if r % 2 else (True, False):
                 backend.use_ref(on)
                 speeds[on].append(decode_speed(engine, depth, tokens[depth:], steps))
-        ratios = [b / a for a, b in zip(speeds[False], speeds[True])]
+        ratios = [b / a for a, b in zip(speeds[False], speeds[True], strict=True)]
         row["decode_tps"][depth] = {
             "default": round(statistics.median(speeds[False]), 2),
             "ref": round(statistics.median(speeds[True]), 2),
@@ -135,7 +143,11 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the rows as one JSON document")
     args = parser.parse_args()
     os.environ["LLMCLI_CACHE_DIR"] = tempfile.mkdtemp(prefix="llmcli-exact-")  # nothing stored is read
-    rows = [measure(m, int(t), args.rounds, args.steps) for m in args.models.split(",") for t in args.threads.split(",")]
+    rows = [
+        measure(m, int(t), args.rounds, args.steps)
+        for m in args.models.split(",")
+        for t in args.threads.split(",")
+    ]
     if args.json:
         print(json.dumps(rows, indent=2))
         return
