@@ -455,3 +455,31 @@ def test_background_load_is_stopped_when_the_run_fails():
         procs.extend(started)
         raise RuntimeError("boom")
     assert procs and procs[0].poll() is not None
+
+
+@pytest.mark.parametrize(
+    ("args", "hint"),
+    [
+        (["-p", "512,4096", "-n", "0"], "use a smaller -p, -n or -d"),
+        (["-p", "512", "-n", "0", "--ctx-size", "8192"], "--ctx-size"),
+        (["--scenario", "chat", "--ctx-size", "8192"], "--ctx-size"),
+        (["--scenario", "spec", "-n", "6", "--ctx-size", "8192"], "--ctx-size"),
+    ],
+)
+def test_a_context_that_does_not_fit_memory_is_refused_before_anything_runs(backend, args, hint):
+    """As generate refuses it: one line, the numbers, nothing measured, nothing on stdout."""
+    backend.memory_tokens = 2048
+    result = run("bench", "-r", "1", *args)
+    assert result.exit_code == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("llmcli: not enough memory: a.gguf"), result.stderr
+    assert hint in lines[0]
+    assert result.stdout == ""
+    assert backend.runs == 0 and backend.loads == [] and backend.engines == []
+
+
+def test_every_context_a_run_creates_is_checked_once(backend):
+    result = run("bench", "-p", "128,256", "-n", "16", "-r", "1", "-o", "json")
+    assert result.exit_code == 0, result.stderr
+    assert backend.memory_checks == [("a.gguf", 256)]  # one context, sized for the largest test
+    assert [n_ctx for _, n_ctx in backend.contexts] == [256]

@@ -120,3 +120,15 @@ def test_spec_scenario_on_smollm2_drafts_on_the_copy_prompt():
         assert exact["drafted"] == [0] and exact["k_chosen"] == {}
     assert all(r["prompt_format"] == "template" and r["prompt_tokens"][0] > 50 for r in rows.values())
     assert all(1 <= r["completion_tokens"][0] <= 24 and r["samples_ts"] for r in rows.values())
+
+
+@pytest.mark.parametrize("scenario", [["-p", "512"], ["--scenario", "spec"]])
+def test_a_context_larger_than_memory_is_refused_with_the_numbers_before_loading(scenario):
+    """The real backend's check reads the header (no model is loaded): a KV cache of 50M tokens
+    is about 1 TB for SmolLM2, far beyond any test machine's free memory."""
+    result = run("bench", "-m", "smollm2-135m", *scenario, "-n", "16", "-r", "1", "--ctx-size", "50000000")
+    assert result.exit_code == 1, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("llmcli: not enough memory: ") and "KV cache for 50000000 tokens" in line
+    assert "GiB is available" in line and "--ctx-size" in line and "--force" not in line
+    assert result.stdout == ""

@@ -49,6 +49,7 @@ class FakeBackend:
     invalid: set[str] = field(default_factory=set)  # file names inspect() refuses
     foreign_vocab: set[str] = field(default_factory=set)  # draft file names check_draft refuses
     busy: float | None = None  # what other_load() reports (share of the CPU used by other processes)
+    memory_tokens: int | None = None  # the largest context check_memory lets through (None: any)
     clock: FakeClock = field(default_factory=FakeClock)
 
     def __post_init__(self) -> None:
@@ -58,6 +59,7 @@ class FakeBackend:
         self.depth_fills: list[int] = []
         self.engines: list[Any] = []
         self.interrupted = False
+        self.memory_checks: list[tuple[str, int]] = []  # (file name, n_ctx) check_memory was asked
 
     def environment(self) -> dict[str, Any]:
         return dict(FAKE_ENVIRONMENT)
@@ -93,6 +95,15 @@ class FakeBackend:
         if Path(draft).name in self.foreign_vocab:
             raise UsageError(f"the draft model {Path(draft).name} does not share the vocabulary of "
                              f"{Path(target).name}: token 3 differs")  # fmt: skip
+
+    def check_memory(self, model: ModelSummary, options: Any) -> None:
+        from llmcli.errors import ResourceError
+
+        n_ctx = options.ctx_size or 4096
+        self.memory_checks.append((model.filename, n_ctx))
+        if self.memory_tokens is not None and n_ctx > self.memory_tokens:
+            raise ResourceError(f"{model.filename} needs a context of {n_ctx} tokens but only "
+                                f"{self.memory_tokens} fit", hint="use a smaller --ctx-size")  # fmt: skip
 
     def interrupt(self) -> None:
         self.interrupted = True

@@ -73,6 +73,17 @@ class LlamaBackend:
 
         check_draft_vocab(target, draft)
 
+    def check_memory(self, model: ModelSummary, options: Any) -> None:
+        """generate's memory-fit check (loader.check_memory), on the header read again here."""
+        from llmcli import gguf_file, loader
+
+        spec = options.speculative
+        draft = None
+        if spec.enabled and spec.kind == "draft" and spec.model_draft:
+            draft = gguf_file.read_header(spec.model_draft)
+        header = gguf_file.read_header(model.path)
+        loader.check_memory(Path(model.path), header, options, draft, force_flag=False)
+
     def release(self, thing: Any) -> None:
         if thing in self.live:
             self.live.remove(thing)

@@ -56,7 +56,42 @@ def plan(request: Request, backend: runner.Backend) -> Plan:
     else:
         cases = expand(request.sweep)
         runner.context_sizes(cases, models, request.ctx_size)
+    check_memory(request, cases, models, backend)
     return Plan(models, cases, dropped)
+
+
+def check_memory(
+    request: Request, cases: list, models: dict[str, ModelSummary], backend: runner.Backend
+) -> None:
+    """Refuse, before anything is measured, a case whose model and context (and draft model) would
+    not fit the free memory, as generate and chat refuse it: llama.cpp would otherwise fail at
+    context creation in the middle of the run, or the machine would swap."""
+    from llmcli.engine.base import EngineOptions
+
+    if request.scenario == "chat":
+        every = [(case.model, chat.engine_options(case, request.ctx_size)) for case in cases]
+    elif request.scenario == "spec":
+        options = spec_options(request)
+        every = [(case.model, speculative.engine_options(case, options)) for case in cases]
+    else:
+        sizes = runner.context_sizes(cases, models, request.ctx_size)
+        every = [
+            (case.model, EngineOptions(ctx_size=sizes[runner.group_key(case)], gpu_layers=case.n_gpu_layers,
+                                       type_k=case.context.type_k, type_v=case.context.type_v))
+            for case in cases
+        ]  # fmt: skip
+    from llmcli.errors import ResourceError
+
+    seen: set[tuple[str, str]] = set()
+    for model, engine_options in every:
+        if (key := (model, repr(engine_options))) not in seen:
+            seen.add(key)
+            try:
+                backend.check_memory(models[model], engine_options)
+            except ResourceError as exc:
+                if request.scenario == "tests" and not request.ctx_size:  # sized to fit the tests
+                    exc.hint = "use a smaller -p, -n or -d, or a smaller quantization"
+                raise
 
 
 def resolve_models(refs: list[str | None], backend: runner.Backend, offline: bool) -> dict[str, ModelSummary]:

@@ -77,6 +77,10 @@ class Backend(Protocol):
     def check_draft(self, target: str, draft: str) -> None:
         """Refuse a draft model whose vocabulary differs from the target's (UsageError)."""
 
+    def check_memory(self, model: ModelSummary, options: Any) -> None:
+        """Refuse (ResourceError, with the numbers) a model whose weights and KV cache at these
+        `EngineOptions` (and a draft model's) would not fit the free memory."""
+
     def interrupt(self) -> None:
         """Abort the decode in progress (called from another thread)."""
 
