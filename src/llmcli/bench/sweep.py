@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from llmcli.errors import UsageError
+from llmcli.settings import BOOL_WORDS
 
 DEFAULT_N_PROMPT = [512]
 DEFAULT_N_GEN = [128]
@@ -217,10 +218,7 @@ def parse_pairs(flag: str, values: list[str] | None) -> list[tuple[int, int]]:
     return _dedupe(pairs)
 
 
-_BOOLS: dict[str, bool | None] = {
-    "0": False, "off": False, "false": False, "no": False,
-    "1": True, "on": True, "true": True, "yes": True, "auto": None,
-}  # fmt: skip
+_BOOLS: dict[str, bool | None] = {**BOOL_WORDS, "auto": None}  # the config's words, and llama.cpp's auto
 
 
 def parse_flash_attn(flag: str, values: list[str] | None) -> list[bool | None]:
