@@ -66,6 +66,30 @@ def test_missing_and_directory(tmp_path):
     refused(tmp_path, 2, "directory")
 
 
+def test_the_memory_check_counts_the_kv_cache_at_its_type(tmp_path, monkeypatch):
+    """A q8_0 or q4_0 KV cache is about a half or a quarter of an f16 one: the check counts what
+    -ctk/-ctv ask for, so a context that fits only quantized is let through."""
+    from llmcli import gguf_file, loader
+    from llmcli.engine.base import EngineOptions
+    from llmcli.errors import ResourceError
+    from llmcli.hub import fit
+
+    path = write_gguf(tmp_path / "m.gguf")
+    header = gguf_file.read_header(path)
+    n_ctx = 1 << 20
+    f16 = header.kv_cache_bytes(n_ctx)
+    room = header.tensor_bytes + (128 << 20) + f16 * 6 // 10  # f16 does not fit, q8_0 (0.53 of it) does
+    monkeypatch.setattr(fit, "memory", lambda: fit.Memory(available=room, total=2 * room))
+    monkeypatch.setattr(loader, "_gpu_offload_supported", lambda: False)
+    with pytest.raises(ResourceError):
+        loader.check_memory(path, header, EngineOptions(ctx_size=n_ctx, gpu_layers=0))
+    loader.check_memory(
+        path, header, EngineOptions(ctx_size=n_ctx, gpu_layers=0, type_k="q8_0", type_v="Q8_0")
+    )
+    with pytest.raises(ResourceError, match=r"KV cache for 1048576 tokens"):  # keys quantized, values f16
+        loader.check_memory(path, header, EngineOptions(ctx_size=n_ctx, gpu_layers=0, type_k="q4_0"))
+
+
 def test_model_too_big_for_memory_is_refused_with_numbers(tmp_path, monkeypatch):
     from llmcli.hub import fit
 

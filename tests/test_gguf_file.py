@@ -112,6 +112,7 @@ def test_small_file_round_trips_metadata_and_properties(tmp_path: Path) -> None:
     assert (header.file_type, header.quantization, header.split_count) == (15, "Q4_K_M", None)
     assert header.kv_cache_bytes(1000) == 2 * 2 * 1000 * 2 * 16 * 2
     assert header.kv_cache_bytes(1000, type_bytes=1.0) == 2 * 2 * 1000 * 2 * 16
+    assert header.kv_cache_bytes(1000, 2.0, 0.5) == 2 * 2 * 1000 * 16 * (2 + 0.5)  # -ctk f16 -ctv q4_0-ish
 
 
 def test_tensors_agree_with_gguf_reader(tmp_path: Path) -> None:

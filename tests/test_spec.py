@@ -780,7 +780,9 @@ def test_memory_fit_counts_the_draft_model_too(monkeypatch, tmp_path):
         tensor_bytes: int
         n_ctx_train: int = 2048
 
-        def kv_cache_bytes(self, n_ctx: int) -> int:
+        def kv_cache_bytes(
+            self, n_ctx: int, type_bytes: float = 2.0, value_type_bytes: float | None = None
+        ) -> int:
             return n_ctx * 1000
 
     gib = 1 << 30

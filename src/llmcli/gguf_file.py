@@ -398,8 +398,11 @@ class GGUFHeader:
     def tensor_bytes(self) -> int:
         return sum(tensor.n_bytes for tensor in self.tensors)
 
-    def kv_cache_bytes(self, n_ctx: int, type_bytes: float = 2.0) -> int:
-        """Estimated KV cache size for `n_ctx` tokens (all layers, full context); 0 if unknown."""
+    def kv_cache_bytes(
+        self, n_ctx: int, type_bytes: float = 2.0, value_type_bytes: float | None = None
+    ) -> int:
+        """Estimated KV cache size for `n_ctx` tokens (all layers, full context); 0 if unknown.
+        `type_bytes`: bytes per key element (and per value element unless `value_type_bytes`)."""
         n_layers, head_dim = self.n_layers, self.head_dim
         if not n_layers or n_layers <= 0 or not head_dim or head_dim <= 0 or n_ctx <= 0:
             return 0
@@ -415,9 +418,17 @@ class GGUFHeader:
             if not n_head_kv or n_head_kv <= 0:
                 return 0
             kv_heads_all_layers = n_layers * n_head_kv
-        per_token = kv_heads_all_layers * (key_length + value_length)
-        return int(round(n_ctx * per_token * type_bytes))
+        values = type_bytes if value_type_bytes is None else value_type_bytes
+        per_token = kv_heads_all_layers * (key_length * type_bytes + value_length * values)
+        return int(round(n_ctx * per_token))
 
+
+# Bytes per element of each KV cache type llama.cpp takes (-ctk/-ctv): a quantized block's size
+# over its 32 elements.
+KV_TYPE_BYTES = {
+    "f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
+    "iq4_nl": 18 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32,
+}  # fmt: skip
 
 # ----------------------------------------------------------------------------------------------
 # Reading

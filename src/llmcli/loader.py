@@ -56,15 +56,19 @@ def check_memory(path: Path, header, options: EngineOptions, draft=None, *, forc
     mem = fit.memory()
     if mem is None or (options.gpu_layers != 0 and _gpu_offload_supported()):
         return
+    from llmcli.gguf_file import KV_TYPE_BYTES
+
     n_ctx = options.ctx_size or min(header.n_ctx_train or 4096, 4096)
-    kv = header.kv_cache_bytes(n_ctx)
+    k_bytes = KV_TYPE_BYTES.get((options.type_k or "f16").lower(), 2.0)
+    v_bytes = KV_TYPE_BYTES.get((options.type_v or "f16").lower(), 2.0)
+    kv = header.kv_cache_bytes(n_ctx, k_bytes, v_bytes)
     need = header.tensor_bytes + kv + (128 << 20)
     gib = 1 << 30
     what = f"weights {header.tensor_bytes / gib:.1f} GiB, KV cache for {n_ctx} tokens {kv / gib:.1f} GiB"
     smaller = "--ctx-size"
     if draft is not None:
         d_ctx = options.speculative.ctx_size_draft or n_ctx
-        d_kv = draft.kv_cache_bytes(d_ctx)
+        d_kv = draft.kv_cache_bytes(d_ctx)  # the draft's context keeps f16 keys and values
         need += draft.tensor_bytes + d_kv + (64 << 20)
         what += f", draft model {(draft.tensor_bytes + d_kv) / gib:.1f} GiB with its KV cache"
         if options.speculative.ctx_size_draft:  # its own context size: name the flag that set it
