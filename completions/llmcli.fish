@@ -258,6 +258,7 @@ complete -c llmcli -n '__llmcli_at "bench"' -l prompt -x -d 'The prompt to gener
 complete -c llmcli -n '__llmcli_at "bench"' -o f -l file -l prompt-file -r -F -d 'Read the prompt from FILE (UTF-8), as generate -f'
 complete -c llmcli -n '__llmcli_at "bench"' -l timeout -x -d 'A served model: seconds its server may stay silent (connecting, or mid-stream) before the request fails as stalled (default 120)'
 complete -c llmcli -n '__llmcli_at "bench"' -l offline -d 'Never touch the network; use only models already downloaded'
+complete -c llmcli -n '__llmcli_at "bench"' -l force -d 'Load even when the weights and KV cache look too big for the free memory'
 complete -c llmcli -n '__llmcli_at "bench"' -o h -l help -d 'Show the help and exit'
 
 # llmcli bench compare

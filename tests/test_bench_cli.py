@@ -483,3 +483,10 @@ def test_every_context_a_run_creates_is_checked_once(backend):
     assert result.exit_code == 0, result.stderr
     assert backend.memory_checks == [("a.gguf", 256)]  # one context, sized for the largest test
     assert [n_ctx for _, n_ctx in backend.contexts] == [256]
+
+
+def test_force_skips_the_memory_check(backend):
+    backend.memory_tokens = 256
+    result = run("bench", "-p", "512", "-n", "0", "-r", "1", "--force", "-o", "json")
+    assert result.exit_code == 0, result.stderr
+    assert backend.memory_checks == [] and [n_ctx for _, n_ctx in backend.contexts] == [512]

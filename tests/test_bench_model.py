@@ -130,5 +130,5 @@ def test_a_context_larger_than_memory_is_refused_with_the_numbers_before_loading
     assert result.exit_code == 1, result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("llmcli: not enough memory: ") and "KV cache for 50000000 tokens" in line
-    assert "GiB is available" in line and "--ctx-size" in line and "--force" not in line
+    assert "GiB is available" in line and "--ctx-size" in line and "--force" in line
     assert result.stdout == ""

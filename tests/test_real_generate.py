@@ -125,7 +125,7 @@ def test_utf8_is_never_broken():
     [
         ("generate", "hi", "-n", "2"),
         ("generate", "hi", "-n", "2", "-md", "smollm2-135m", "-c", "1024", "-cd", "1100000"),
-        ("bench", "--scenario", "spec", "-n", "2", "-r", "1", "--ctx-size", "1100000"),
+        ("bench", "--scenario", "spec", "-n", "2", "-r", "1", "--ctx-size", "1100000", "--force"),
     ],
 )
 def test_a_context_llama_cpp_cannot_allocate_is_one_line_exit_1(args):

@@ -44,9 +44,9 @@ def validate_file(path: Path, options: EngineOptions | None = None, *, force: bo
         templates.probe(header.chat_template)
 
 
-def check_memory(path: Path, header, options: EngineOptions, draft=None, *, force_flag: bool = True) -> None:
+def check_memory(path: Path, header, options: EngineOptions, draft=None) -> None:
     """Refuse, with the numbers, a model whose weights and KV cache (and a draft model's, with
-    -md) exceed the free memory. `force_flag`: the command has --force to load anyway.
+    -md) exceed the free memory.
 
     Skipped when the build can offload to a GPU (the weights then live in video memory).
     """
@@ -77,7 +77,7 @@ def check_memory(path: Path, header, options: EngineOptions, draft=None, *, forc
         raise ResourceError(
             f"{path.name} needs about {need / gib:.1f} GiB ({what}) but {mem.available / gib:.1f} GiB "
             "is available",
-            hint=f"use a smaller {smaller} or quantization" + (", or --force to load anyway" * force_flag),
+            hint=f"use a smaller {smaller} or quantization, or --force to load anyway",
         )
 
 

@@ -82,7 +82,7 @@ class LlamaBackend:
         if spec.enabled and spec.kind == "draft" and spec.model_draft:
             draft = gguf_file.read_header(spec.model_draft)
         header = gguf_file.read_header(model.path)
-        loader.check_memory(Path(model.path), header, options, draft, force_flag=False)
+        loader.check_memory(Path(model.path), header, options, draft)
 
     def release(self, thing: Any) -> None:
         if thing in self.live:

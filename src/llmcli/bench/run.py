@@ -31,6 +31,7 @@ class Request:
     seed: int = 1234
     offline: bool = False
     busy: int = 0  # busy processes started for the run (decode next to other work)
+    force: bool = False  # --force: no memory-fit check
     spec: speculative.SpecSweep = field(default_factory=speculative.SpecSweep)  # --scenario spec
     prompt: str = speculative.DEFAULT_PROMPT  # --scenario spec
     prompt_source: str = "default"
@@ -56,7 +57,8 @@ def plan(request: Request, backend: runner.Backend) -> Plan:
     else:
         cases = expand(request.sweep)
         runner.context_sizes(cases, models, request.ctx_size)
-    check_memory(request, cases, models, backend)
+    if not request.force:
+        check_memory(request, cases, models, backend)
     return Plan(models, cases, dropped)
 
 
@@ -90,7 +92,7 @@ def check_memory(
                 backend.check_memory(models[model], engine_options)
             except ResourceError as exc:
                 if request.scenario == "tests" and not request.ctx_size:  # sized to fit the tests
-                    exc.hint = "use a smaller -p, -n or -d, or a smaller quantization"
+                    exc.hint = "use a smaller -p, -n or -d or quantization, or --force to load anyway"
                 raise
 
 

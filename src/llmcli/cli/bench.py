@@ -286,6 +286,7 @@ def bench(
     prompt_file: SpecPromptFile = None,
     timeout: o.Timeout = None,
     offline: o.Offline = False,
+    force: o.Force = False,
 ) -> None:
     """Measure prefill (pp) and decode (tg) speed, as llama-bench does: mean ± sd over repetitions.
 
@@ -335,8 +336,9 @@ def bench(
     if scenario != "spec" and spec_given:
         raise UsageError(f"{', '.join(spec_given)}: only for --scenario spec (speculative decoding)")
     request = session.Request(
-        sweep, scenario, repetitions, not no_warmup, roofline, ctx_size, delay, seed, offline, busy
-    )
+        sweep, scenario, repetitions, not no_warmup, roofline, ctx_size, delay, seed, offline, busy,
+        force=force,
+    )  # fmt: skip
     if scenario == "spec":
         if n_prompt or pg or depth:
             raise UsageError(
