@@ -69,6 +69,7 @@ def check_memory(
     not fit the free memory, as generate and chat refuse it: llama.cpp would otherwise fail at
     context creation in the middle of the run, or the machine would swap."""
     from llmcli.engine.base import EngineOptions
+    from llmcli.errors import ResourceError
 
     if request.scenario == "chat":
         every = [(case.model, chat.engine_options(case, request.ctx_size)) for case in cases]
@@ -82,8 +83,6 @@ def check_memory(
                                        type_k=case.context.type_k, type_v=case.context.type_v))
             for case in cases
         ]  # fmt: skip
-    from llmcli.errors import ResourceError
-
     seen: set[tuple[str, str]] = set()
     for model, engine_options in every:
         if (key := (model, repr(engine_options))) not in seen:

@@ -16,8 +16,12 @@ from llmcli import __version__, render
 from llmcli.errors import ExitCode, LlmcliError
 
 # Click's base exception, as the running Typer raises it (Typer vendors its own copy of Click, so
-# `import click` would name another class): found from the public BadParameter.
-_ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+# `import click` would name another class): found from the public BadParameter (never missing in
+# the Typer releases this supports; were it, Click's own box would show, nothing worse).
+_ClickException: type[Exception] = next(
+    (c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"),
+    type("_Unused", (Exception,), {}),
+)
 
 
 class _Boundary(TyperGroup):
