@@ -71,7 +71,7 @@ def test_model_is_directory(tmp_path):
     [
         (["generate", "hi", "-t", "abc"], ["'--threads'", "valid integer", "(see 'llmcli generate -h')"]),
         (["generate", "hi", "--bogus"], ["no such option: --bogus", "(see 'llmcli generate -h')"]),
-        (["generate", "hi", "--temp"], ["'--temp' requires an argument"]),
+        (["generate", "hi", "--temp"], ["'--temp' requires an argument", "(see 'llmcli generate -h')"]),
         (["nosuch"], ["no such command 'nosuch'", "(see 'llmcli -h')"]),
         (["--bogus", "generate"], ["no such option: --bogus", "(see 'llmcli -h')"]),
         (["models", "rm"], ["missing argument", "(see 'llmcli models rm -h')"]),

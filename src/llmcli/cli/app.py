@@ -40,7 +40,8 @@ class _Boundary(TyperGroup):
         try:
             return super().invoke(ctx)
         except _ClickException as exc:  # a subcommand's flags and arguments
-            _report_click(exc)
+            sub = getattr(ctx, "invoked_subcommand", None)
+            _report_click(exc, f"{ctx.command_path} {sub}" if sub else ctx.command_path)
             raise typer.Exit(exc.exit_code) from None
         except LlmcliError as exc:
             report(exc)
@@ -62,9 +63,10 @@ def _silence_stdout() -> None:
     os.dup2(devnull, sys.stdout.fileno())
 
 
-def _report_click(exc) -> None:
+def _report_click(exc, command: str | None = None) -> None:
     """A Click usage error as one line naming the command's help: `llmcli: usage error: invalid
-    value for '--threads' / '-t': ... (see 'llmcli generate -h')`."""
+    value for '--threads' / '-t': ... (see 'llmcli generate -h')`. `command`: the command being
+    parsed, for an error that carries no context of its own."""
     if type(exc).__name__ == "NoArgsIsHelpError":  # `llmcli`, `llmcli models` alone: the help
         exc.show()
         return
@@ -72,8 +74,9 @@ def _report_click(exc) -> None:
     if message[:1].isupper() and message[1:2].islower():
         message = message[0].lower() + message[1:]
     ctx = getattr(exc, "ctx", None)
+    command = ctx.command_path if ctx is not None else command
     label = "usage error" if exc.exit_code == ExitCode.USAGE else "error"
-    hint = f" (see '{ctx.command_path} -h')" if ctx is not None and label == "usage error" else ""
+    hint = f" (see '{command} -h')" if command and label == "usage error" else ""
     sys.stderr.write(f"llmcli: {label}: {message}{hint}\n")
     sys.stderr.flush()
 
