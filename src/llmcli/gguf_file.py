@@ -423,8 +423,8 @@ class GGUFHeader:
         return int(round(n_ctx * per_token))
 
 
-# Bytes per element of each KV cache type llama.cpp takes (-ctk/-ctv): a quantized block's size
-# over its 32 elements.
+# Bytes per element of each KV cache type llama.cpp takes (-ctk/-ctv; bench's list of them): a
+# quantized block's size over its 32 elements.
 KV_TYPE_BYTES = {
     "f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
     "iq4_nl": 18 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32,

@@ -49,6 +49,7 @@ def plan(request: Request, backend: runner.Backend) -> Plan:
     models = resolve_models(request.sweep.models, backend, request.offline)
     request.sweep.models = list(models)
     _, dropped = drop_unsupported(request.sweep.contexts())
+    sizes = None  # the tests scenario's context per group; the others size theirs when they run
     if request.scenario == "chat":
         cases: list = chat.expand(request.sweep)
     elif request.scenario == "spec":
@@ -56,18 +57,23 @@ def plan(request: Request, backend: runner.Backend) -> Plan:
         cases = speculative.expand(request.sweep, request.spec.points())
     else:
         cases = expand(request.sweep)
-        runner.context_sizes(cases, models, request.ctx_size)
+        sizes = runner.context_sizes(cases, models, request.ctx_size)
     if not request.force:
-        check_memory(request, cases, models, backend)
+        check_memory(request, cases, models, backend, sizes)
     return Plan(models, cases, dropped)
 
 
 def check_memory(
-    request: Request, cases: list, models: dict[str, ModelSummary], backend: runner.Backend
+    request: Request,
+    cases: list,
+    models: dict[str, ModelSummary],
+    backend: runner.Backend,
+    sizes: dict[tuple, int] | None = None,
 ) -> None:
     """Refuse, before anything is measured, a case whose model and context (and draft model) would
     not fit the free memory, as generate and chat refuse it: llama.cpp would otherwise fail at
-    context creation in the middle of the run, or the machine would swap."""
+    context creation in the middle of the run, or the machine would swap. `sizes`: the tests
+    scenario's context per group (`runner.context_sizes`)."""
     from llmcli.engine.base import EngineOptions
     from llmcli.errors import ResourceError
 
@@ -77,7 +83,7 @@ def check_memory(
         options = spec_options(request)
         every = [(case.model, speculative.engine_options(case, options)) for case in cases]
     else:
-        sizes = runner.context_sizes(cases, models, request.ctx_size)
+        assert sizes is not None
         every = [
             (case.model, EngineOptions(ctx_size=sizes[runner.group_key(case)], gpu_layers=case.n_gpu_layers,
                                        type_k=case.context.type_k, type_v=case.context.type_v))

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from llmcli.errors import UsageError
+from llmcli.gguf_file import KV_TYPE_BYTES
 from llmcli.settings import BOOL_WORDS
 
 DEFAULT_N_PROMPT = [512]
@@ -23,7 +24,7 @@ DEFAULT_N_UBATCH = [512]
 DEFAULT_GPU_LAYERS = [99]
 DEFAULT_FLASH_ATTN: list[bool | None] = [False]
 DEFAULT_CACHE_TYPE = ["f16"]
-CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+CACHE_TYPES = tuple(KV_TYPE_BYTES)  # the KV cache types llama.cpp takes for -ctk/-ctv
 
 _ITEM = re.compile(r"^(\d+)(?:-(\d+)(?:([+*])(\d+))?)?$")
 
