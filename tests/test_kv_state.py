@@ -100,6 +100,7 @@ def test_a_longer_file_is_detected(tmp_path):
         ({"llama_cpp": "0.3.99"}, "another llama.cpp version (fake; this is 0.3.99)"),
         ({"type_k": "q8_0"}, "KV key type"),
         ({"swa_full": False}, "swa_full"),
+        ({"repack": False}, "weight repacking True, this run uses False"),
         ({"flash_attn": "on"}, "flash attention"),
     ],
 )

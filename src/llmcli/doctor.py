@@ -96,6 +96,8 @@ def compute() -> dict[str, Any]:
         "gpus_visible": gpus_visible(),
         "system_info": system_info,
         "features": parse_system_info(system_info),
+        "weight_repack": backend.weight_repack(),
+        "amx": backend.amx_weights(),
     }
 
 
@@ -422,8 +424,20 @@ def _compute_lines(c: dict[str, Any], p: dict[str, Any]) -> list[tuple[str, str]
         ("devices", ", ".join(devices) or "none"),
         ("gpus seen", ", ".join(c.get("gpus_visible", [])) or "none"),
         ("features", features or c.get("system_info", "")),
+        ("weight repack", _repack_line(c)),
         ("threads", _threads_line(p)),
     ]
+
+
+def _repack_line(c: dict[str, Any]) -> str:
+    if c.get("weight_repack"):
+        return "on (llama.cpp's repacked CPU weight buffers)"
+    if c.get("amx"):
+        return (
+            "off by default: this build would use llama.cpp's AMX kernels, which crash on many AMX "
+            "hosts (--repack forces it)"
+        )
+    return "off"
 
 
 def _threads_line(p: dict[str, Any]) -> str:

@@ -64,6 +64,7 @@ class Result:
                 "parameters": info.n_params,
                 "context_size": s.context_size,
                 "gpu_layers": info.gpu_layers,
+                "weight_repack": info.repack,
                 "type": info.model_type,
             },
             "prompt_format": self.prompt_format,

@@ -139,6 +139,16 @@ FlashAttn = Annotated[
         show_default=False,
     ),
 ]
+Repack = Annotated[
+    bool | None,
+    typer.Option(
+        "--repack/--no-repack",
+        help="Repack weights for the CPU's matmul kernels, llama.cpp's extra buffer types "
+        "(default: on, except where llama.cpp would use its AMX kernels; see doctor).",
+        rich_help_panel=MODEL_PANEL,
+        show_default=False,
+    ),
+]
 Temperature = Annotated[
     float | None,
     typer.Option(
@@ -381,6 +391,7 @@ def engine_options(
     batch_size: int | None,
     flash_attn: bool | None = None,
     speculative: SpecOptions | None = None,
+    repack: bool | None = None,
 ) -> EngineOptions:
     from llmcli import settings
     from llmcli.engine.base import EngineOptions, SpecOptions
@@ -392,6 +403,7 @@ def engine_options(
         threads=settings.resolve("threads", threads) or None,
         batch_size=settings.resolve("batch_size", batch_size),
         flash_attn=flash_attn,
+        repack=repack,
         speculative=speculative or SpecOptions(),
     )
 

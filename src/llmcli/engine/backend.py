@@ -12,6 +12,7 @@ into a private name of llama-cpp-python to get that library.
 from __future__ import annotations
 
 import ctypes
+import re
 from typing import Any
 
 # ggml_backend_dev_type, in the order of enum ggml_backend_dev_type (ggml-backend.h).
@@ -60,6 +61,25 @@ def mmap() -> bool:
 def system_info() -> str:
     """`llama_print_system_info()`: the backends and SIMD paths the build uses."""
     return library().llama_print_system_info().decode("utf-8", "replace").strip()
+
+
+def amx_weights() -> bool:
+    """Whether this build's CPU backend would move quantized weights into AMX tiles: built for a CPU
+    with AMX-INT8 (`AMX_INT8 = 1` in the system info), where the AMX buffer type comes first among
+    llama.cpp's extra (repacked) weight buffers."""
+    return re.search(r"\bAMX_INT8 = 1\b", system_info()) is not None
+
+
+def weight_repack(requested: bool | None = None) -> bool:
+    """Whether a model loads with llama.cpp's extra CPU weight buffers (weights repacked for the
+    CPU's matmul kernels; llama.cpp's `--no-repack` turns them off): as asked, and by default on,
+    except on a build that would hand the weights to AMX. There llama.cpp's AMX matmul crashes the
+    process at the first batch of more than one token on CPUs and VMs whose tile state it does not
+    set up (ggml-org/llama.cpp#20824, #26954; seen on Sapphire Rapids virtual machines); with
+    the extra buffers off the weights stay in the plain CPU buffer and its AVX-512 kernels."""
+    if requested is not None:
+        return requested
+    return not amx_weights()
 
 
 def llama_version() -> str:

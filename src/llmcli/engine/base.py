@@ -143,6 +143,7 @@ class EngineOptions:
     swa_full: bool = True  # keep full-size KV for sliding-window models so prefixes can be reused
     type_k: str | None = None
     type_v: str | None = None
+    repack: bool | None = None  # None: on, except where llama.cpp would use AMX (see backend.weight_repack)
     speculative: SpecOptions = field(default_factory=SpecOptions)
 
 
@@ -257,6 +258,7 @@ class ModelInfo:
     name: str = ""
     gpu_layers: int = 0
     backend: str = "CPU"
+    repack: bool = True  # weights in llama.cpp's extra (repacked) CPU buffers
     model_type: str = "instruct"  # or "base": see templates.model_type
     sampling: dict = field(default_factory=dict)  # recommended settings from general.sampling.*
 

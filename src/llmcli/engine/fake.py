@@ -115,7 +115,7 @@ class FakeEngine:
     def state_identity(self) -> dict:
         return {"engine": "fake", "model": {"path": self.info.path}, "llama_cpp": "fake",
                 "n_ctx": self.n_ctx, "type_k": "f16", "type_v": "f16", "swa_full": True,
-                "flash_attn": "auto"}  # fmt: skip
+                "repack": True, "flash_attn": "auto"}  # fmt: skip
 
     def state_payload(self) -> tuple[list[int], memoryview]:
         import struct

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from llmcli import defaults
-from llmcli.engine.backend import backend_name, llama_cpp_version
+from llmcli.engine.backend import backend_name, llama_cpp_version, weight_repack
 from llmcli.engine.base import (
     Done,
     EngineOptions,
@@ -163,6 +163,7 @@ class LlamaEngine:
             silence_logs(llama_cpp)
         llama_cpp.llama_backend_init()
         self.spec: SpecOptions = self.options.speculative
+        self.repack = weight_repack(self.options.repack)  # weights in llama.cpp's extra CPU buffers
         self._draft: _DraftModel | None = None
         self._spec_batch = None
         self._k_policy: KPolicy | None = None
@@ -217,6 +218,7 @@ class LlamaEngine:
         L = self._L
         params = L.llama_model_default_params()
         params.n_gpu_layers = self._gpu_layers_requested()
+        params.use_extra_bufts = self.repack
         # returning False from the progress callback cancels a load interrupted by a signal
         progress = L.llama_progress_callback(lambda value, data: not hits)
         params.progress_callback = progress
@@ -367,6 +369,7 @@ class LlamaEngine:
             name=self._meta("general.name") or self.path.stem,
             gpu_layers=offloaded,
             backend=backend_name(),
+            repack=self.repack,
             model_type=templates.model_type(chat_template, metadata),
             sampling=sampling.from_metadata(
                 {key: value for key in sampling.GGUF_KEYS if (value := self._meta(key)) is not None}
@@ -491,6 +494,7 @@ class LlamaEngine:
                 "type_k": (opts.type_k or "f16").lower(),
                 "type_v": (opts.type_v or "f16").lower(),
                 "swa_full": bool(opts.swa_full),
+                "repack": self.repack,
                 "flash_attn": {None: "auto", True: "on", False: "off"}[opts.flash_attn],
                 "n_seq_max": 1,
             }
@@ -735,7 +739,7 @@ class LlamaEngine:
         key = json.dumps({"model": self._file_identity, "llama_cpp": llama_cpp_version(),
                           "system": L.llama_print_system_info().decode("utf-8", "replace"),
                           "gpu_layers": self._gpu_layers_requested(), "flash_attn": opts.flash_attn,
-                          "type_k": opts.type_k, "type_v": opts.type_v,
+                          "type_k": opts.type_k, "type_v": opts.type_v, "repack": self.repack,
                           "threads": threads or self.threads, **extra}, sort_keys=True)  # fmt: skip
         name = hashlib.sha256(key.encode()).hexdigest()[:32] + ".json"
         return key, paths.cache_dir() / folder / name
@@ -1318,6 +1322,7 @@ class _DraftModel:
         opts = target.spec
         self.path = Path(str(opts.model_draft))
         params = L.llama_model_default_params()
+        params.use_extra_bufts = target.repack
         gpu = opts.gpu_layers_draft
         all_layers = 999 if L.llama_supports_gpu_offload() else 0
         params.n_gpu_layers = all_layers if gpu is None or gpu < 0 else gpu

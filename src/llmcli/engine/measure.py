@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from llmcli.engine.backend import weight_repack
 from llmcli.engine.llama import AbortFlag, ggml_type, silence_logs
 from llmcli.errors import InvalidModelError, LlmcliError
 
@@ -45,13 +46,15 @@ def interrupt_on_sigint(interrupt: Callable[[], None]):
 class MeasureModel:
     """One loaded model at llama.cpp's default model parameters, `n_gpu_layers` aside."""
 
-    def __init__(self, path: str | Path, n_gpu_layers: int) -> None:
+    def __init__(self, path: str | Path, n_gpu_layers: int, repack: bool | None = None) -> None:
         import llama_cpp
 
         L = self._L = llama_cpp
         self.path = str(path)
         params = L.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
+        # llama.cpp's default, except where it would hand the weights to its crashing AMX kernels
+        params.use_extra_bufts = self.repack = weight_repack(repack)
         self.handle = L.llama_model_load_from_file(self.path.encode(), params)  # the llama_model pointer
         if not self.handle:
             raise InvalidModelError(

@@ -121,8 +121,8 @@ def mismatch(saved: dict[str, Any], current: dict[str, Any]) -> str | None:
     labels = {"model": "another model file", "llama_cpp": "another llama.cpp version",
               "system_info": "another llama.cpp build", "n_ctx": "context size",
               "type_k": "KV key type", "type_v": "KV value type", "swa_full": "swa_full",
-              "flash_attn": "flash attention", "gpu_layers": "GPU layers", "backend": "backend",
-              "engine": "another engine"}  # fmt: skip
+              "repack": "weight repacking", "flash_attn": "flash attention", "gpu_layers": "GPU layers",
+              "backend": "backend", "engine": "another engine"}  # fmt: skip
     for key in sorted(set(saved) | set(current)):
         if saved.get(key) != current.get(key):
             label = labels.get(key, key)
