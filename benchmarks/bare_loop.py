@@ -86,9 +86,12 @@ def default_model() -> str:
 def bare(model_path: str, n_prompt: int, n_gen: int, threads: int, n_batch: int, n_ubatch: int, reps: int):
     import llama_cpp as L
 
+    from llmcli.engine.backend import weight_repack
+
     L.llama_log_set(_quiet_log(L), ctypes.c_void_p(0))
     L.llama_backend_init()
     mparams = L.llama_model_default_params()
+    mparams.use_extra_bufts = weight_repack()  # the weights where llmcli bench puts them
     model = L.llama_model_load_from_file(model_path.encode(), mparams)
     vocab = L.llama_model_get_vocab(model)
     results = []

@@ -38,12 +38,14 @@ class BareLoop:
     def __init__(self, model_path: str, threads: int, n_ctx: int) -> None:
         import llama_cpp as L
 
+        from llmcli.engine.backend import weight_repack
         from llmcli.engine.llama import silence_logs
 
         silence_logs(L)
         self.L = L
         mp = L.llama_model_default_params()
         mp.n_gpu_layers = 0
+        mp.use_extra_bufts = weight_repack()  # the weights where llmcli generate puts them
         self.model = L.llama_model_load_from_file(model_path.encode(), mp)
         cp = L.llama_context_default_params()
         cp.n_ctx, cp.n_batch, cp.n_ubatch = n_ctx, 512, 512

@@ -103,7 +103,7 @@ def main() -> None:
         f.write(prompt + "\n")  # llama.cpp's -f drops one trailing newline: the same prompt
     tool = str(llamacpp_tools.ensure("llama-lookup")["llama-lookup"])
     argv = [tool, "-m", path, "-f", f.name, "-n", str(n), "--temp", "0", "-t", str(args.threads),
-            "--spec-draft-n-max", str(k)]  # fmt: skip
+            "--spec-draft-n-max", str(k), *llamacpp_tools.weights_args("llama-lookup")]  # fmt: skip
     traced = subprocess.run([*argv, "-v"], capture_output=True, text=True, timeout=900)
     drafts = drafts_from_log(traced.stderr + traced.stdout)
     print(f"llama-lookup's schedule: {len(drafts)} passes, drafts of {[len(d) for d in drafts]}")

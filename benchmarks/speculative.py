@@ -267,7 +267,8 @@ def main() -> None:
             calls["lookup-fast-cold"] = cold
             calls["lookup-fast-first"] = lambda cold=cold: cold(first=True)
             if tools:
-                common = ["-f", prompt_file, "-n", str(args.tokens), "--temp", "0", "-t", str(args.threads)]
+                common = ["-f", prompt_file, "-n", str(args.tokens), "--temp", "0", "-t", str(args.threads),
+                          *llamacpp_tools.weights_args("llama-lookup")]  # fmt: skip
                 lookup_argv = [str(tools["llama-lookup"]), "-m", path, *common, "--spec-draft-n-max", str(k)]
                 self_argv = [str(tools["llama-speculative-simple"]), "-m", path, "-md", path, *common,
                              "--spec-draft-n-max", "4", "--spec-type", "draft-simple"]  # fmt: skip

@@ -40,6 +40,17 @@ def path(name: str) -> Path:
     return root() / "build" / "bin" / name
 
 
+def weights_args(name: str) -> list[str]:
+    """The flags that make a tool load the weights as llmcli does by default, for side-by-side
+    runs: llama.cpp's `--no-repack` where llmcli keeps them out of the AMX buffer, whose matmul
+    crashes on many AMX hosts (`llmcli.engine.backend.weight_repack`); nothing elsewhere."""
+    from llmcli.engine.backend import weight_repack
+
+    if weight_repack():
+        return []
+    return ["-nr", "1"] if name == "llama-bench" else ["--no-repack"]
+
+
 def _run(cmd: list[str], log: Path) -> None:
     with log.open("ab") as out:
         result = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT)

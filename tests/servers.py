@@ -104,6 +104,7 @@ def start_llama_server(
         "--alias",
         MODEL_ALIAS,
         "--metrics",
+        *llamacpp_tools.weights_args("llama-server"),
         *(extra or []),
     ]
     with log.open("wb") as out:
