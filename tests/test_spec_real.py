@@ -584,3 +584,36 @@ def test_ctrl_c_while_an_engine_is_freed_frees_everything_once(monkeypatch):
     del engine
     gc.collect()  # the finalizer: no KeyboardInterrupt escapes it
     assert sorted(freed) == ["ctx", "model"]
+
+
+def test_a_q8_0_kv_cache_keeps_exact_speculation_past_the_short_context():
+    """With -ctk q8_0 -ctv q8_0 llama.cpp's CPU flash attention takes the same one-chunk path for one
+    query and for a batch at every depth, so where the probe finds that, --spec-exact drafts past
+    512 cells; either way the text is plain decoding's at the same cache types, byte for byte."""
+    from pathlib import Path
+
+    source = (Path(__file__).parents[1] / "src" / "llmcli" / "engine" / "spec.py").read_text()
+    prompt = source[:2000] + "\n\nThe same text again, unchanged:\n" + source[:60]
+    plain = _engine_kv("smollm2-135m", None)
+    spec = _engine_kv("smollm2-135m", SpecOptions(kind="lookup", draft_max=8, adaptive=False))
+    try:
+        params = SamplingParams(temperature=0, max_tokens=40)
+        a, b = run(plain, prompt, params), run(spec, prompt, params)
+        assert a.stats.prompt_tokens > 520  # the whole answer lies past 512 cells
+        same(a, b)
+        short, long = spec.exact_positions
+        if long > 1:  # the probe found multi-position batches exact at this depth: they ran
+            assert b.stats.drafted_tokens > 0 and b.stats.target_passes < b.stats.decode_tokens
+        else:
+            assert b.stats.drafted_tokens == 0
+    finally:
+        plain.close()
+        spec.close()
+
+
+def _engine_kv(name: str, spec: SpecOptions | None):
+    from llmcli.engine.llama import LlamaEngine
+
+    options = EngineOptions(ctx_size=1024, threads=2, flash_attn=True, type_k="q8_0", type_v="q8_0",
+                            speculative=spec or SpecOptions())  # fmt: skip
+    return LlamaEngine(_path(name), options)

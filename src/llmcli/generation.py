@@ -65,6 +65,8 @@ class Result:
                 "context_size": s.context_size,
                 "gpu_layers": info.gpu_layers,
                 "weight_repack": info.repack,
+                "cache_type_k": info.type_k,
+                "cache_type_v": info.type_v,
                 "type": info.model_type,
             },
             "prompt_format": self.prompt_format,

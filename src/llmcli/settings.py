@@ -18,6 +18,7 @@ from typing import Any
 
 from llmcli import defaults
 from llmcli.errors import ConfigError
+from llmcli.gguf_file import KV_TYPE_BYTES
 
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
 
@@ -56,6 +57,22 @@ SETTINGS: dict[str, Setting] = {
         Setting("gpu_layers", int, -1, "Layers to offload to the GPU (-1: all when the build supports it)."),
         Setting("threads", int, 0, "CPU threads, fixed (0: adaptive, up to the physical cores).", minimum=0),
         Setting("batch_size", int, defaults.BATCH_SIZE, "Prompt tokens evaluated per batch.", minimum=1),
+        Setting(
+            "cache_type_k",
+            str,
+            "f16",
+            "KV cache type of the keys: " + ", ".join(KV_TYPE_BYTES) + " (q8_0 halves the cache).",
+            tuple(KV_TYPE_BYTES),
+            fold_case=True,
+        ),
+        Setting(
+            "cache_type_v",
+            str,
+            "f16",
+            "KV cache type of the values, as cache_type_k; a quantized type needs flash attention.",
+            tuple(KV_TYPE_BYTES),
+            fold_case=True,
+        ),
         Setting("temperature", float, defaults.TEMPERATURE, "Sampling temperature (0: greedy).", minimum=0),
         Setting("top_k", int, defaults.TOP_K, "Top-k sampling (0: off).", minimum=0),
         Setting("top_p", float, defaults.TOP_P, "Nucleus sampling threshold."),

@@ -52,6 +52,8 @@ def chat(
     batch_size: o.BatchSize = None,
     flash_attn: o.FlashAttn = None,
     repack: o.Repack = None,
+    cache_type_k: o.CacheTypeK = None,
+    cache_type_v: o.CacheTypeV = None,
     temperature: o.Temperature = None,
     top_k: o.TopK = None,
     top_p: o.TopP = None,
@@ -111,7 +113,9 @@ def chat(
         ctx_size_draft,
         ctx,
     )
-    engine_opts = o.engine_options(ctx_size, gpu_layers, threads, batch_size, flash_attn, spec, repack)
+    engine_opts = o.engine_options(
+        ctx_size, gpu_layers, threads, batch_size, flash_attn, spec, repack, cache_type_k, cache_type_v
+    )
 
     def load(ref: str | None, speculative=None):
         from dataclasses import replace
@@ -123,7 +127,8 @@ def chat(
     loaded = load(model)
     if loaded.path is None:  # a served model
         o.warn_local_only(ctx_size=ctx_size, gpu_layers=gpu_layers, threads=threads, batch_size=batch_size,
-                          flash_attn=flash_attn, repack=repack)  # fmt: skip
+                          flash_attn=flash_attn, repack=repack, cache_type_k=cache_type_k,
+                          cache_type_v=cache_type_v)  # fmt: skip
     constraint = "json_schema" if json_schema is not None else "grammar" if grammar_file else None
     chat_session = ChatSession(loaded, params, on_overflow=policy, session_name=name, load_model=load,
                                allow_base=fallback_template, constraint=constraint,

@@ -33,6 +33,8 @@ def generate(
     batch_size: o.BatchSize = None,
     flash_attn: o.FlashAttn = None,
     repack: o.Repack = None,
+    cache_type_k: o.CacheTypeK = None,
+    cache_type_v: o.CacheTypeV = None,
     temperature: o.Temperature = None,
     top_k: o.TopK = None,
     top_p: o.TopP = None,
@@ -105,14 +107,17 @@ def generate(
         ctx_size_draft,
         ctx,
     )
-    engine_opts = o.engine_options(ctx_size, gpu_layers, threads, batch_size, flash_attn, spec, repack)
+    engine_opts = o.engine_options(
+        ctx_size, gpu_layers, threads, batch_size, flash_attn, spec, repack, cache_type_k, cache_type_v
+    )
     loaded = load_engine(model, engine_opts, offline=offline, force=force, debug=render.debug(),
                          timeout=timeout)  # fmt: skip
     if loaded.path is None:  # a served model
         if prompt_cache is not None:
             raise UsageError("--prompt-cache needs a local model: a served model's cache lives on its server")
         o.warn_local_only(ctx_size=ctx_size, gpu_layers=gpu_layers, threads=threads, batch_size=batch_size,
-                          flash_attn=flash_attn, repack=repack)  # fmt: skip
+                          flash_attn=flash_attn, repack=repack, cache_type_k=cache_type_k,
+                          cache_type_v=cache_type_v)  # fmt: skip
     from llmcli.generation import run_generate
     from llmcli.prompting import generate_format
     from llmcli.sampling import apply_recommended

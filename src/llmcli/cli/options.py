@@ -139,6 +139,28 @@ FlashAttn = Annotated[
         show_default=False,
     ),
 ]
+CacheTypeK = Annotated[
+    str | None,
+    typer.Option(
+        "--cache-type-k",
+        "-ctk",
+        help="KV cache type of the keys: f16 (default), f32, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1.",
+        envvar="LLMCLI_CACHE_TYPE_K",
+        rich_help_panel=MODEL_PANEL,
+        show_default=False,
+    ),
+]
+CacheTypeV = Annotated[
+    str | None,
+    typer.Option(
+        "--cache-type-v",
+        "-ctv",
+        help="KV cache type of the values, as -ctk (default f16); a quantized type needs flash attention.",
+        envvar="LLMCLI_CACHE_TYPE_V",
+        rich_help_panel=MODEL_PANEL,
+        show_default=False,
+    ),
+]
 Repack = Annotated[
     bool | None,
     typer.Option(
@@ -392,20 +414,50 @@ def engine_options(
     flash_attn: bool | None = None,
     speculative: SpecOptions | None = None,
     repack: bool | None = None,
+    cache_type_k: str | None = None,
+    cache_type_v: str | None = None,
 ) -> EngineOptions:
     from llmcli import settings
     from llmcli.engine.base import EngineOptions, SpecOptions
+    from llmcli.errors import UsageError
 
     gpu = settings.resolve("gpu_layers", gpu_layers)
+    type_k, type_v = _cache_type("k", cache_type_k), _cache_type("v", cache_type_v)
+    if type_v not in ("f32", "f16", "bf16") and flash_attn is False:
+        raise UsageError(
+            f"a quantized V cache ({type_v}) needs flash attention, and -nfa turns it off",
+            hint="drop -nfa/--no-flash-attn, or use -ctv f16",
+        )
     return EngineOptions(
         ctx_size=settings.resolve("ctx_size", ctx_size) or None,
         gpu_layers=None if gpu is None or gpu < 0 else gpu,
         threads=settings.resolve("threads", threads) or None,
         batch_size=settings.resolve("batch_size", batch_size),
         flash_attn=flash_attn,
+        type_k=None if type_k == "f16" else type_k,
+        type_v=None if type_v == "f16" else type_v,
         repack=repack,
         speculative=speculative or SpecOptions(),
     )
+
+
+def _cache_type(which: str, flag: str | None) -> str:
+    """-ctk/-ctv resolved (flag, $LLMCLI_CACHE_TYPE_K/V, config, f16) and checked, lowercased."""
+    from llmcli import settings
+    from llmcli.errors import UsageError
+
+    key = f"cache_type_{which}"
+    value, source = settings.resolve_with_source(key, flag)
+    if source != "flag":
+        return value
+    try:
+        return settings.coerce(settings.SETTINGS[key], value, text=True)
+    except ValueError:
+        where = f"--cache-type-{which}" if _typed(flag, key) else f"${settings.SETTINGS[key].env}"
+        raise UsageError(
+            f"{where}: unknown KV cache type {value!r}",
+            hint="one of " + ", ".join(settings.SETTINGS[key].choices),
+        ) from None
 
 
 def sampling_params(

@@ -259,6 +259,8 @@ class ModelInfo:
     gpu_layers: int = 0
     backend: str = "CPU"
     repack: bool = True  # weights in llama.cpp's extra (repacked) CPU buffers
+    type_k: str = "f16"  # the KV cache's types
+    type_v: str = "f16"
     model_type: str = "instruct"  # or "base": see templates.model_type
     sampling: dict = field(default_factory=dict)  # recommended settings from general.sampling.*
 

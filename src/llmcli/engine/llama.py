@@ -370,6 +370,8 @@ class LlamaEngine:
             gpu_layers=offloaded,
             backend=backend_name(),
             repack=self.repack,
+            type_k=(self.options.type_k or "f16").lower(),
+            type_v=(self.options.type_v or "f16").lower(),
             model_type=templates.model_type(chat_template, metadata),
             sampling=sampling.from_metadata(
                 {key: value for key in sampling.GGUF_KEYS if (value := self._meta(key)) is not None}

@@ -1,0 +1,60 @@
+"""-ctk/--cache-type-k and -ctv/--cache-type-v: flag, environment and config, checked before loading."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import run
+
+
+@pytest.mark.parametrize("command", ["generate", "chat"])
+def test_the_flags_reach_the_engine_lowercased(fake, command):
+    args = ("hi",) if command == "generate" else ()
+    result = run(command, *args, "-ctk", "Q8_0", "--cache-type-v", "q4_0", input="/bye\n")
+    assert result.exit_code == 0, result.stderr
+    options = fake.made[0].options
+    assert (options.type_k, options.type_v) == ("q8_0", "q4_0")
+
+
+def test_the_default_is_llama_cpps_f16(fake):
+    assert run("generate", "hi").exit_code == 0
+    assert (fake.made[0].options.type_k or "f16", fake.made[0].options.type_v or "f16") == ("f16", "f16")
+
+
+def test_environment_then_config(fake, isolated, monkeypatch):
+    (isolated / "config.toml").write_text('cache_type_k = "q5_1"\ncache_type_v = "Q8_0"\n')
+    assert run("generate", "hi").exit_code == 0
+    assert (fake.made[-1].options.type_k, fake.made[-1].options.type_v) == ("q5_1", "q8_0")
+    monkeypatch.setenv("LLMCLI_CACHE_TYPE_K", "bf16")
+    assert run("generate", "hi").exit_code == 0
+    assert fake.made[-1].options.type_k == "bf16"
+    assert run("generate", "hi", "-ctk", "f32").exit_code == 0  # the flag over both
+    assert fake.made[-1].options.type_k == "f32"
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "words"),
+    [
+        (("-ctk", "q9"), {}, "--cache-type-k: unknown KV cache type 'q9'"),
+        ((), {"LLMCLI_CACHE_TYPE_V": "bogus"}, "$LLMCLI_CACHE_TYPE_V: unknown KV cache type 'bogus'"),
+        (("-ctv", "q4_0", "-nfa"), {}, "a quantized V cache (q4_0) needs flash attention"),
+    ],
+)
+def test_bad_input_is_one_line_and_nothing_loads(fake, monkeypatch, args, env, words):
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    result = run("generate", "hi", *args)
+    assert result.exit_code == 2
+    assert words in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert result.stdout == "" and fake.made == []
+
+
+def test_a_bad_config_value_names_the_file(fake, isolated):
+    (isolated / "config.toml").write_text('cache_type_v = "q3"\n')
+    result = run("generate", "hi")
+    assert result.exit_code != 0 and "cache_type_v must be one of" in result.stderr
+    assert fake.made == []
+
+
+def test_a_float_v_cache_needs_no_flash_attention(fake):
+    assert run("generate", "hi", "-ctv", "f32", "-nfa").exit_code == 0
+    assert fake.made[0].options.type_v == "f32" and fake.made[0].options.flash_attn is False
