@@ -97,6 +97,7 @@ def test_show_and_context_and_stats(engine):
     err = result.stderr
     assert "no turns yet" in err
     assert "template   fallback:gemma" in err
+    assert "kv cache   K f16, V f16; weights repacked" in err
     assert "context:" in err and "user" in err and "assistant" in err
     session = [line for line in err.splitlines() if line.startswith("session: ")]
     assert len(session) == 1 and re.fullmatch(

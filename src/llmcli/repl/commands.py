@@ -113,6 +113,8 @@ def _show(repl: Repl, arg: str) -> None:
     repl.info(
         f"context    {s.engine.n_ctx} tokens (trained {info.n_ctx_train}); GPU layers {info.gpu_layers}"
     )
+    weights = "repacked" if info.repack else "not repacked"
+    repl.info(f"kv cache   K {info.type_k}, V {info.type_v}; weights {weights}")
     repl.info(f"template   {s.prompt_format.source}")
     repl.info(f"overflow   {s.on_overflow}")
     repl.info("params     " + ", ".join(f"{k}={v}" for k, v in s.params.as_dict().items() if k != "grammar"))
