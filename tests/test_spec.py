@@ -818,3 +818,20 @@ def test_a_notice_says_when_exactness_left_nothing_to_verify():
     unmatched = {**settings, "exact_blocked": 0}
     assert exact_limit_notice(Stats(decode_tokens=40, speculative=unmatched)) is None
     assert exact_limit_notice(Stats(decode_tokens=40)) is None  # no speculation asked for
+
+
+def test_the_notice_names_the_q8_0_cache_only_where_it_would_help():
+    from llmcli.engine.base import ModelInfo, Stats
+    from llmcli.generation import exact_limit_notice
+
+    settings = {"type": "lookup", "exact": True, "exact_positions": {"short": 9, "long": 1},
+                "exact_blocked": 39}  # fmt: skip
+    s = Stats(decode_tokens=40, speculative=settings)
+
+    def info(k: str, v: str, backend: str = "CPU") -> ModelInfo:
+        return ModelInfo("m.gguf", "llama", "Q4_1", 1, 1, 1, 1, 1, None, backend=backend, type_k=k, type_v=v)
+
+    assert "-ctk q8_0 -ctv q8_0" in exact_limit_notice(s, info("f16", "f16"))
+    assert "-ctk q8_0" not in exact_limit_notice(s, info("q8_0", "q8_0"))  # already there
+    assert "-ctk q8_0" not in exact_limit_notice(s, info("f16", "f16", backend="CUDA"))  # CPU kernels only
+    assert "-ctk q8_0" not in exact_limit_notice(s)

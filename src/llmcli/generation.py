@@ -225,7 +225,7 @@ def run_generate(
         cache = {"path": str(prompt_cache), "restored_tokens": restored, "restore_ms": round(restore_ms, 3),
                  "read_only": prompt_cache_ro, "saved_bytes": 0}  # fmt: skip
     done = consume(engine, tokens, params, stream_stdout=stream_stdout)
-    for notice in (exact_limit_notice(done.stats), draft_context_notice(done.stats)):
+    for notice in (exact_limit_notice(done.stats, engine.info), draft_context_notice(done.stats)):
         if notice:
             render.info(notice)
     if cache is not None:
@@ -238,11 +238,13 @@ def run_generate(
                   prompt_cache=cache)  # fmt: skip
 
 
-def exact_limit_notice(s) -> str | None:
+def exact_limit_notice(s, info=None) -> str | None:
     """One line when speculation was asked for and `--spec-exact` let it verify nothing: on this
     build no batch of two or more positions was bit-identical to one-token steps at the context
     length the answer ran at (`exact_blocked` steps), so the answer was decoded plainly. An answer
-    that drafted nothing only because nothing matched gets no notice."""
+    that drafted nothing only because nothing matched gets no notice. With an f16/f32/bf16 cache
+    it names the q8_0 one too: llama.cpp's CPU flash attention splits one query's keys across
+    threads only for float K and V of one type, so with q8_0 a step and a batch compute alike."""
     spec = s.speculative
     if not spec or not spec.get("exact") or s.drafted_tokens or not s.decode_tokens:
         return None
@@ -252,6 +254,14 @@ def exact_limit_notice(s) -> str | None:
         "speculative decoding drafted nothing: at this context length only one-position batches are "
         "bit-identical to plain decoding on this build (--spec-exact); --no-spec-exact verifies in any "
         "batch (the same distribution, but at temperature 0 a near-tie may come out differently)"
+        + (
+            "; a q8_0 KV cache (-ctk q8_0 -ctv q8_0) keeps batches exact at long contexts"
+            if info is not None
+            and info.backend == "CPU"
+            and info.type_k in ("f16", "f32", "bf16")
+            and info.type_k == info.type_v
+            else ""
+        )
     )
 
 
