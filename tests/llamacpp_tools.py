@@ -48,7 +48,7 @@ def weights_args(name: str) -> list[str]:
 
     if weight_repack():
         return []
-    return ["-nr", "1"] if name == "llama-bench" else ["--no-repack"]
+    return ["--repack", "0"] if name == "llama-bench" else ["--no-repack"]
 
 
 def _run(cmd: list[str], log: Path) -> None:

@@ -490,3 +490,16 @@ def test_force_skips_the_memory_check(backend):
     result = run("bench", "-p", "512", "-n", "0", "-r", "1", "--force", "-o", "json")
     assert result.exit_code == 0, result.stderr
     assert backend.memory_checks == [] and [n_ctx for _, n_ctx in backend.contexts] == [512]
+
+
+@pytest.mark.parametrize(("repack", "noted"), [(False, True), (True, False), (None, False)])
+def test_footer_says_when_the_weights_were_not_repacked(backend, monkeypatch, repack, noted):
+    """llama-bench repacks by default; a run that did not (an AMX build) says how to compare."""
+    env = {**FAKE_ENVIRONMENT, **({} if repack is None else {"weight_repack": repack})}
+    monkeypatch.setattr(FakeBackend, "environment", lambda self: dict(env))
+    result = run("bench", "-p", "8", "-n", "4", "-r", "1")
+    assert result.exit_code == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("weights: not repacked")]
+    assert len(lines) == int(noted)
+    if noted:
+        assert "llama-bench --repack 0" in lines[0]

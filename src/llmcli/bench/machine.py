@@ -62,6 +62,7 @@ def llama_info() -> dict[str, Any]:
         "build_commit": _safe(backend.ggml_commit),
         "ggml_version": _safe(backend.ggml_version),
         "gpu_info": _safe(backend.gpu_names) or [],
+        "weight_repack": _safe(backend.weight_repack),
     }
 
 

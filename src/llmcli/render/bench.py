@@ -271,6 +271,11 @@ def footer(run: BenchRun) -> str:
         f"cpu: {env.get('cpu_info') or 'unknown'} ({simd}){gpu}",
         f"repetitions: {run.settings.get('repetitions')}, warm-up: {warmup}, started {run.started_at}",
     ]
+    if env.get("weight_repack") is False:  # llama-bench's default repacks: say that this run did not
+        lines.append(
+            "weights: not repacked (this build would use llama.cpp's AMX kernels); "
+            "compare with llama-bench --repack 0"
+        )
     lines += spec_notes(run)
     bw = run.bandwidth
     if bw is not None:
