@@ -30,6 +30,9 @@ sample after the prompt, so it counts one token more than ours, which favours it
 Medians over the rounds; each ratio (to plain, to llama-lookup) is the median of the
 ratios within a round, where the runs sat side by side, with its range over the rounds.
 
+With `--cache-type q8_0` every runner (llama.cpp's tools too, `-ctk q8_0 -ctv q8_0 -fa on`) uses a
+q8_0 KV cache, where --spec-exact's batches stay exact past 256 cells (docs/SPECULATIVE.md).
+
 Run under the exclusive CPU lock on a quiet machine:
     flock /tmp/cpu.lock python benchmarks/speculative.py --rounds 5
 """
@@ -212,6 +215,10 @@ def main() -> None:
                     help="comma-separated: copy, repeat, edit, nothing-to-copy, loop")  # fmt: skip
     ap.add_argument("--runners", help="only these runners, comma-separated (plain is always run)")
     ap.add_argument("--json", type=Path, help="also write every measurement here")
+    ap.add_argument("--cache-type", default="f16",
+                    help="KV cache type of K and V for every runner, llama.cpp's tools too (-ctk/-ctv; "
+                    "not f16: flash attention on everywhere); q8_0 keeps --spec-exact batches exact at "
+                    "long contexts")  # fmt: skip
     args = ap.parse_args()
 
     sys.path.insert(0, str(ROOT / "tests"))
@@ -224,6 +231,8 @@ def main() -> None:
         import llamacpp_tools
 
         tools = llamacpp_tools.ensure("llama-lookup", "llama-speculative-simple")
+    kv = {} if args.cache_type == "f16" else {"type_k": args.cache_type, "type_v": args.cache_type,
+                                               "flash_attn": True}  # fmt: skip
     results: dict = {}
     for name in args.models.split(","):
         every = prompts_for(name)
@@ -232,7 +241,7 @@ def main() -> None:
         k = args.draft_max
 
         def engine(spec=None, path=path):
-            return LlamaEngine(path, EngineOptions(ctx_size=4096, threads=args.threads,
+            return LlamaEngine(path, EngineOptions(ctx_size=4096, threads=args.threads, **kv,
                                                    speculative=spec or SpecOptions()))  # fmt: skip
 
         fast = SpecOptions(kind="lookup", draft_max=k, exact=False)  # lookup-fast, warm and cold
@@ -269,6 +278,8 @@ def main() -> None:
             if tools:
                 common = ["-f", prompt_file, "-n", str(args.tokens), "--temp", "0", "-t", str(args.threads),
                           *llamacpp_tools.weights_args("llama-lookup")]  # fmt: skip
+                if kv:
+                    common += ["-ctk", args.cache_type, "-ctv", args.cache_type, "-fa", "on"]
                 lookup_argv = [str(tools["llama-lookup"]), "-m", path, *common, "--spec-draft-n-max", str(k)]
                 self_argv = [str(tools["llama-speculative-simple"]), "-m", path, "-md", path, *common,
                              "--spec-draft-n-max", "4", "--spec-type", "draft-simple"]  # fmt: skip
