@@ -113,14 +113,34 @@ def start_llama_server(
     return Running(f"http://127.0.0.1:{port}/v1", MODEL_ALIAS, process, log)
 
 
+# `python -m llama_cpp.server`, with the weights where llmcli puts them: llama-cpp-python's server
+# has no --no-repack, and on an AMX build its default (the AMX buffer) crashes the first
+# multi-token batch on many AMX hosts (llmcli.engine.backend.weight_repack).
+_PYTHON_SERVER = """
+import runpy
+from llama_cpp import llama_cpp as binding
+from llmcli.engine.backend import weight_repack
+
+default_params = binding.llama_model_default_params
+
+def model_params():
+    params = default_params()
+    params.use_extra_bufts = weight_repack()
+    return params
+
+binding.llama_model_default_params = model_params
+runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+"""
+
+
 def start_python_server(log_dir: Path) -> Running:
     """llama-cpp-python's own OpenAI-compatible server (the `server` extra) with the bundled model."""
     port = free_port()
     log = log_dir / f"llama-cpp-python-server-{port}.log"
     cmd = [
         sys.executable,
-        "-m",
-        "llama_cpp.server",
+        "-c",
+        _PYTHON_SERVER,
         "--model",
         str(smollm2_path()),
         "--host",
