@@ -58,3 +58,50 @@ def test_a_bad_config_value_names_the_file(fake, isolated):
 def test_a_float_v_cache_needs_no_flash_attention(fake):
     assert run("generate", "hi", "-ctv", "f32", "-nfa").exit_code == 0
     assert fake.made[0].options.type_v == "f32" and fake.made[0].options.flash_attn is False
+
+
+def test_chat_set_reloads_with_the_new_cache_types_and_keeps_the_conversation(fake):
+    lines = ["first", "/set cache-type-k Q8_0", "/set cache_type_v q8_0", "second", "/set"]
+    result = run("chat", input="".join(line + "\n" for line in lines))
+    assert result.exit_code == 0, result.stderr
+    assert "cache-type-k = q8_0 (model reloaded)" in result.stderr
+    assert "cache_type_v = q8_0 (model reloaded)" in result.stderr
+    assert len(fake.made) == 3  # the start and two reloads
+    assert (fake.made[1].options.type_k, fake.made[1].options.type_v) == ("q8_0", None)  # one at a time
+    last = fake.made[-1]
+    assert (last.options.type_k, last.options.type_v) == ("q8_0", "q8_0")
+    assert "first" in last.history[-1].prompt and "second" in last.history[-1].prompt
+    assert "  cache-type-k = q8_0" in result.stderr and "  cache-type-v = q8_0" in result.stderr
+
+
+def test_chat_set_f16_is_the_default_again(fake):
+    result = run("chat", "-ctk", "q8_0", input="/set cache-type-k f16\nhello\n")
+    assert result.exit_code == 0, result.stderr
+    assert fake.made[0].options.type_k == "q8_0" and fake.made[-1].options.type_k is None
+
+
+def test_chat_model_switch_keeps_the_cache_types_set_in_the_session(fake, tmp_path):
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"GGUF")
+    lines = ["/set cache-type-v q4_0", "/set spec-type lookup", f"/model {other}", "hello"]
+    result = run("chat", input="".join(line + "\n" for line in lines))
+    assert result.exit_code == 0, result.stderr
+    assert "now using" in result.stderr
+    last = fake.made[-1]
+    assert last.options.type_v == "q4_0"
+    assert last.options.speculative.kind == "lookup"  # neither setting undoes the other
+
+
+@pytest.mark.parametrize(
+    ("args", "line", "words"),
+    [
+        ((), "/set cache-type-k q9", "cache-type-k: unknown KV cache type 'q9' (one of f32, f16"),
+        (("-nfa",), "/set cache-type-v q8_0", "a quantized V cache (q8_0) needs flash attention"),
+    ],
+)
+def test_chat_set_refuses_a_bad_cache_type_and_the_chat_goes_on(fake, args, line, words):
+    result = run("chat", *args, input=f"{line}\nhello\n")
+    assert result.exit_code == 0 and "Traceback" not in result.stderr
+    assert words in result.stderr
+    assert len(fake.made) == 1 and fake.made[0].history  # nothing reloaded; the next message was answered
+    assert (fake.made[0].options.type_k, fake.made[0].options.type_v) == (None, None)

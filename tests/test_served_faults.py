@@ -139,6 +139,13 @@ def test_local_only_flags_are_said_to_be_ignored(fault_server):
     assert "--ctx-size, --threads: ignored for a served model" in result.stderr
 
 
+def test_chat_cannot_set_a_served_models_cache_types(fault_server):
+    result = run("chat", "-m", fault_server.ref, input="/set cache-type-k q8_0\nhi\n")
+    assert result.exit_code == 0 and "Traceback" not in result.stderr
+    assert "cache-type-k: a served model's KV cache is its server's to set" in result.stderr
+    assert len(posts(fault_server)) == 1  # the message after it was still sent
+
+
 # -- faults -------------------------------------------------------------------------------------
 
 

@@ -117,10 +117,11 @@ def chat(
         ctx_size, gpu_layers, threads, batch_size, flash_attn, spec, repack, cache_type_k, cache_type_v
     )
 
-    def load(ref: str | None, speculative=None):
+    def load(ref: str | None, speculative=None, **kv: str | None):
         from dataclasses import replace
 
-        opts = engine_opts if speculative is None else replace(engine_opts, speculative=speculative)
+        changes = kv if speculative is None else {**kv, "speculative": speculative}
+        opts = replace(engine_opts, **changes)
         return load_engine(ref, opts, offline=offline, force=force, debug=render.debug(),
                            timeout=timeout)  # fmt: skip
 

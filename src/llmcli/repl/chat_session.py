@@ -75,7 +75,7 @@ class ChatSession:
     session_name: str | None = None
     last: Stats | None = None
     totals: Totals = field(default_factory=Totals)
-    load_model: Callable[..., Loaded] | None = None  # (ref) or (ref, speculative options)
+    load_model: Callable[..., Loaded] | None = None  # (ref), or (ref, speculative options, type_k=, type_v=)
     allow_base: bool = False  # --fallback-template: chat with a base model in its fallback format
     constraint: str | None = None  # "grammar" or "json_schema": every reply is constrained
     recommended: dict[str, Any] = field(default_factory=dict)  # the model's sampling, applied
@@ -263,13 +263,16 @@ class ChatSession:
         if name.replace("_", "-") in SPEC_SETTINGS:
             self.set_spec(name.replace("_", "-"), value)
             return
+        if name.replace("_", "-") in KV_SETTINGS:
+            self.set_cache_type(name.replace("_", "-"), value)
+            return
         # the constraint is the command line's (--grammar-file, --json-schema); `defaulted` is bookkeeping
         known = {
             f.name: f for f in fields(SamplingParams) if f.name not in ("grammar", "json_schema", "defaulted")
         }
         key = name.replace("-", "_")
         if key not in known:
-            settable = sorted(known) + sorted(SPEC_SETTINGS)
+            settable = sorted(known) + sorted(SPEC_SETTINGS) + sorted(KV_SETTINGS)
             raise UsageError(f"unknown setting {name!r}; settable: {', '.join(settable)}")
         current = getattr(self.params, key)
         try:
@@ -350,6 +353,32 @@ class ChatSession:
             raise UsageError(_as_settings(exc.message), hint=exc.hint) from None
         self.switch_model(self.loaded.ref, speculative=spec)
 
+    def set_cache_type(self, name: str, value: str) -> None:
+        """`/set cache-type-k q8_0`: the model is loaded again with its KV cache of that type (a
+        cache's types are fixed when the context is made); the conversation is kept and
+        re-evaluated at the next turn, as after `/set spec-type`."""
+        from llmcli.errors import UsageError
+        from llmcli.gguf_file import KV_TYPE_BYTES
+
+        options = getattr(self.engine, "options", None)
+        if options is None:
+            raise UsageError(f"{name}: a served model's KV cache is its server's to set")
+        parsed = value.strip().lower()
+        if parsed not in KV_TYPE_BYTES:
+            raise UsageError(f"{name}: unknown KV cache type {value!r} (one of {', '.join(KV_TYPE_BYTES)})")
+        field_name = KV_SETTINGS[name]
+        if field_name == "type_v" and parsed not in FLOAT_KV_TYPES and options.flash_attn is False:
+            raise UsageError(
+                f"a quantized V cache ({parsed}) needs flash attention, and this chat runs without it (-nfa)"
+            )
+        kv_type = None if parsed == "f16" else parsed  # f16: llama.cpp's default, as -ctk f16
+        self.switch_model(self.loaded.ref, speculative=self.spec, **{field_name: kv_type})
+
+    def cache_type(self, name: str) -> str | None:
+        """The KV cache type `name` names in the loaded model (None for a served model)."""
+        options = getattr(self.engine, "options", None)
+        return None if options is None else getattr(options, KV_SETTINGS[name]) or "f16"
+
     def spec_value(self, name: str) -> Any:
         field_name, _ = SPEC_SETTINGS[name]
         value = getattr(self.spec, field_name)
@@ -357,17 +386,21 @@ class ChatSession:
             return self.spec.model_draft_ref or value
         return value
 
-    def switch_model(self, ref: str, speculative=None) -> None:
-        """Load `ref` in place of the current model. The speculative settings in effect (the command
-        line's, or what `/set` changed since) go with it, except to a served model, which drafts
-        on its server if at all."""
+    def switch_model(self, ref: str, speculative=None, **kv: str | None) -> None:
+        """Load `ref` in place of the current model. The speculative settings and KV cache types in
+        effect (the command line's, or what `/set` changed since) go with it, except to a served
+        model, which drafts and keeps its cache on its server. `kv`: type_k/type_v to change."""
         from llmcli import endpoints
         from llmcli.engine.base import SpecOptions
 
         assert self.load_model is not None
+        served = endpoints.lookup(ref) is not None
         if speculative is None:
-            speculative = SpecOptions() if endpoints.lookup(ref) is not None else self.spec
-        new = self.load_model(ref, speculative)
+            speculative = SpecOptions() if served else self.spec
+        options = getattr(self.engine, "options", None)
+        if options is not None and not served:  # from a local model to a local model
+            kv = {"type_k": options.type_k, "type_v": options.type_v, **kv}
+        new = self.load_model(ref, speculative, **kv)
         try:
             self.check_model(new)
         except BaseException:
@@ -402,6 +435,11 @@ SPEC_SETTINGS: dict[str, tuple[str, type]] = {
     "gpu-layers-draft": ("gpu_layers_draft", int),  # -ngld; below 0: all when the build can offload
     "ctx-size-draft": ("ctx_size_draft", int),  # -cd; 0: the target's
 }
+
+
+# /set names for the KV cache's types (-ctk, -ctv): the EngineOptions field.
+KV_SETTINGS: dict[str, str] = {"cache-type-k": "type_k", "cache-type-v": "type_v"}
+FLOAT_KV_TYPES = ("f32", "f16", "bf16")  # the V types attention can read without flash attention
 
 
 def stats_record(done: Done) -> dict[str, Any]:

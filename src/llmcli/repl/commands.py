@@ -79,9 +79,9 @@ def _system(repl: Repl, arg: str) -> None:
     repl.info("system prompt set" if arg else "system prompt removed")
 
 
-@command("/set", "/set [NAME VALUE]", "Change a sampling or speculative decoding setting, or list them all.")
+@command("/set", "/set [NAME VALUE]", "Change a sampling, speculative or KV cache setting, or list them all.")
 def _set(repl: Repl, arg: str) -> None:
-    from llmcli.repl.chat_session import SPEC_SETTINGS
+    from llmcli.repl.chat_session import KV_SETTINGS, SPEC_SETTINGS
 
     if not arg:
         for key, value in repl.session.params.as_dict().items():
@@ -89,13 +89,20 @@ def _set(repl: Repl, arg: str) -> None:
                 repl.info(f"  {key} = {value}")
         for key in SPEC_SETTINGS:
             repl.info(f"  {key} = {repl.session.spec_value(key)}")
+        for key in KV_SETTINGS:
+            if (kv_type := repl.session.cache_type(key)) is not None:
+                repl.info(f"  {key} = {kv_type}")
         return
     name, _, value = arg.partition(" ")
     if not value.strip():
         raise UsageError("usage: /set NAME VALUE")
     repl.session.set_param(name, value.strip())
-    if name.replace("_", "-") in SPEC_SETTINGS:
-        repl.info(f"{name} = {repl.session.spec_value(name.replace('_', '-'))} (model reloaded)")
+    dashed = name.replace("_", "-")
+    if dashed in SPEC_SETTINGS:
+        repl.info(f"{name} = {repl.session.spec_value(dashed)} (model reloaded)")
+        return
+    if dashed in KV_SETTINGS:
+        repl.info(f"{name} = {repl.session.cache_type(dashed)} (model reloaded)")
         return
     repl.info(f"{name} = {getattr(repl.session.params, name.replace('-', '_'))}")
 
