@@ -63,3 +63,20 @@ def test_a_multi_token_batch_runs_at_the_default_and_the_record_says_so():
         assert on["model"]["weight_repack"] is True
     report = json.loads(llmcli("doctor", "--json", "--offline", check=True).stdout)
     assert report["compute"]["weight_repack"] is backend.weight_repack()
+
+
+@pytest.mark.parametrize("command", ["generate", "chat"])
+@pytest.mark.parametrize(
+    ("info", "flag", "warned"),
+    [(AMX_INFO, "--repack", True), (AMX_INFO, "--no-repack", False), (PLAIN_INFO, "--repack", False)],
+)
+def test_repack_typed_on_an_amx_build_warns(fake, monkeypatch, command, info, flag, warned):
+    from helpers import run
+
+    monkeypatch.setattr(backend, "system_info", lambda: info)
+    args = ("hi",) if command == "generate" else ()
+    result = run(command, *args, flag, input="/bye\n")
+    assert result.exit_code == 0, result.stderr
+    assert ("llama.cpp's AMX kernels, which crash" in result.stderr) is warned
+    assert "AMX" not in result.stdout
+    assert fake.made[0].options.repack is (flag == "--repack")

@@ -126,6 +126,7 @@ def chat(
                            timeout=timeout)  # fmt: skip
 
     loaded = load(model)
+    o.warn_amx_repack(repack, loaded)
     if loaded.path is None:  # a served model
         o.warn_local_only(ctx_size=ctx_size, gpu_layers=gpu_layers, threads=threads, batch_size=batch_size,
                           flash_attn=flash_attn, repack=repack, cache_type_k=cache_type_k,

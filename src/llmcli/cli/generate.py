@@ -112,6 +112,7 @@ def generate(
     )
     loaded = load_engine(model, engine_opts, offline=offline, force=force, debug=render.debug(),
                          timeout=timeout)  # fmt: skip
+    o.warn_amx_repack(repack, loaded)
     if loaded.path is None:  # a served model
         if prompt_cache is not None:
             raise UsageError("--prompt-cache needs a local model: a served model's cache lives on its server")

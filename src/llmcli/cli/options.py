@@ -557,6 +557,21 @@ def _reason(exc: Exception) -> str:
     return getattr(exc, "strerror", None) or str(exc)
 
 
+def warn_amx_repack(repack: bool | None, loaded) -> None:
+    """`--repack` typed on a build that hands repacked weights to llama.cpp's AMX kernels: honoured,
+    with a warning, since those kernels crash some hosts (virtual machines) at the first batch."""
+    if repack is not True or loaded.path is None:
+        return
+    from llmcli import render
+    from llmcli.engine import backend
+
+    if backend.amx_weights():
+        render.warn(
+            "--repack: this build hands repacked weights to llama.cpp's AMX kernels, which crash at "
+            "the first batch of several tokens on some hosts (virtual machines); --no-repack avoids them"
+        )
+
+
 def warn_local_only(**flags) -> None:
     """A served model has no local context, threads or layers: flags for them are said to be ignored."""
     from llmcli import render
