@@ -18,7 +18,10 @@ greedy:
   tree (tests/llamacpp_tools.py), `-n N --temp 0 -t T --spec-draft-n-max K`;
 - llama-lookup-default: the same without `--spec-draft-n-max` (its default k, 3 in 0.3.36);
 - self-draft: llama.cpp's llama-speculative-simple with the target as its own draft (its
-  acceptance at temperature 0 should be 100%), and llmcli's `--spec-type draft` the same way.
+  acceptance at temperature 0 should be 100%), and llmcli's `--spec-type draft` the same way
+  with --no-spec-exact; self-draft-exact: llmcli's with --spec-exact (it drafts only where the
+  target's batches are bit-identical to its steps: past 256 cells on an f16 cache, not at all
+  on this CPU; on a q8_0 cache, everywhere).
 
 llmcli's decode speed is measured by wall clock in the consumer: tokens after the first / time
 from the first token to the last (what a user waits for, Python and sampling included), counted
@@ -251,6 +254,10 @@ def main() -> None:
             "lookup-fast": engine(fast),
             "self-draft": engine(
                 SpecOptions(kind="draft", draft_max=4, model_draft=path, exact=False, adaptive=False)
+            ),  # fmt: skip
+            # the same with the exactness probe: drafts only where the target's batches are exact
+            "self-draft-exact": engine(
+                SpecOptions(kind="draft", draft_max=4, model_draft=path, exact=True, adaptive=False)
             ),  # fmt: skip
         }
         for key in CHAT_REQUESTS:  # as `generate` sends a request to an instruct model

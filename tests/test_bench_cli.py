@@ -49,7 +49,7 @@ def test_default_run_is_llama_bench_pp512_and_tg128(backend):
         "llmcli bench: [2/2] tg128: 100.00 ± 0.00 t/s",
     ]
     assert backend.runs == 12  # a warm-up and 5 timed runs per test
-    assert backend.loads == [("a.gguf", 99)]
+    assert backend.loads == [("a.gguf", 99, True)]
     assert [n_ctx for _, n_ctx in backend.contexts] == [512]  # one context, sized for the largest test
 
 
@@ -98,7 +98,9 @@ def test_several_models_are_loaded_once_each(backend):
         "bench", "-m", "a.gguf,b.gguf", "-p", "16", "-n", "4", "-t", "1", "-ngl", "0,1", "-o", "jsonl"
     )
     assert result.exit_code == 0, result.stderr
-    assert backend.loads == [("a.gguf", 0), ("a.gguf", 1), ("b.gguf", 0), ("b.gguf", 1)]
+    assert backend.loads == [
+        ("a.gguf", 0, True), ("a.gguf", 1, True), ("b.gguf", 0, True), ("b.gguf", 1, True)
+    ]  # fmt: skip
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert [(r["model_filename"], r["n_gpu_layers"], r["test"]) for r in rows] == [
         (m, ngl, t) for m in ("a.gguf", "b.gguf") for ngl in (0, 1) for t in ("pp16", "tg4")
@@ -497,6 +499,7 @@ def test_footer_says_when_the_weights_were_not_repacked(backend, monkeypatch, re
     """llama-bench repacks by default; a run that did not (an AMX build) says how to compare."""
     env = {**FAKE_ENVIRONMENT, **({} if repack is None else {"weight_repack": repack})}
     monkeypatch.setattr(FakeBackend, "environment", lambda self: dict(env))
+    backend.repack_default = repack is not False
     result = run("bench", "-p", "8", "-n", "4", "-r", "1")
     assert result.exit_code == 0, result.stderr
     lines = [line for line in result.stdout.splitlines() if line.startswith("weights: not repacked")]

@@ -43,6 +43,21 @@ def test_depth_pg_flash_attention_and_quantized_cache():
     assert all(r["type_v"] == "q8_0" and r["flash_attn"] is True for r in doc["results"])
 
 
+def test_both_weight_layouts_load_and_measure():
+    """`--repack 0,1` loads the model in each layout. On a build that would hand repacked weights to
+    llama.cpp's AMX kernels (which crash the first multi-token batch on some hosts) only one-token
+    decodes run repacked."""
+    from llmcli.engine.backend import amx_weights
+
+    sizes = ("-p", "0", "-n", "2") if amx_weights() else ("-p", "8", "-n", "2")
+    doc = _bench("-m", "smollm2-135m", *sizes, "--repack", "0,1")
+    layouts = [r["repack"] for r in doc["results"]]
+    half = len(layouts) // 2
+    assert half and layouts == [False] * half + [True] * half
+    assert all(v > 0 for r in doc["results"] for v in r["samples_ts"])
+    assert doc["environment"]["weight_repack"] is (not amx_weights())
+
+
 def test_depth_is_trimmed_with_seq_rm():
     from llmcli.bench.llama_backend import LlamaBackend
     from llmcli.bench.sweep import ContextSpec, TestSpec

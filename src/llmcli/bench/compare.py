@@ -4,8 +4,10 @@ Reads `llmcli bench -o json` documents, `-o jsonl` files, and llama-bench's own 
 output. Tests are matched on their name (pp512, tg128 @ d4096, chat turn 2 (reuse),
 spec lookup k=8 tg128) and settings
 (threads, batch sizes, GPU layers, flash attention, KV cache types) and, when either file holds
-more than one model, the model file name. The verdict comes from Welch's t-test on the per-repetition
-tokens-per-second samples: a difference is reported as real when p < alpha (default 0.05).
+more than one model, the model file name; when either holds runs with and without weight
+repacking (`--repack 0,1`), that too (a file that does not record it matches either). The verdict
+comes from Welch's t-test on the per-repetition tokens-per-second samples: a difference is reported
+as real when p < alpha (default 0.05).
 Speculative cases (`--scenario spec`) also show each side's acceptance.
 """
 
@@ -20,15 +22,20 @@ from llmcli.bench import stats
 from llmcli.errors import UsageError
 
 KEY_FIELDS = ("test", "n_threads", "n_batch", "n_ubatch", "n_gpu_layers", "flash_attn", "type_k", "type_v")
-_LABELS = {"n_threads": "t", "n_batch": "b", "n_ubatch": "ub", "n_gpu_layers": "ngl", "flash_attn": "fa"}
+# told apart only where a file holds more than one value of them
+EXTRA_FIELDS = ("model_filename", "repack")
+_LABELS = {"n_threads": "t", "n_batch": "b", "n_ubatch": "ub", "n_gpu_layers": "ngl", "flash_attn": "fa",
+           "model_filename": "model"}  # fmt: skip
 
 
 @dataclass
 class Side:
     path: Path
-    rows: dict[tuple, dict[str, Any]]  # key -> record
+    rows: dict[tuple, dict[str, Any]]  # key (KEY_FIELDS + EXTRA_FIELDS) -> record
     complete: bool = True
-    models: frozenset[str] = frozenset()
+
+    def values(self, field: str) -> set[Any]:
+        return {r[field] for r in self.rows.values()}
 
 
 @dataclass
@@ -95,8 +102,8 @@ def compare(old_path: Path, new_path: Path, alpha: float = 0.05) -> Comparison:
     if not 0 < alpha < 1:
         raise UsageError(f"--alpha must be between 0 and 1, got {alpha}")
     old, new = load(old_path), load(new_path)
-    with_model = len(old.models) > 1 or len(new.models) > 1
-    old_rows, new_rows = _rekey(old, with_model), _rekey(new, with_model)
+    extras = [f for f in EXTRA_FIELDS if len(old.values(f)) > 1 or len(new.values(f)) > 1]
+    old_rows, new_rows = _rekey(old, extras), _rekey(new, extras)
     common = [k for k in old_rows if k in new_rows]
     if not common:
         raise UsageError(
@@ -104,22 +111,24 @@ def compare(old_path: Path, new_path: Path, alpha: float = 0.05) -> Comparison:
             f"(old: {_names(old_rows)}; new: {_names(new_rows)})",
             hint="compare runs of the same tests with the same settings",
         )
-    varying = [i for i in range(len(common[0])) if len({k[i] for k in common}) > 1]
-    pairs = [_pair(k, old_rows[k], new_rows[k], varying) for k in common]
-    only_old = [_label(k, varying) for k in old_rows if k not in new_rows]
-    only_new = [_label(k, varying) for k in new_rows if k not in old_rows]
+    fields = KEY_FIELDS + tuple(extras)
+    varying = [fields[i] for i in range(1, len(fields)) if len({k[i] for k in common}) > 1]
+    pairs = [_pair(k, old_rows[k], new_rows[k], fields, varying) for k in common]
+    only_old = [_label(k, fields, varying) for k in old_rows if k not in new_rows]
+    only_new = [_label(k, fields, varying) for k in new_rows if k not in old_rows]
     return Comparison(old, new, pairs, only_old, only_new, alpha)
 
 
-def _pair(key: tuple, old: dict, new: dict, varying: list[int]) -> Pair:
+def _pair(key: tuple, old: dict, new: dict, fields: tuple[str, ...], varying: list[str]) -> Pair:
     a, b = samples_ts(old), samples_ts(new)
     both = "acceptance" in old and "acceptance" in new
     acceptance = (old.get("acceptance"), new.get("acceptance")) if both else None
-    return Pair(key, _label(key, varying), a, b, stats.welch(a, b), acceptance)
+    return Pair(key, _label(key, fields, varying), a, b, stats.welch(a, b), acceptance)
 
 
-def _rekey(side: Side, with_model: bool) -> dict[tuple, dict]:
-    return {(k + (r["model_filename"],) if with_model else k): r for k, r in side.rows.items()}
+def _rekey(side: Side, extras: list[str]) -> dict[tuple, dict]:
+    """The records keyed on the settings and the extra fields that tell them apart."""
+    return {tuple(r[f] for f in KEY_FIELDS) + tuple(r[f] for f in extras): r for r in side.rows.values()}
 
 
 def _names(rows: dict[tuple, dict]) -> str:
@@ -127,10 +136,13 @@ def _names(rows: dict[tuple, dict]) -> str:
     return ", ".join(names[:6]) + (", ..." if len(names) > 6 else "") if names else "nothing"
 
 
-def _label(key: tuple, varying: list[int]) -> str:
-    fields = KEY_FIELDS + ("model",)
-    extra = [f"{_LABELS.get(fields[i], fields[i])}={key[i]}" for i in varying if i > 0]
+def _label(key: tuple, fields: tuple[str, ...], varying: list[str]) -> str:
+    extra = [f"{_LABELS.get(f, f)}={_shown(key[fields.index(f)])}" for f in varying]
     return key[0] + (f" [{', '.join(extra)}]" if extra else "")
+
+
+def _shown(value: Any) -> str:
+    return str(int(value)) if isinstance(value, bool) else str(value)
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -148,10 +160,10 @@ def load(path: Path) -> Side:
     rows: dict[tuple, dict[str, Any]] = {}
     for i, record in enumerate(records):
         normal = normalize(record, path, i)
-        rows[tuple(normal[f] for f in KEY_FIELDS)] = normal
+        rows[tuple(normal[f] for f in KEY_FIELDS + EXTRA_FIELDS)] = normal
     if not rows:
         raise UsageError(f"{path} holds no results")
-    return Side(Path(path), rows, complete, frozenset(r["model_filename"] for r in rows.values()))
+    return Side(Path(path), rows, complete)
 
 
 def _records(path: Path, text: str) -> tuple[list[Any], bool]:
@@ -197,6 +209,7 @@ def normalize(record: Any, path: Path, index: int) -> dict[str, Any]:
         r["test"] = _llama_bench_name(r, path, index)
     r["model_filename"] = Path(str(r.get("model_filename") or "?")).name
     r["flash_attn"] = _flag(r.get("flash_attn"))
+    r["repack"] = _flag(r.get("repack"))
     for f in KEY_FIELDS:
         r.setdefault(f, None)
     r["samples_ts"] = samples_ts(r)

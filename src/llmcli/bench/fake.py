@@ -50,11 +50,12 @@ class FakeBackend:
     foreign_vocab: set[str] = field(default_factory=set)  # draft file names check_draft refuses
     busy: float | None = None  # what other_load() reports (share of the CPU used by other processes)
     memory_tokens: int | None = None  # the largest context check_memory lets through (None: any)
+    repack_default: bool = True  # the build's default weight repacking (False: an AMX build)
     clock: FakeClock = field(default_factory=FakeClock)
 
     def __post_init__(self) -> None:
         self.runs = 0  # timed and untimed runs of the measured part
-        self.loads: list[tuple[str, int]] = []
+        self.loads: list[tuple[str, int, bool | None]] = []  # (file name, GPU layers, repack)
         self.contexts: list[tuple[ContextSpec, int]] = []
         self.depth_fills: list[int] = []
         self.engines: list[Any] = []
@@ -74,9 +75,12 @@ class FakeBackend:
             n_ctx_train=self.n_ctx_train, weight_bytes_per_token=1_000_000,
         )  # fmt: skip
 
-    def load(self, model: ModelSummary, n_gpu_layers: int) -> FakeModel:
-        self.loads.append((model.filename, n_gpu_layers))
+    def load(self, model: ModelSummary, n_gpu_layers: int, repack: bool | None = None) -> FakeModel:
+        self.loads.append((model.filename, n_gpu_layers, repack))
         return FakeModel(self)
+
+    def weight_repack(self, requested: bool | None) -> bool:
+        return self.repack_default if requested is None else requested
 
     def chat_engine(self, model: ModelSummary, options: Any) -> Any:
         from llmcli.engine.fake import FakeEngine

@@ -58,8 +58,13 @@ class LlamaBackend:
             weight_bytes_per_token=weight_bytes_per_token(header),
         )
 
-    def load(self, model: ModelSummary, n_gpu_layers: int) -> LlamaModel:
-        return LlamaModel(self, model, n_gpu_layers)
+    def load(self, model: ModelSummary, n_gpu_layers: int, repack: bool | None = None) -> LlamaModel:
+        return LlamaModel(self, model, n_gpu_layers, repack)
+
+    def weight_repack(self, requested: bool | None) -> bool:
+        from llmcli.engine.backend import weight_repack
+
+        return weight_repack(requested)
 
     def chat_engine(self, model: ModelSummary, options: Any) -> Any:
         from llmcli.engine.llama import LlamaEngine
@@ -106,13 +111,15 @@ class LlamaBackend:
 
 
 class LlamaModel:
-    """One loaded model (per model file and GPU layer count)."""
+    """One loaded model (per model file, GPU layer count and weight repacking)."""
 
-    def __init__(self, backend: LlamaBackend, summary: ModelSummary, n_gpu_layers: int) -> None:
+    def __init__(
+        self, backend: LlamaBackend, summary: ModelSummary, n_gpu_layers: int, repack: bool | None = None
+    ) -> None:
         from llmcli.engine.measure import MeasureModel
 
         self.backend = backend
-        self.model = MeasureModel(summary.path, n_gpu_layers)
+        self.model = MeasureModel(summary.path, n_gpu_layers, repack)
         self.gpu_layers_offloaded = self.model.gpu_layers_offloaded
 
     def new_context(self, spec: ContextSpec, n_ctx: int) -> LlamaContext:

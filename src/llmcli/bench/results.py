@@ -398,7 +398,7 @@ def _context_fields(c: ContextSpec, n_gpu_layers: int, offloaded: int) -> dict[s
     return {
         "n_batch": c.n_batch, "n_ubatch": c.n_ubatch, "n_threads": c.n_threads, "type_k": c.type_k,
         "type_v": c.type_v, "n_gpu_layers": n_gpu_layers, "n_gpu_layers_offloaded": offloaded,
-        "flash_attn": c.flash_attn,
+        "flash_attn": c.flash_attn, "repack": c.repack,
     }  # fmt: skip
 
 

@@ -48,6 +48,8 @@ def plan(request: Request, backend: runner.Backend) -> Plan:
     """Resolve and inspect every model, expand the sweep, and check every case fits its context."""
     models = resolve_models(request.sweep.models, backend, request.offline)
     request.sweep.models = list(models)
+    # --repack as asked, else the build's default: every record says which layout it measured
+    request.sweep.repack = list(dict.fromkeys(backend.weight_repack(r) for r in request.sweep.repack))
     _, dropped = drop_unsupported(request.sweep.contexts())
     sizes = None  # the tests scenario's context per group; the others size theirs when they run
     if request.scenario == "chat":
@@ -124,6 +126,7 @@ def new_run(request: Request, the_plan: Plan, backend: runner.Backend) -> BenchR
             "n_prompt": s.n_prompt, "n_gen": s.n_gen, "pg": [list(p) for p in s.pg], "n_depth": s.depth,
             "n_threads": s.threads, "n_gpu_layers": s.gpu_layers, "n_batch": s.n_batch,
             "n_ubatch": s.n_ubatch, "flash_attn": s.flash_attn, "type_k": s.type_k, "type_v": s.type_v,
+            "repack": s.repack,
         },
     }  # fmt: skip
     if request.scenario == "spec":

@@ -6,7 +6,8 @@ of `n_prompt` synthetic tokens in batches of `n_batch` followed by `n_gen` singl
 `llama_synchronize` after the prefill and after every decode. Token ids are drawn before the clock
 starts, so tokenization and sampling are excluded, as in llama-bench.
 
-A model is loaded once per (model, GPU layers) and a context created once per context settings.
+A model is loaded once per (model, GPU layers, weight repacking) and a context created once per
+context settings.
 `run_interruptible` runs the loop under the engine's Ctrl-C handling, the one generate uses: the
 wakeup-fd watcher aborts a long `llama_decode` through llama.cpp's abort callback at once; whatever
 finished is kept and the run is marked incomplete.
@@ -66,7 +67,10 @@ class Backend(Protocol):
 
     def inspect(self, path: str, ref: str) -> ModelSummary: ...
 
-    def load(self, model: ModelSummary, n_gpu_layers: int) -> LoadedModel: ...
+    def load(self, model: ModelSummary, n_gpu_layers: int, repack: bool | None = None) -> LoadedModel: ...
+
+    def weight_repack(self, requested: bool | None) -> bool:
+        """Whether a model loads with its weights repacked: as asked, else the build's default."""
 
     def chat_engine(self, model: ModelSummary, options: Any) -> Any:
         """A full `Engine` for the chat scenario (built from `llmcli.engine.base.EngineOptions`)."""
@@ -200,8 +204,9 @@ class _Loop:
     def run(self) -> None:
         self.sizes = context_sizes(self.cases, self.models, self.options.ctx_size)
         self.index = 0
-        for (ref, ngl), group in groupby(self.cases, key=lambda c: (c.model, c.n_gpu_layers)):
-            loaded = self.backend.load(self.models[ref], ngl)
+        loads = groupby(self.cases, key=lambda c: (c.model, c.n_gpu_layers, c.context.repack))
+        for (ref, ngl, repack), group in loads:
+            loaded = self.backend.load(self.models[ref], ngl, repack)
             try:
                 for _, same_context in groupby(group, key=lambda c: c.context):
                     self.run_context(loaded, list(same_context))

@@ -187,7 +187,7 @@ def engine_options(case: SpecCase, options: SpecOptionsRun) -> EngineOptions:
     c = case.context
     return EngineOptions(
         ctx_size=options.ctx_size, gpu_layers=case.n_gpu_layers, threads=c.n_threads, batch_size=c.n_batch,
-        ubatch_size=c.n_ubatch, flash_attn=c.flash_attn, type_k=c.type_k, type_v=c.type_v,
+        ubatch_size=c.n_ubatch, flash_attn=c.flash_attn, type_k=c.type_k, type_v=c.type_v, repack=c.repack,
         speculative=options.points[case.spec_index],
     )  # fmt: skip
 

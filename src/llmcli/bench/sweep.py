@@ -39,6 +39,10 @@ class ContextSpec:
     flash_attn: bool | None  # None: llama.cpp decides ("auto")
     type_k: str = "f16"
     type_v: str = "f16"
+    # weights in llama.cpp's extra (repacked) CPU buffers, as llama-bench's --repack; a model-load
+    # setting: the tests scenario loads the model again for each value. None: the build's default
+    # (`engine.backend.weight_repack`), resolved by `run.plan` before anything runs.
+    repack: bool | None = None
 
     @property
     def flash_attn_label(self) -> str:
@@ -101,6 +105,7 @@ class Sweep:
     flash_attn: list[bool | None] = field(default_factory=lambda: list(DEFAULT_FLASH_ATTN))
     type_k: list[str] = field(default_factory=lambda: list(DEFAULT_CACHE_TYPE))
     type_v: list[str] = field(default_factory=lambda: list(DEFAULT_CACHE_TYPE))
+    repack: list[bool | None] = field(default_factory=lambda: [None])
 
     def tests(self) -> list[TestSpec]:
         """The tests at one depth, in llama-bench's order: every pp, every tg, every pg."""
@@ -115,10 +120,11 @@ class Sweep:
         return tests
 
     def contexts(self) -> list[ContextSpec]:
+        """Every combination, those of one weight layout adjacent (one model load serves them)."""
         combos = itertools.product(
-            self.threads, self.n_batch, self.n_ubatch, self.flash_attn, self.type_k, self.type_v
+            self.repack, self.threads, self.n_batch, self.n_ubatch, self.flash_attn, self.type_k, self.type_v
         )
-        return _dedupe([ContextSpec(t, b, min(ub, b), fa, tk, tv) for t, b, ub, fa, tk, tv in combos])
+        return _dedupe([ContextSpec(t, b, min(ub, b), fa, tk, tv, r) for r, t, b, ub, fa, tk, tv in combos])
 
 
 def expand(sweep: Sweep) -> list[Case]:
@@ -230,6 +236,18 @@ def parse_flash_attn(flag: str, values: list[str] | None) -> list[bool | None]:
         if item.lower() not in _BOOLS:
             raise UsageError(f"{flag}: expected 0, 1 or auto, got {item!r}")
         out.append(_BOOLS[item.lower()])
+    return _dedupe(out)
+
+
+def parse_repack(flag: str, values: list[str] | None) -> list[bool | None]:
+    """`--repack 0,1` (llama-bench's values, or the config's words); none given: the build's default."""
+    if not values:
+        return [None]
+    out: list[bool | None] = []
+    for item in _items(flag, values):
+        if item.lower() not in BOOL_WORDS:
+            raise UsageError(f"{flag}: expected 0 or 1, got {item!r}")
+        out.append(BOOL_WORDS[item.lower()])
     return _dedupe(out)
 
 

@@ -74,6 +74,15 @@ CacheV = Annotated[
     list[str] | None,
     _list_option("--cache-type-v", "-ctv", help="V cache type (default f16; quantized types need -fa 1)."),
 ]
+BenchRepack = Annotated[
+    list[str] | None,
+    _list_option("--repack", help="Weights repacked for the CPU's matmul kernels (llama.cpp's extra buffer "
+                 "types): 1, 0, or 0,1 to measure both; the model is loaded for each (default: 1, except "
+                 "where llama.cpp would use its AMX kernels; see doctor)."),
+]  # fmt: skip
+NoRepack = Annotated[
+    bool, typer.Option("--no-repack", help="The same as --repack 0.", rich_help_panel=SWEEP_PANEL)
+]
 Reps = Annotated[
     int,
     typer.Option(
@@ -259,6 +268,8 @@ def bench(
     flash_attn: FlashAttn = None,
     cache_type_k: CacheK = None,
     cache_type_v: CacheV = None,
+    repack: BenchRepack = None,
+    no_repack: NoRepack = False,
     repetitions: Reps = 5,
     no_warmup: NoWarmup = False,
     output: Output = "md",
@@ -313,7 +324,8 @@ def bench(
     if served:
         local_only = {"-pg": pg, "-d": depth, "-t": threads, "-ngl": gpu_layers, "-b": batch_size,
                       "-ub": ubatch_size, "-fa": flash_attn, "-ctk": cache_type_k, "-ctv": cache_type_v,
-                      "--roofline": roofline or None, "--busy": busy or None, "--ctx-size": ctx_size,
+                      "--repack": repack, "--no-repack": no_repack or None, "--roofline": roofline or None,
+                      "--busy": busy or None, "--ctx-size": ctx_size,
                       "--scenario": None if scenario == "tests" else scenario}  # fmt: skip
         given = [flag for flag, value in local_only.items() if value] + spec_given
         if given:
@@ -329,6 +341,7 @@ def bench(
         )
     sweep = _sweep(model, n_prompt, n_gen, pg, depth, threads, gpu_layers, batch_size, ubatch_size,
                    flash_attn, cache_type_k, cache_type_v)  # fmt: skip
+    sweep.repack = _repack(repack, no_repack)
     if scenario == "chat" and (n_prompt or pg or depth):
         raise UsageError(
             "-p, -pg and -d do not apply to --scenario chat (its prompts are the script's turns)"
@@ -353,6 +366,8 @@ def bench(
     from llmcli import environment
 
     backend = environment.current().bench_backend(debug=render.debug())
+    if True in sweep.repack and backend.weight_repack(None) is False:
+        render.warn(o.AMX_REPACK_WARNING)
     plan = session.plan(request, backend)
     _warn_dropped(plan.dropped)
     if roofline:
@@ -477,6 +492,14 @@ def _sweep(model, n_prompt, n_gen, pg, depth, threads, gpu_layers, batch, ubatch
         type_k=s.parse_cache_types("-ctk", ctk),
         type_v=s.parse_cache_types("-ctv", ctv),
     )
+
+
+def _repack(values: list[str] | None, no_repack: bool) -> list[bool | None]:
+    from llmcli.bench import sweep as s
+
+    if no_repack and values:
+        raise UsageError("--repack and --no-repack: give one", hint="--repack 0,1 measures both")
+    return [False] if no_repack else s.parse_repack("--repack", values)
 
 
 def _spec_sweep(kinds, k, k_min, ngram_max, ngram_min, adaptive, exact, draft, ngld, cd):

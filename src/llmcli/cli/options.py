@@ -566,10 +566,13 @@ def warn_amx_repack(repack: bool | None, loaded) -> None:
     from llmcli.engine import backend
 
     if backend.amx_weights():
-        render.warn(
-            "--repack: this build hands repacked weights to llama.cpp's AMX kernels, which crash at "
-            "the first batch of several tokens on some hosts (virtual machines); --no-repack avoids them"
-        )
+        render.warn(AMX_REPACK_WARNING)
+
+
+AMX_REPACK_WARNING = (
+    "--repack: this build hands repacked weights to llama.cpp's AMX kernels, which crash at "
+    "the first batch of several tokens on some hosts (virtual machines); --no-repack avoids them"
+)
 
 
 def warn_local_only(**flags) -> None:

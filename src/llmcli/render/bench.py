@@ -34,6 +34,7 @@ _OPTIONAL = (
     ("flash_attn", "fa", False),
     ("type_k", "type_k", "f16"),
     ("type_v", "type_v", "f16"),
+    ("repack", "repack", True),  # llama-bench's default; not repacked by default on AMX builds
 )
 
 
@@ -271,7 +272,8 @@ def footer(run: BenchRun) -> str:
         f"cpu: {env.get('cpu_info') or 'unknown'} ({simd}){gpu}",
         f"repetitions: {run.settings.get('repetitions')}, warm-up: {warmup}, started {run.started_at}",
     ]
-    if env.get("weight_repack") is False:  # llama-bench's default repacks: say that this run did not
+    repacked = any(r.get("repack") for r in run.records())
+    if env.get("weight_repack") is False and not repacked:  # llama-bench's default repacks; this did not
         lines.append(
             "weights: not repacked (this build would use llama.cpp's AMX kernels); "
             "compare with llama-bench --repack 0"
