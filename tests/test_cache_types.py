@@ -105,3 +105,58 @@ def test_chat_set_refuses_a_bad_cache_type_and_the_chat_goes_on(fake, args, line
     assert words in result.stderr
     assert len(fake.made) == 1 and fake.made[0].history  # nothing reloaded; the next message was answered
     assert (fake.made[0].options.type_k, fake.made[0].options.type_v) == (None, None)
+
+
+def test_a_saved_session_keeps_the_cache_types_set_in_it(fake, isolated):
+    """`/set cache-type-*` is saved with the session and comes back on --resume, as its sampling
+    settings do: the resumed chat then reuses the saved KV state, whose identity holds the types."""
+    lines = ["/set cache-type-k q8_0", "/set cache-type-v q4_0", "hello"]
+    result = run("chat", "--session", "typed", input="".join(line + "\n" for line in lines))
+    assert result.exit_code == 0, result.stderr
+    import json
+
+    from llmcli.repl import session_files
+
+    doc = json.loads(session_files.session_path("typed").read_text())
+    assert (doc["cache_type_k"], doc["cache_type_v"]) == ("q8_0", "q4_0")
+    before = len(fake.made)
+    result = run("chat", "--resume", input="again\n")
+    assert result.exit_code == 0, result.stderr
+    resumed = fake.made[before]  # the first engine loaded: no reload
+    assert (resumed.options.type_k, resumed.options.type_v) == ("q8_0", "q4_0")
+    assert len(fake.made) == before + 1
+
+
+def test_the_command_line_over_a_saved_sessions_cache_types(fake, isolated, monkeypatch):
+    """A flag or variable wins over the session, which then records what ran."""
+    lines = "/set cache-type-k q8_0\n/set cache-type-v q8_0\nhello\n"
+    assert run("chat", "--session", "typed", input=lines).exit_code == 0
+    assert run("chat", "--resume", "-ctk", "q5_0", input="again\n").exit_code == 0
+    assert (fake.made[-1].options.type_k, fake.made[-1].options.type_v) == ("q5_0", "q8_0")
+    monkeypatch.setenv("LLMCLI_CACHE_TYPE_V", "bf16")
+    assert run("chat", "--resume", input="again\n").exit_code == 0
+    assert (fake.made[-1].options.type_k, fake.made[-1].options.type_v) == ("q5_0", "bf16")
+
+
+def test_a_saved_quantized_v_cache_is_skipped_under_no_flash_attention(fake, isolated):
+    lines = "/set cache-type-k q8_0\n/set cache-type-v q8_0\nhello\n"
+    assert run("chat", "--session", "typed", input=lines).exit_code == 0
+    result = run("chat", "--resume", "-nfa", input="again\n")
+    assert result.exit_code == 0, result.stderr
+    assert (fake.made[-1].options.type_k, fake.made[-1].options.type_v) == ("q8_0", None)
+
+
+@pytest.mark.parametrize("value", ["q9", 7, None])
+def test_a_saved_session_with_no_usable_cache_type_loads_the_default(fake, isolated, value):
+    import json
+
+    from llmcli.repl import session_files
+
+    assert run("chat", "--session", "old", input="hello\n").exit_code == 0
+    path = session_files.session_path("old")
+    doc = json.loads(path.read_text())
+    doc["cache_type_k"] = value
+    path.write_text(json.dumps(doc))
+    result = run("chat", "--resume", input="again\n")
+    assert result.exit_code == 0, result.stderr
+    assert fake.made[-1].options.type_k is None

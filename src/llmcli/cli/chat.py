@@ -116,6 +116,11 @@ def chat(
     engine_opts = o.engine_options(
         ctx_size, gpu_layers, threads, batch_size, flash_attn, spec, repack, cache_type_k, cache_type_v
     )
+    if saved and (kv := _saved_cache_types(saved, engine_opts, cache_type_k, cache_type_v)):
+        from dataclasses import replace
+
+        engine_opts = replace(engine_opts, **kv)
+        render.debug_log(f"the session's KV cache types: {kv}")
 
     def load(ref: str | None, speculative=None, **kv: str | None):
         from dataclasses import replace
@@ -182,6 +187,31 @@ def _session_to_continue(session: str | None, resume: bool) -> tuple[str | None,
         path = sessions.session_path(session)
         return session, sessions.read(path) if path.exists() else None
     return None, None
+
+
+def _saved_cache_types(saved: dict, options, flag_k: str | None, flag_v: str | None) -> dict[str, str | None]:
+    """The KV cache types a saved session was left with (`/set cache-type-k` included), where the
+    command line (flag, environment, config) sets none, as for its sampling settings; a value that
+    is not a KV cache type, or a quantized V cache under -nfa, is skipped."""
+    from llmcli import settings
+    from llmcli.gguf_file import KV_TYPE_BYTES
+    from llmcli.repl.chat_session import FLOAT_KV_TYPES
+
+    kv: dict[str, str | None] = {}
+    for which, flag in (("k", flag_k), ("v", flag_v)):
+        value = saved.get(f"cache_type_{which}")
+        if (
+            not isinstance(value, str)
+            or settings.resolve_with_source(f"cache_type_{which}", flag)[1] != "default"
+        ):
+            continue
+        value = value.lower()
+        if value not in KV_TYPE_BYTES or (
+            which == "v" and value not in FLOAT_KV_TYPES and options.flash_attn is False
+        ):
+            continue
+        kv[f"type_{which}"] = None if value == "f16" else value
+    return {field: value for field, value in kv.items() if getattr(options, field) != value}
 
 
 def _conversation(saved: dict, name: str):

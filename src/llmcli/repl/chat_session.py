@@ -418,6 +418,9 @@ class ChatSession:
             "model": self.loaded.ref,
             "params": params,
             "on_overflow": self.on_overflow,
+            # the KV cache types in effect (`/set cache-type-k` included); None: a served model's
+            "cache_type_k": self.cache_type("cache-type-k"),
+            "cache_type_v": self.cache_type("cache-type-v"),
             **self.conversation.to_dict(),
         }
 
