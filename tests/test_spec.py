@@ -802,6 +802,42 @@ def test_memory_fit_counts_the_draft_model_too(monkeypatch, tmp_path):
     assert caught.value.hint.startswith("use a smaller -cd/--ctx-size-draft or quantization")
 
 
+def test_memory_fit_counts_the_drafts_cache_at_the_targets_kv_types(monkeypatch, tmp_path):
+    """The draft's context takes the target's KV cache types, so a quantized cache that fits for
+    both is let through (counting the draft's at f16 would refuse it)."""
+    from dataclasses import dataclass
+
+    from llmcli import loader
+    from llmcli.engine.base import EngineOptions
+    from llmcli.errors import ResourceError
+    from llmcli.gguf_file import KV_TYPE_BYTES
+    from llmcli.hub import fit
+
+    gib = 1 << 30
+
+    @dataclass
+    class Header:
+        tensor_bytes: int = gib
+        n_ctx_train: int = 0
+
+        def kv_cache_bytes(
+            self, n_ctx: int, type_bytes: float = 2.0, value_type_bytes: float | None = None
+        ) -> int:  # 1 GiB at f16 for this context
+            per_element = (type_bytes + (type_bytes if value_type_bytes is None else value_type_bytes)) / 4
+            return int(n_ctx * 1000 * per_element)
+
+    monkeypatch.setattr(fit, "memory", lambda: fit.Memory(available=3 * gib, total=8 * gib))
+    monkeypatch.setattr(loader, "_gpu_offload_supported", lambda: False)
+    spec = SpecOptions(kind="draft", model_draft="d")
+    n_ctx = gib // 1000
+    assert KV_TYPE_BYTES["q4_0"] < 0.6
+    quantized = EngineOptions(ctx_size=n_ctx, gpu_layers=0, type_k="q4_0", type_v="q4_0", speculative=spec)
+    loader.check_memory(tmp_path / "t.gguf", Header(), quantized, Header())  # 2 GiB + 2 x 0.28 GiB
+    f16 = EngineOptions(ctx_size=n_ctx, gpu_layers=0, speculative=spec)
+    with pytest.raises(ResourceError, match="draft model 2.0 GiB"):
+        loader.check_memory(tmp_path / "t.gguf", Header(), f16, Header())
+
+
 def test_a_notice_says_when_exactness_left_nothing_to_verify():
     from llmcli.engine.base import Stats
     from llmcli.generation import exact_limit_notice

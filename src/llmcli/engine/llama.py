@@ -258,14 +258,7 @@ class LlamaEngine:
         if opts.speculative.enabled:  # a verification batch reads logits at each of its positions
             params.n_outputs_max = opts.speculative.draft_max + 1
         params.swa_full = opts.swa_full
-        params.flash_attn_type = {
-            None: L.LLAMA_FLASH_ATTN_TYPE_AUTO,
-            True: L.LLAMA_FLASH_ATTN_TYPE_ENABLED,
-            False: L.LLAMA_FLASH_ATTN_TYPE_DISABLED,
-        }[opts.flash_attn]
-        for field, name in (("type_k", opts.type_k), ("type_v", opts.type_v)):
-            if name:
-                setattr(params, field, ggml_type(L, name))
+        set_attention(L, params, opts)
         ctx = L.llama_init_from_model(self._model, params)
         if not ctx:
             L.llama_model_free(self._model)
@@ -1148,6 +1141,18 @@ def _quant_name(file_type: str | None) -> str:
         return "unknown"
 
 
+def set_attention(L, params, opts: EngineOptions) -> None:
+    """Flash attention and the KV cache types of `opts` into llama.cpp's context parameters."""
+    params.flash_attn_type = {
+        None: L.LLAMA_FLASH_ATTN_TYPE_AUTO,
+        True: L.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+        False: L.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+    }[opts.flash_attn]
+    for field, name in (("type_k", opts.type_k), ("type_v", opts.type_v)):
+        if name:
+            setattr(params, field, ggml_type(L, name))
+
+
 def ggml_type(L, name: str) -> int:
     value = getattr(L, f"GGML_TYPE_{name.upper()}", None)
     if value is None:
@@ -1348,6 +1353,10 @@ class _DraftModel:
         cparams.no_perf = False
         cparams.n_outputs_max = opts.draft_max + 1  # as the target's: the same graphs, the same numerics
         cparams.swa_full = True
+        # the target's attention and KV cache types: a draft that rounds as the target does proposes
+        # what the target samples (a self-draft on a q8_0 cache: 93-98% accepted with the draft's
+        # cache left at f16, llama.cpp's default for it)
+        set_attention(L, cparams, target.options)
         self.ctx = L.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             L.llama_model_free(self.model)
