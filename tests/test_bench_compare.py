@@ -97,6 +97,33 @@ def test_reads_llama_bench_json(results, tmp_path):
     assert tg["ratio"] == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("ngl", [-1, 99, 999])
+def test_all_layers_match_however_they_were_asked_for(results, tmp_path, ngl):
+    """llama-bench's default -ngl is llama.cpp's -1 (all layers) since the release llmcli builds
+    against; llmcli's is 99, the older default; both mean every layer of a small model."""
+    new = results("new.json")
+    llama_bench = [
+        {"model_filename": "/models/m.gguf", "n_prompt": 64, "n_gen": 0, "n_threads": 1, "n_batch": 2048,
+         "n_ubatch": 512, "n_gpu_layers": ngl, "flash_attn": 0, "type_k": "f16", "type_v": "f16",
+         "samples_ts": [800.0, 800.0, 800.0]},
+    ]  # fmt: skip
+    (tmp_path / "lb.json").write_text(json.dumps(llama_bench))
+    doc = json.loads(run("bench", "compare", "lb.json", new, "-o", "json").stdout)
+    assert [c["test"] for c in doc["comparisons"]] == ["pp64"]
+
+
+def test_a_partial_offload_is_not_all_layers(results, tmp_path):
+    """Where the record knows the model's layer count (llmcli's do: the fake model has 4), a count
+    up to it stays a count; above it, every layer is offloaded whatever the number."""
+    three, four = results("three.json", "-ngl", "3"), results("four.json", "-ngl", "4")
+    assert json.loads((tmp_path / four).read_text())["results"][0]["model_n_layers"] == 4
+    result = run("bench", "compare", three, four)
+    assert result.exit_code == 2 and "no test in common" in result.stderr
+    five, many = results("five.json", "-ngl", "5"), results("many.json", "-ngl", "99")
+    doc = json.loads(run("bench", "compare", five, many, "-o", "json").stdout)
+    assert [c["test"] for c in doc["comparisons"]] == ["pp64", "tg16"]
+
+
 def test_interrupted_run_is_flagged(results):
     old = results("old.json", interrupt_at=8)
     new = results("new.json")

@@ -210,6 +210,7 @@ def normalize(record: Any, path: Path, index: int) -> dict[str, Any]:
     r["model_filename"] = Path(str(r.get("model_filename") or "?")).name
     r["flash_attn"] = _flag(r.get("flash_attn"))
     r["repack"] = _flag(r.get("repack"))
+    r["n_gpu_layers"] = _gpu_layers(r.get("n_gpu_layers"), r.get("model_n_layers"))
     for f in KEY_FIELDS:
         r.setdefault(f, None)
     r["samples_ts"] = samples_ts(r)
@@ -245,6 +246,16 @@ def samples_ts(r: dict) -> list[float]:
 
 def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _gpu_layers(value: Any, n_layers: Any) -> Any:
+    """"all" for every way of asking for all layers: llama.cpp's -1 (llama-bench's default since
+    it took llama.cpp's), and any count above the model's layers (the older default 99; without
+    the model's layer count, as in llama-bench's records, from 99 on)."""
+    if not _number(value):
+        return value
+    known = n_layers if _number(n_layers) and n_layers > 0 else 98
+    return "all" if value < 0 or value > known else value
 
 
 def _flag(value: Any) -> Any:

@@ -46,6 +46,7 @@ class ModelSummary:
             "model_file_size": self.file_size,
             "model_n_params": self.n_params,
             "model_quantization": self.quantization,
+            "model_n_layers": self.n_layers,
             "weight_bytes_per_token": self.weight_bytes_per_token,
         }
 

@@ -74,8 +74,9 @@ def weight_repack(requested: bool | None = None) -> bool:
     """Whether a model loads with llama.cpp's extra CPU weight buffers (weights repacked for the
     CPU's matmul kernels; llama.cpp's `--no-repack` turns them off): as asked, and by default on,
     except on a build that would hand the weights to AMX. There llama.cpp's AMX matmul crashes the
-    process at the first batch of more than one token on CPUs and VMs whose tile state it does not
-    set up (ggml-org/llama.cpp#20824, #26954; seen on Sapphire Rapids virtual machines); with
+    process at the first batch of more than one token on some hosts (ggml-org/llama.cpp#20824,
+    #26954; seen on Sapphire Rapids virtual machines, whose kernel does grant the AMX tile-data
+    permission, so it is not that; inside ggml_backend_amx_mul_mat, not diagnosed further); with
     the extra buffers off the weights stay in the plain CPU buffer and its AVX-512 kernels."""
     if requested is not None:
         return requested
