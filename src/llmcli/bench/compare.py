@@ -249,7 +249,7 @@ def _number(v: Any) -> bool:
 
 
 def _gpu_layers(value: Any, n_layers: Any) -> Any:
-    """"all" for every way of asking for all layers: llama.cpp's -1 (llama-bench's default since
+    """The value "all" for every way of asking for all layers: llama.cpp's -1 (llama-bench's default since
     it took llama.cpp's), and any count above the model's layers (the older default 99; without
     the model's layer count, as in llama-bench's records, from 99 on)."""
     if not _number(value):
