@@ -119,7 +119,11 @@ def chat(
     if saved and (kv := _saved_cache_types(saved, engine_opts, cache_type_k, cache_type_v)):
         from dataclasses import replace
 
-        engine_opts = replace(engine_opts, **kv)
+        engine_opts = replace(
+            engine_opts,
+            type_k=kv.get("type_k", engine_opts.type_k),
+            type_v=kv.get("type_v", engine_opts.type_v),
+        )
         render.debug_log(f"the session's KV cache types: {kv}")
 
     def load(ref: str | None, speculative=None, **kv: str | None):
