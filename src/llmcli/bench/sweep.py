@@ -231,23 +231,22 @@ _BOOLS: dict[str, bool | None] = {**BOOL_WORDS, "auto": None}  # the config's wo
 def parse_flash_attn(flag: str, values: list[str] | None) -> list[bool | None]:
     if not values:
         return list(DEFAULT_FLASH_ATTN)
-    out = []
-    for item in _items(flag, values):
-        if item.lower() not in _BOOLS:
-            raise UsageError(f"{flag}: expected 0, 1 or auto, got {item!r}")
-        out.append(_BOOLS[item.lower()])
-    return _dedupe(out)
+    return _words(flag, values, _BOOLS, "0, 1 or auto")
 
 
 def parse_repack(flag: str, values: list[str] | None) -> list[bool | None]:
     """`--repack 0,1` (llama-bench's values, or the config's words); none given: the build's default."""
     if not values:
         return [None]
-    out: list[bool | None] = []
+    return _words(flag, values, dict(BOOL_WORDS), "0 or 1")
+
+
+def _words(flag: str, values: list[str], words: dict[str, bool | None], expected: str) -> list[bool | None]:
+    out = []
     for item in _items(flag, values):
-        if item.lower() not in BOOL_WORDS:
-            raise UsageError(f"{flag}: expected 0 or 1, got {item!r}")
-        out.append(BOOL_WORDS[item.lower()])
+        if item.lower() not in words:
+            raise UsageError(f"{flag}: expected {expected}, got {item!r}")
+        out.append(words[item.lower()])
     return _dedupe(out)
 
 

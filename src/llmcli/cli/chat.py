@@ -198,8 +198,8 @@ def _saved_cache_types(saved: dict, options, flag_k: str | None, flag_v: str | N
     command line (flag, environment, config) sets none, as for its sampling settings; a value that
     is not a KV cache type, or a quantized V cache under -nfa, is skipped."""
     from llmcli import settings
-    from llmcli.gguf_file import KV_TYPE_BYTES
-    from llmcli.repl.chat_session import FLOAT_KV_TYPES
+    from llmcli.errors import UsageError
+    from llmcli.repl.chat_session import kv_cache_type
 
     kv: dict[str, str | None] = {}
     for which, flag in (("k", flag_k), ("v", flag_v)):
@@ -209,12 +209,10 @@ def _saved_cache_types(saved: dict, options, flag_k: str | None, flag_v: str | N
             or settings.resolve_with_source(f"cache_type_{which}", flag)[1] != "default"
         ):
             continue
-        value = value.lower()
-        if value not in KV_TYPE_BYTES or (
-            which == "v" and value not in FLOAT_KV_TYPES and options.flash_attn is False
-        ):
+        try:
+            kv[f"type_{which}"] = kv_cache_type(f"cache-type-{which}", value, options.flash_attn)
+        except UsageError:
             continue
-        kv[f"type_{which}"] = None if value == "f16" else value
     return {field: value for field, value in kv.items() if getattr(options, field) != value}
 
 

@@ -358,20 +358,12 @@ class ChatSession:
         cache's types are fixed when the context is made); the conversation is kept and
         re-evaluated at the next turn, as after `/set spec-type`."""
         from llmcli.errors import UsageError
-        from llmcli.gguf_file import KV_TYPE_BYTES
 
         options = getattr(self.engine, "options", None)
         if options is None:
             raise UsageError(f"{name}: a served model's KV cache is its server's to set")
-        parsed = value.strip().lower()
-        if parsed not in KV_TYPE_BYTES:
-            raise UsageError(f"{name}: unknown KV cache type {value!r} (one of {', '.join(KV_TYPE_BYTES)})")
         field_name = KV_SETTINGS[name]
-        if field_name == "type_v" and parsed not in FLOAT_KV_TYPES and options.flash_attn is False:
-            raise UsageError(
-                f"a quantized V cache ({parsed}) needs flash attention, and this chat runs without it (-nfa)"
-            )
-        kv_type = None if parsed == "f16" else parsed  # f16: llama.cpp's default, as -ctk f16
+        kv_type = kv_cache_type(name, value, options.flash_attn)
         self.switch_model(self.loaded.ref, speculative=self.spec, **{field_name: kv_type})
 
     def cache_type(self, name: str) -> str | None:
@@ -443,6 +435,22 @@ SPEC_SETTINGS: dict[str, tuple[str, type]] = {
 # /set names for the KV cache's types (-ctk, -ctv): the EngineOptions field.
 KV_SETTINGS: dict[str, str] = {"cache-type-k": "type_k", "cache-type-v": "type_v"}
 FLOAT_KV_TYPES = ("f32", "f16", "bf16")  # the V types attention can read without flash attention
+
+
+def kv_cache_type(name: str, value: str, flash_attn: bool | None) -> str | None:
+    """`value` as the engine option for the KV setting `name` (None: f16, llama.cpp's default, as
+    -ctk f16), checked: UsageError for an unknown type, or a quantized V cache without flash attention."""
+    from llmcli.errors import UsageError
+    from llmcli.gguf_file import KV_TYPE_BYTES
+
+    parsed = value.strip().lower()
+    if parsed not in KV_TYPE_BYTES:
+        raise UsageError(f"{name}: unknown KV cache type {value!r} (one of {', '.join(KV_TYPE_BYTES)})")
+    if KV_SETTINGS[name] == "type_v" and parsed not in FLOAT_KV_TYPES and flash_attn is False:
+        raise UsageError(
+            f"a quantized V cache ({parsed}) needs flash attention, and this chat runs without it (-nfa)"
+        )
+    return None if parsed == "f16" else parsed
 
 
 def stats_record(done: Done) -> dict[str, Any]:
