@@ -241,7 +241,7 @@ complete -c llmcli -n '__llmcli_at "bench"' -l repack -x -d 'Weights repacked fo
 complete -c llmcli -n '__llmcli_at "bench"' -l no-repack -d 'The same as --repack 0'
 complete -c llmcli -n '__llmcli_at "bench"' -o r -l repetitions -x -d 'Timed runs per test'
 complete -c llmcli -n '__llmcli_at "bench"' -l no-warmup -d 'Skip the untimed warm-up run'
-complete -c llmcli -n '__llmcli_at "bench"' -o o -l output -x -a 'md csv json jsonl' -d 'Output format: md, csv, json or jsonl'
+complete -c llmcli -n '__llmcli_at "bench"' -o o -l output -x -a 'md csv json jsonl' -d 'Output format: md, csv, json or jsonl (one record per line, written as each result finishes)'
 complete -c llmcli -n '__llmcli_at "bench"' -l scenario -x -d 'tests: llama-bench\'s pp/tg/pg tests; chat: a scripted conversation through the chat template, time to first token and decode speed per turn, KV cache reused and not; spec: speculative decoding of a prompt (greedy, as generate), effective decode speed against plain decoding, tokens drafted and accepted, for every --spec-* setting'
 complete -c llmcli -n '__llmcli_at "bench"' -l roofline -d 'Measure this machine\'s memory bandwidth and show decode traffic as a fraction of it'
 complete -c llmcli -n '__llmcli_at "bench"' -l ctx-size -x -d 'Context size; a test that does not fit is an error (default: sized to fit each test; for --scenario chat and spec the model\'s trained context, capped at 4096)'

@@ -7,9 +7,10 @@ from typer.testing import CliRunner
 from llmcli.cli.app import app
 
 
-def run(*args: str, input: str | bytes | None = None, env: dict | None = None):
-    """Invoke the CLI; returns Click's Result with separate stdout/stderr."""
-    return CliRunner().invoke(app, list(args), input=input, env=env, catch_exceptions=False)
+def run(*args: str, input: str | bytes | None = None, env: dict | None = None, catch: bool = False):
+    """Invoke the CLI; returns Click's Result with separate stdout/stderr. `catch`: an exception
+    that escapes the command is kept in `result.exception` (with what was written before it)."""
+    return CliRunner().invoke(app, list(args), input=input, env=env, catch_exceptions=catch)
 
 
 def use_engine(factory):

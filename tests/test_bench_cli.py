@@ -12,7 +12,7 @@ import pytest
 from helpers import run, use_bench_backend
 
 from llmcli.bench import membw
-from llmcli.bench.fake import FAKE_ENVIRONMENT, FakeBackend, FakeClock
+from llmcli.bench.fake import FAKE_ENVIRONMENT, Crash, FakeBackend, FakeClock
 
 
 @pytest.fixture
@@ -168,7 +168,40 @@ def test_jsonl_is_one_flat_record_per_line(backend):
     result = run("bench", "-p", "64", "-n", "16", "-t", "1", "-o", "jsonl")
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert [r["test"] for r in rows] == ["pp64", "tg16"]
-    assert all(r["run_complete"] is True and r["cpu_info"] == "Test CPU" for r in rows)
+    assert all(r["cpu_info"] == "Test CPU" for r in rows)
+    assert [(r["result_index"], r["results_planned"]) for r in rows] == [(1, 2), (2, 2)]
+
+
+def test_jsonl_records_are_written_as_each_result_finishes(backend, tmp_path):
+    """A run that dies in its second test (a crashing kernel, the OOM killer) has already written
+    the first test's record, whole; compare reads it and says the run did not finish."""
+    backend.crash_at = 8  # the first test's warm-up and 5 runs are done, the second's warm-up too
+    result = run("bench", "-p", "64", "-n", "16", "-t", "1", "-o", "jsonl", catch=True)
+    assert isinstance(result.exception, Crash)
+    (line,) = result.stdout.splitlines()
+    record = json.loads(line)
+    assert record["test"] == "pp64" and (record["result_index"], record["results_planned"]) == (1, 2)
+    (tmp_path / "cut.jsonl").write_text(result.stdout)
+    compared = run("bench", "compare", "cut.jsonl", "cut.jsonl")
+    assert compared.exit_code == 0, compared.stderr
+    assert "llmcli: warning: cut.jsonl is from a run that did not finish" in compared.stderr
+
+
+@pytest.mark.parametrize("fmt", ["md", "json", "csv"])
+def test_other_formats_are_written_when_the_run_ends(backend, fmt):
+    backend.crash_at = 8
+    result = run("bench", "-p", "64", "-n", "16", "-t", "1", "-o", fmt, catch=True)
+    assert isinstance(result.exception, Crash)
+    assert result.stdout == ""
+
+
+def test_ctrl_c_in_jsonl(backend, tmp_path):
+    backend.interrupt_at = 8
+    result = run("bench", "-p", "64", "-n", "16", "-t", "1", "-o", "jsonl")
+    assert result.exit_code == 130
+    (record,) = [json.loads(line) for line in result.stdout.splitlines()]
+    assert record["test"] == "pp64" and record["result_index"] == 1 and record["results_planned"] == 2
+    assert "interrupted: 1 of 2 results finished" in result.stderr
 
 
 def test_roofline_divides_by_the_measured_bandwidth(backend, monkeypatch):

@@ -129,7 +129,7 @@ def test_interrupted_run_is_flagged(results):
     new = results("new.json")
     result = run("bench", "compare", old, new)
     assert result.exit_code == 0
-    assert "llmcli: warning: old.json is from an interrupted run" in result.stderr
+    assert "llmcli: warning: old.json is from a run that did not finish" in result.stderr
     assert "only in new: tg16" in result.stdout
 
 

@@ -81,7 +81,7 @@ def run_chat(
     try:
         for index, case in enumerate(cases):
             phase = _progress(progress, index, cases)
-            run_case(case, models[case.model], backend, options, phase, stop, run.results)
+            run_case(case, models[case.model], backend, options, phase, stop, run.add)
     except (Interrupted, KeyboardInterrupt) as exc:
         reraise_second_ctrl_c(exc, stop)
         run.complete = False
@@ -104,9 +104,9 @@ def run_case(
     options: ChatOptions,
     phase: Callable[[str, str, int, int], None],
     stop: threading.Event | None,
-    out: list,
+    add: Callable[..., None],
 ) -> None:
-    """Both cache modes of one case; each mode's turns are added to `out` as soon as the mode finishes."""
+    """Both cache modes of one case; each mode's turns are passed to `add` as soon as the mode finishes."""
     engine = backend.chat_engine(model, engine_options(case, options.ctx_size))
     try:
         started = now_iso()
@@ -120,7 +120,7 @@ def run_case(
                 phase(f"chat ({mode})", "rep", rep + 1, options.reps)
                 samples.append(converse(engine, options, mode, case.test.n_gen, backend.clock, stop))
             other = backend.other_load(before, backend.load_snapshot())
-            out += _turn_results(case, model, engine, mode, samples, started, options.warmup, other)
+            add(*_turn_results(case, model, engine, mode, samples, started, options.warmup, other))
             phase(f"chat ({mode})", "done", options.reps, options.reps)
     finally:
         engine.close()

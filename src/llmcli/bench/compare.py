@@ -171,14 +171,28 @@ def _records(path: Path, text: str) -> tuple[list[Any], bool]:
         doc = json.loads(text)
     except json.JSONDecodeError:
         records = _json_lines(path, text)
-        return records, not any(isinstance(r, dict) and r.get("run_complete") is False for r in records)
+        return records, _finished(records)
     if isinstance(doc, dict) and isinstance(doc.get("results"), list):
         return doc["results"], bool(doc.get("complete", True))
     if isinstance(doc, list):
         return doc, True
     if isinstance(doc, dict) and ("samples_ts" in doc or "samples_ns" in doc):
-        return [doc], bool(doc.get("run_complete", True))
+        return [doc], _finished([doc])
     raise UsageError(f"{path} is not a benchmark result", hint=_EXPECTED)
+
+
+def _finished(records: list[Any]) -> bool:
+    """Whether the run behind flat records finished: none says otherwise (`run_complete`, CSV's
+    and older files'), and the last is its run's last planned result (`-o jsonl` writes each record
+    as it finishes, so a run cut short leaves fewer lines than `results_planned`)."""
+    if any(isinstance(r, dict) and r.get("run_complete") is False for r in records):
+        return False
+    last = records[-1] if records else None
+    if isinstance(last, dict):
+        index, planned = last.get("result_index"), last.get("results_planned")
+        if isinstance(index, int) and isinstance(planned, int) and index < planned:
+            return False
+    return True
 
 
 _EXPECTED = "expected the output of llmcli bench -o json or -o jsonl, or llama-bench -o json or -o jsonl"

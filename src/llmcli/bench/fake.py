@@ -39,12 +39,18 @@ class FakeClock:
         self.now_ns += int(round(ns))
 
 
+class Crash(RuntimeError):
+    """Stands in for the process dying in the middle of a run (a segfault in a kernel, the OOM
+    killer): nothing in llmcli catches it, so only what was already written survives."""
+
+
 @dataclass
 class FakeBackend:
     pp_ns: float = 1_000_000.0  # 1000 tok/s
     tg_ns: float = 10_000_000.0  # 100 tok/s
     jitter: list[float] = field(default_factory=lambda: [1.0])
     interrupt_at: int | None = None
+    crash_at: int | None = None  # the run at which the process "dies" (raises Crash)
     n_ctx_train: int = 8192
     invalid: set[str] = field(default_factory=set)  # file names inspect() refuses
     foreign_vocab: set[str] = field(default_factory=set)  # draft file names check_draft refuses
@@ -157,6 +163,8 @@ class FakeContext:
         b.runs += 1
         if b.interrupt_at is not None and b.runs >= b.interrupt_at:
             raise KeyboardInterrupt
+        if b.crash_at is not None and b.runs >= b.crash_at:
+            raise Crash(f"run {b.runs}")
         factor = b.jitter[(b.runs - 1) % len(b.jitter)]
         b.clock.advance((test.n_prompt * b.pp_ns + test.n_gen * b.tg_ns) * factor)
         self.n_cached += test.n_tokens

@@ -6,6 +6,7 @@ a table, CSV, JSON or JSON lines, and `compare` reads them back (its own and lla
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -356,6 +357,15 @@ class BenchRun:
     interrupted: bool = False
     error: Any = None  # the LlmcliError that stopped the run after some results finished
     bandwidth: Any = None  # membw.Bandwidth with --roofline
+    # called with each result's flat record as soon as it finishes (-o jsonl writes them then)
+    on_record: Callable[[dict[str, Any]], None] | None = field(default=None, repr=False, compare=False)
+
+    def add(self, *results: TestResult | ChatTurnResult | SpecResult) -> None:
+        """Keep finished results, and hand each one's flat record to `on_record` at once."""
+        for result in results:
+            self.results.append(result)
+            if self.on_record is not None:
+                self.on_record(self.flat_record(len(self.results), result.record(self.measured_gbps)))
 
     @property
     def measured_gbps(self) -> float | None:
@@ -386,12 +396,21 @@ class BenchRun:
         }
 
     def flat_records(self) -> list[dict[str, Any]]:
-        """Records with the environment and run status on every row (CSV and JSON lines)."""
+        """Records with the environment and run status on every row (CSV, written when the run ends)."""
+        return [
+            {**self.flat_record(i, record), "run_complete": self.complete}
+            for i, record in enumerate(self.records(), 1)
+        ]
+
+    def flat_record(self, index: int, record: dict[str, Any]) -> dict[str, Any]:
+        """One record with the environment and its place in the run: `result_index` of
+        `results_planned`, which a JSON-lines file written as the run goes keeps even when the
+        run is cut short (a file with fewer lines than planned is from an unfinished run)."""
         head = dict(self.environment)
-        head["run_complete"] = self.complete
+        head["result_index"], head["results_planned"] = index, self.planned
         if self.bandwidth is not None:
             head["memory_read_gbps"] = round(self.bandwidth.read_gbps, 3)
-        return [{**head, **record} for record in self.records()]
+        return {**head, **record}
 
 
 def _context_fields(c: ContextSpec, n_gpu_layers: int, offloaded: int) -> dict[str, Any]:

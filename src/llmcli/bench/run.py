@@ -162,9 +162,12 @@ def execute(
     backend: runner.Backend,
     progress: Callable[[runner.Event], None] = lambda event: None,
     measure_bandwidth: Callable[[int], object] | None = None,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
 ) -> BenchRun:
-    """Run the plan (Ctrl-C stops it cleanly, through generate's signal watcher); returns what finished."""
+    """Run the plan (Ctrl-C stops it cleanly, through generate's signal watcher); returns what finished.
+    `on_record` gets each result's flat record as soon as that result finishes."""
     run = new_run(request, the_plan, backend)
+    run.on_record = on_record
     if request.roofline:
         if measure_bandwidth is None:
             from llmcli.bench.membw import measure

@@ -231,7 +231,7 @@ class _Loop:
 
         model = self.models[case.model]
         result = measure(case, model, loaded, context, n_ctx, self.backend, self.options, phase, self.stop)
-        self.out.results.append(result)
+        self.out.add(result)
         self.progress(Event(index, total, name, "done", result=result))
         self.index += 1
         _pause(self.options.delay_s, index, total, self.stop)

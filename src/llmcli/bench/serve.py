@@ -395,7 +395,7 @@ def run_serve(
             if stop.is_set():
                 run.complete, run.interrupted = False, True
                 break
-            run.results.append(result)
+            run.add(result)
             progress(Progress(index, len(cases), case.name, "done", result=result))
             if delay_s and index + 1 < len(cases):
                 stop.wait(delay_s)

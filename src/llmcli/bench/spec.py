@@ -221,7 +221,7 @@ def run_spec(
                         baselines[where] = result
                     else:
                         result.baseline = baselines.get(where)
-                    run.results.append(result)
+                    run.add(result)
                     reps = options.reps
                     progress(Event(index, len(cases), result.name, "done", reps, reps, result))
                     index += 1

@@ -98,7 +98,7 @@ Output = Annotated[
         "--output",
         "-o",
         metavar="FORMAT",
-        help="Output format: md, csv, json or jsonl.",
+        help="Output format: md, csv, json or jsonl (one record per line, written as each result finishes).",
         rich_help_panel=RUN_PANEL,
     ),
 ]
@@ -372,9 +372,8 @@ def bench(
     _warn_dropped(plan.dropped)
     if roofline:
         render.info("llmcli bench: measuring memory bandwidth ...")
-    run = session.execute(request, plan, backend, Progress())
-    sys.stdout.write(formats.render(run, output))
-    sys.stdout.flush()
+    run = session.execute(request, plan, backend, Progress(), on_record=_streamer(output))
+    _write_results(run, output)
     if run.error is not None:
         render.warn(
             f"stopped: {len(run.results)} of {run.planned} results finished; they are marked incomplete"
@@ -412,7 +411,7 @@ def compare(
     result = cmp.compare(old, new, alpha)
     for side in (result.old, result.new):
         if not side.complete:
-            render.warn(f"{side.path} is from an interrupted run")
+            render.warn(f"{side.path} is from a run that did not finish")
     if output == "json":
         render.out_json(result.document())
     else:
@@ -439,7 +438,6 @@ def _bench_served(found, n_prompt, n_gen, concurrency, requests, reps, warmup, o
     from llmcli.bench.results import BenchRun
     from llmcli.bench.runner import now_iso
     from llmcli.engine.served import ServedEngine
-    from llmcli.render import bench as formats
 
     prompts = s.parse_ints("-p", n_prompt, s.DEFAULT_N_PROMPT, minimum=1)
     gens = s.parse_ints("-n", n_gen, s.DEFAULT_N_GEN, minimum=1)
@@ -453,6 +451,7 @@ def _bench_served(found, n_prompt, n_gen, concurrency, requests, reps, warmup, o
                     "delay_s": delay, "sweep": {"n_prompt": prompts, "n_gen": gens, "concurrency": levels,
                                                 "requests": requests}}  # fmt: skip
         run = BenchRun(serve.environment(engines[0]), settings, len(cases) * len(engines), now_iso())
+        run.on_record = _streamer(output)
         for engine in engines:
             serve.run_serve(engine, cases, run, reps, warmup, seed, delay, ServeProgress())
             if run.interrupted:
@@ -460,13 +459,35 @@ def _bench_served(found, n_prompt, n_gen, concurrency, requests, reps, warmup, o
     finally:
         for engine in engines:
             engine.close()
-    sys.stdout.write(formats.render(run, output))
-    sys.stdout.flush()
+    _write_results(run, output)
     if run.interrupted:
         render.warn(
             f"interrupted: {len(run.results)} of {run.planned} results finished; they are marked incomplete"
         )
         raise typer.Exit(int(ExitCode.INTERRUPTED))
+
+
+def _streamer(output: str):
+    """`-o jsonl` writes each record to stdout as its result finishes (as llama-bench does), so a
+    long sweep can be followed (`| jq`), and what finished survives a run that dies on the way."""
+    if output != "jsonl":
+        return None
+    from llmcli.render import bench as formats
+
+    def write(record: dict) -> None:
+        sys.stdout.write(formats.jsonl_line(record))
+        sys.stdout.flush()
+
+    return write
+
+
+def _write_results(run, output: str) -> None:
+    """The other formats, written once the run is over (JSON lines are already out)."""
+    if output != "jsonl":
+        from llmcli.render import bench as formats
+
+        sys.stdout.write(formats.render(run, output))
+        sys.stdout.flush()
 
 
 def _check_choice(flag: str, value: str, choices: tuple[str, ...]) -> None:

@@ -47,7 +47,13 @@ def to_json(run: BenchRun) -> str:
 
 
 def to_jsonl(run: BenchRun) -> str:
-    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in run.flat_records())
+    """The records as JSON lines; `llmcli bench -o jsonl` writes each with `jsonl_line` as its result
+    finishes instead, so this is for a run already held."""
+    return "".join(jsonl_line(run.flat_record(i, r)) for i, r in enumerate(run.records(), 1))
+
+
+def jsonl_line(record: dict[str, Any]) -> str:
+    return json.dumps(record, ensure_ascii=False) + "\n"
 
 
 def to_csv(run: BenchRun) -> str:
