@@ -580,7 +580,7 @@ def test_a_flag_counts_as_typed_by_where_click_took_it_from(fake, isolated, monk
     result = run("generate", "hi")
     assert result.exit_code == 0, result.stderr
     result = run("generate", "hi", "-ngld", "3")
-    assert result.exit_code == 2 and "-ngld and -cd set up the draft model" in result.stderr
+    assert result.exit_code == 2 and "-ngld, -cd, -ctkd and -ctvd set up the draft model" in result.stderr
 
 
 def test_errors_name_the_variable_or_config_key_a_spec_setting_came_from(fake, isolated, monkeypatch):
@@ -680,8 +680,8 @@ def test_llama_cpp_names_of_the_draft_flags_are_taken(fake, tmp_path):
             ("--spec-type", "lookup", "-md", "/some/draft.gguf"),
             "-md/--model-draft is given but --spec-type is lookup",
         ),
-        (("-ngld", "3"), "-ngld and -cd set up the draft model"),
-        (("--spec-type", "lookup", "-cd", "128"), "-ngld and -cd set up the draft model"),
+        (("-ngld", "3"), "-ngld, -cd, -ctkd and -ctvd set up the draft model"),
+        (("--spec-type", "lookup", "-cd", "128"), "-ngld, -cd, -ctkd and -ctvd set up the draft model"),
     ],
 )
 def test_bad_speculative_input_is_one_line_and_nonzero(fake, args, message):

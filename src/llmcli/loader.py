@@ -68,7 +68,9 @@ def check_memory(path: Path, header, options: EngineOptions, draft=None) -> None
     smaller = "--ctx-size"
     if draft is not None:
         d_ctx = options.speculative.ctx_size_draft or n_ctx
-        d_kv = draft.kv_cache_bytes(d_ctx, k_bytes, v_bytes)  # its cache has the target's types
+        # the target's types, or -ctkd/-ctvd
+        dk, dv = (KV_TYPE_BYTES.get(t, 2.0) for t in options.draft_cache_types())
+        d_kv = draft.kv_cache_bytes(d_ctx, dk, dv)
         need += draft.tensor_bytes + d_kv + (64 << 20)
         what += f", draft model {(draft.tensor_bytes + d_kv) / gib:.1f} GiB with its KV cache"
         if options.speculative.ctx_size_draft:  # its own context size: name the flag that set it

@@ -150,6 +150,22 @@ SETTINGS: dict[str, Setting] = {
         ),
         Setting("ctx_size_draft", int, 0, "Draft model context size (0: the target's).", minimum=0),
         Setting(
+            "cache_type_k_draft",
+            str,
+            "",
+            "Draft model's KV cache type of the keys, as cache_type_k (empty: the target's).",
+            ("", *KV_TYPE_BYTES),
+            fold_case=True,
+        ),
+        Setting(
+            "cache_type_v_draft",
+            str,
+            "",
+            "Draft model's KV cache type of the values, as cache_type_v (empty: the target's).",
+            ("", *KV_TYPE_BYTES),
+            fold_case=True,
+        ),
+        Setting(
             "on_overflow",
             str,
             "drop-oldest",
@@ -244,7 +260,8 @@ def coerce(setting: Setting, raw: Any, *, text: bool = False) -> Any:
     if setting.fold_case and isinstance(value, str):
         value = value.strip().lower()
     if setting.choices and value not in setting.choices:
-        raise ValueError(f"{setting.key} must be one of {', '.join(setting.choices)}, got {value!r}")
+        names = ", ".join(c or '"" (empty)' for c in setting.choices)
+        raise ValueError(f"{setting.key} must be one of {names}, got {value!r}")
     if setting.minimum is not None and value < setting.minimum:
         raise ValueError(f"{setting.key} must be at least {setting.minimum:g}, got {value!r}")
     if setting.maximum is not None and value > setting.maximum:

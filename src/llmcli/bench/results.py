@@ -310,6 +310,8 @@ class SpecResult:
             "model_draft_path": sp.model_draft if draft else None,
             "n_gpu_layers_draft": sp.gpu_layers_draft if draft else None,
             "n_ctx_draft": sp.ctx_size_draft if draft else None,
+            "type_k_draft": (sp.type_k_draft or c.type_k) if draft else None,  # the target's unless -ctkd
+            "type_v_draft": (sp.type_v_draft or c.type_v) if draft else None,
             "exact_positions": exact if sp.enabled and sp.exact else None,
             "prompt": self.prompt_source,
             "prompt_format": self.prompt_format,

@@ -136,6 +136,7 @@ def new_run(request: Request, the_plan: Plan, backend: runner.Backend) -> BenchR
             "spec_ngram_max": p.ngram_max, "spec_ngram_min": p.ngram_min, "spec_adaptive": p.adaptive,
             "spec_exact": p.exact, "model_draft": p.model_draft, "model_draft_path": p.model_draft_path,
             "n_gpu_layers_draft": p.gpu_layers_draft, "n_ctx_draft": p.ctx_size_draft,
+            "type_k_draft": p.type_k_draft, "type_v_draft": p.type_v_draft,
         })  # fmt: skip
         settings["prompt"] = request.prompt_source
         settings["prompt_text"] = request.prompt

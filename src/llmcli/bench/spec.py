@@ -67,6 +67,8 @@ class SpecSweep:
     model_draft_path: str | None = None  # resolved by `check`
     gpu_layers_draft: int | None = None
     ctx_size_draft: int | None = None
+    type_k_draft: str | None = None  # -ctkd (None: the target's)
+    type_v_draft: str | None = None
 
     def points(self) -> list[SpecOptions]:
         """The plain baseline first, then every speculative setting (k = 0 is the baseline)."""
@@ -100,7 +102,8 @@ class SpecSweep:
         else:
             point = replace(point, model_draft=self.model_draft_path or self.model_draft,
                             model_draft_ref=self.model_draft, gpu_layers_draft=self.gpu_layers_draft,
-                            ctx_size_draft=self.ctx_size_draft)  # fmt: skip
+                            ctx_size_draft=self.ctx_size_draft, type_k_draft=self.type_k_draft,
+                            type_v_draft=self.type_v_draft)  # fmt: skip
         point.validate()
         return point
 

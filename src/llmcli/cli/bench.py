@@ -214,6 +214,18 @@ BenchCtxSizeDraft = Annotated[
     typer.Option("--ctx-size-draft", "-cd", metavar="TOKENS", show_default=False,
                  rich_help_panel=SPEC_PANEL, help="Draft model context size (0 or unset: the target's)."),
 ]  # fmt: skip
+BenchCacheTypeKDraft = Annotated[
+    str | None,
+    typer.Option("--cache-type-k-draft", "-ctkd", metavar="TYPE", show_default=False,
+                 rich_help_panel=SPEC_PANEL,
+                 help="Draft model's KV cache type of the keys (default: the target's)."),
+]  # fmt: skip
+BenchCacheTypeVDraft = Annotated[
+    str | None,
+    typer.Option("--cache-type-v-draft", "-ctvd", metavar="TYPE", show_default=False,
+                 rich_help_panel=SPEC_PANEL,
+                 help="Draft model's KV cache type of the values (default: the target's)."),
+]  # fmt: skip
 SpecPrompt = Annotated[
     str | None,
     typer.Option("--prompt", metavar="TEXT", show_default=False, rich_help_panel=SPEC_PANEL,
@@ -293,6 +305,8 @@ def bench(
     model_draft: BenchModelDraft = None,
     gpu_layers_draft: BenchGpuLayersDraft = None,
     ctx_size_draft: BenchCtxSizeDraft = None,
+    cache_type_k_draft: BenchCacheTypeKDraft = None,
+    cache_type_v_draft: BenchCacheTypeVDraft = None,
     prompt: SpecPrompt = None,
     prompt_file: SpecPromptFile = None,
     timeout: o.Timeout = None,
@@ -312,7 +326,8 @@ def bench(
                   "--spec-ngram-min": spec_ngram_min, "--spec-adaptive": spec_adaptive,
                   "--no-spec-adaptive": no_spec_adaptive or None, "--spec-exact": spec_exact,
                   "--no-spec-exact": no_spec_exact or None, "-md": model_draft, "-ngld": gpu_layers_draft,
-                  "-cd": ctx_size_draft, "--prompt": prompt, "-f/--file": prompt_file}  # fmt: skip
+                  "-cd": ctx_size_draft, "-ctkd": cache_type_k_draft, "-ctvd": cache_type_v_draft,
+                  "--prompt": prompt, "-f/--file": prompt_file}  # fmt: skip
     spec_given = [flag for flag, value in spec_flags.items() if value is not None]
     from llmcli import render
     from llmcli.bench import run as session
@@ -361,7 +376,11 @@ def bench(
             spec_type, spec_draft_n_max, spec_draft_n_min, spec_ngram_max, spec_ngram_min,
             _bools("--spec-adaptive", spec_adaptive, no_spec_adaptive),
             _bools("--spec-exact", spec_exact, no_spec_exact), model_draft, gpu_layers_draft, ctx_size_draft,
+            cache_type_k_draft, cache_type_v_draft,
         )  # fmt: skip
+        draft_v = request.spec.type_v_draft
+        if draft_v and draft_v not in ("f32", "f16", "bf16") and False in sweep.flash_attn:
+            raise UsageError(f"-ctvd {draft_v}: a quantized V cache needs flash attention, and -fa lists 0")
         request.prompt, request.prompt_source = _spec_prompt(prompt, prompt_file)
     from llmcli import environment
 
@@ -523,7 +542,7 @@ def _repack(values: list[str] | None, no_repack: bool) -> list[bool | None]:
     return [False] if no_repack else s.parse_repack("--repack", values)
 
 
-def _spec_sweep(kinds, k, k_min, ngram_max, ngram_min, adaptive, exact, draft, ngld, cd):
+def _spec_sweep(kinds, k, k_min, ngram_max, ngram_min, adaptive, exact, draft, ngld, cd, ctkd, ctvd):
     from llmcli.bench import spec
     from llmcli.bench import sweep as s
     from llmcli.engine.spec import kind_of
@@ -542,8 +561,8 @@ def _spec_sweep(kinds, k, k_min, ngram_max, ngram_min, adaptive, exact, draft, n
         raise UsageError(
             "-md/--model-draft is given but --spec-type lists no draft", hint="add draft to --spec-type"
         )
-    if (ngld is not None or cd is not None) and not draft:
-        raise UsageError("-ngld and -cd set up the draft model: give it with -md/--model-draft")
+    if any(v is not None for v in (ngld, cd, ctkd, ctvd)) and not draft:
+        raise UsageError("-ngld, -cd, -ctkd and -ctvd set up the draft model: give it with -md/--model-draft")
     if cd is not None and cd < 0:
         raise UsageError(f"-cd/--ctx-size-draft must be >= 0 (0: the target's), got {cd}")
     sweep = spec.SpecSweep(
@@ -554,6 +573,7 @@ def _spec_sweep(kinds, k, k_min, ngram_max, ngram_min, adaptive, exact, draft, n
         ngram_min=s.parse_ints("--spec-ngram-min", ngram_min, [defaults.SPEC_NGRAM_MIN], minimum=1),
         adaptive=adaptive, exact=exact, model_draft=draft,
         gpu_layers_draft=None if ngld is None or ngld < 0 else ngld, ctx_size_draft=cd or None,
+        type_k_draft=_one_cache_type("-ctkd", ctkd), type_v_draft=_one_cache_type("-ctvd", ctvd),
     )  # fmt: skip
     drafting = [k for k in sweep.draft_max if k > 0]
     if too_big := [m for m in sweep.draft_min if drafting and all(m > k for k in drafting)]:
@@ -564,6 +584,18 @@ def _spec_sweep(kinds, k, k_min, ngram_max, ngram_min, adaptive, exact, draft, n
         raise UsageError("--spec-ngram-min must not exceed --spec-ngram-max (in at least one combination)")
     sweep.points()  # every setting checked (k at most 64, n-gram lengths at most 16) before anything runs
     return sweep
+
+
+def _one_cache_type(flag: str, value: str | None) -> str | None:
+    """-ctkd/-ctvd: one KV cache type for the draft model (not swept), or None for the target's."""
+    from llmcli.bench import sweep as s
+
+    if value is None:
+        return None
+    types = s.parse_cache_types(flag, [value])
+    if len(types) != 1:
+        raise UsageError(f"{flag} takes one KV cache type, got {value!r}")
+    return types[0]
 
 
 def _bools(flag: str, values: list[str] | None, off: bool) -> list[bool]:

@@ -74,6 +74,8 @@ def chat(
     model_draft: o.ModelDraft = None,
     gpu_layers_draft: o.GpuLayersDraft = None,
     ctx_size_draft: o.CtxSizeDraft = None,
+    cache_type_k_draft: o.CacheTypeKDraft = None,
+    cache_type_v_draft: o.CacheTypeVDraft = None,
     fallback_template: o.FallbackTemplate = False,
     timeout: o.Timeout = None,
     offline: o.Offline = False,
@@ -112,6 +114,8 @@ def chat(
         gpu_layers_draft,
         ctx_size_draft,
         ctx,
+        cache_type_k_draft,
+        cache_type_v_draft,
     )
     engine_opts = o.engine_options(
         ctx_size, gpu_layers, threads, batch_size, flash_attn, spec, repack, cache_type_k, cache_type_v

@@ -55,6 +55,8 @@ def generate(
     model_draft: o.ModelDraft = None,
     gpu_layers_draft: o.GpuLayersDraft = None,
     ctx_size_draft: o.CtxSizeDraft = None,
+    cache_type_k_draft: o.CacheTypeKDraft = None,
+    cache_type_v_draft: o.CacheTypeVDraft = None,
     stats: Annotated[
         bool, typer.Option("--stats", help="Print speed figures on stderr after the text.")
     ] = False,
@@ -106,6 +108,8 @@ def generate(
         gpu_layers_draft,
         ctx_size_draft,
         ctx,
+        cache_type_k_draft,
+        cache_type_v_draft,
     )
     engine_opts = o.engine_options(
         ctx_size, gpu_layers, threads, batch_size, flash_attn, spec, repack, cache_type_k, cache_type_v

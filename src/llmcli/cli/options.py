@@ -294,6 +294,18 @@ CtxSizeDraft = Annotated[
     typer.Option("--ctx-size-draft", "-cd", help="Draft model context size (0 or unset: the target's).",
                  envvar="LLMCLI_CTX_SIZE_DRAFT", rich_help_panel=SPEC_PANEL, show_default=False, min=0),
 ]  # fmt: skip
+CacheTypeKDraft = Annotated[
+    str | None,
+    typer.Option("--cache-type-k-draft", "-ctkd", help="Draft model's KV cache type of the keys, "
+                 "as -ctk (default: the target's).", envvar="LLMCLI_CACHE_TYPE_K_DRAFT",
+                 rich_help_panel=SPEC_PANEL, show_default=False),
+]  # fmt: skip
+CacheTypeVDraft = Annotated[
+    str | None,
+    typer.Option("--cache-type-v-draft", "-ctvd", help="Draft model's KV cache type of the values, "
+                 "as -ctv (default: the target's).", envvar="LLMCLI_CACHE_TYPE_V_DRAFT",
+                 rich_help_panel=SPEC_PANEL, show_default=False),
+]  # fmt: skip
 
 
 def spec_options(
@@ -308,6 +320,8 @@ def spec_options(
     gpu_layers_draft: int | None = None,
     ctx_size_draft: int | None = None,
     ctx: typer.Context | None = None,
+    cache_type_k_draft: str | None = None,
+    cache_type_v_draft: str | None = None,
 ) -> SpecOptions:
     """Speculative decoding's settings, resolved (flag > env > config > default) and checked. The
     draft model reference is resolved to a file by the loader, like -m."""
@@ -332,10 +346,11 @@ def spec_options(
     if kind != "draft" and _typed(model_draft, "model_draft", ctx):
         raise UsageError(f"-md/--model-draft is given but --spec-type is {kind}",
                          hint="use --spec-type draft, or leave out -md")  # fmt: skip
-    if kind != "draft" and (
-        _typed(gpu_layers_draft, "gpu_layers_draft", ctx) or _typed(ctx_size_draft, "ctx_size_draft", ctx)
-    ):
-        raise UsageError("-ngld and -cd set up the draft model: give it with -md/--model-draft")
+    draft_flags = {"gpu_layers_draft": gpu_layers_draft, "ctx_size_draft": ctx_size_draft,
+                   "cache_type_k_draft": cache_type_k_draft,
+                   "cache_type_v_draft": cache_type_v_draft}  # fmt: skip
+    if kind != "draft" and any(_typed(value, key, ctx) for key, value in draft_flags.items()):
+        raise UsageError("-ngld, -cd, -ctkd and -ctvd set up the draft model: give it with -md/--model-draft")
     gpu = settings.resolve("gpu_layers_draft", gpu_layers_draft)
     draft_from = _came_from("model_draft", draft_ref, draft_source, model_draft, ctx)
     counts = {"spec_draft_n_max": draft_max, "spec_draft_n_min": draft_min,
@@ -354,6 +369,8 @@ def spec_options(
         model_draft_from=draft_from if kind == "draft" else None,
         gpu_layers_draft=None if gpu is None or gpu < 0 else gpu,
         ctx_size_draft=settings.resolve("ctx_size_draft", ctx_size_draft) or None,
+        type_k_draft=_cache_type("k_draft", cache_type_k_draft, "-ctkd/--cache-type-k-draft") or None,
+        type_v_draft=_cache_type("v_draft", cache_type_v_draft, "-ctvd/--cache-type-v-draft") or None,
     )
     try:
         spec.validate()
@@ -428,6 +445,12 @@ def engine_options(
             f"a quantized V cache ({type_v}) needs flash attention, and -nfa turns it off",
             hint="drop -nfa/--no-flash-attn, or use -ctv f16",
         )
+    draft_v = speculative.type_v_draft if speculative is not None else None
+    if draft_v and draft_v not in ("f32", "f16", "bf16") and flash_attn is False:
+        raise UsageError(
+            f"a quantized V cache ({draft_v}) needs flash attention, and -nfa turns it off",
+            hint="drop -nfa/--no-flash-attn, or use -ctvd f16",
+        )
     return EngineOptions(
         ctx_size=settings.resolve("ctx_size", ctx_size) or None,
         gpu_layers=None if gpu is None or gpu < 0 else gpu,
@@ -441,8 +464,9 @@ def engine_options(
     )
 
 
-def _cache_type(which: str, flag: str | None) -> str:
-    """-ctk/-ctv resolved (flag, $LLMCLI_CACHE_TYPE_K/V, config, f16) and checked, lowercased."""
+def _cache_type(which: str, flag: str | None, name: str | None = None) -> str:
+    """-ctk/-ctv (`which` "k", "v") or -ctkd/-ctvd ("k_draft", "v_draft") resolved (flag,
+    $LLMCLI_CACHE_TYPE_*, config, default: f16, or "" for the target's) and checked, lowercased."""
     from llmcli import settings
     from llmcli.errors import UsageError
 
@@ -453,10 +477,10 @@ def _cache_type(which: str, flag: str | None) -> str:
     try:
         return settings.coerce(settings.SETTINGS[key], value, text=True)
     except ValueError:
-        where = f"--cache-type-{which}" if _typed(flag, key) else f"${settings.SETTINGS[key].env}"
+        where = (name or f"--cache-type-{which}") if _typed(flag, key) else f"${settings.SETTINGS[key].env}"
         raise UsageError(
             f"{where}: unknown KV cache type {value!r}",
-            hint="one of " + ", ".join(settings.SETTINGS[key].choices),
+            hint="one of " + ", ".join(c for c in settings.SETTINGS[key].choices if c),
         ) from None
 
 

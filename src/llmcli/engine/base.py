@@ -89,6 +89,9 @@ class SpecOptions:
     model_draft_from: str | None = None  # where that name came from when not typed, for errors
     gpu_layers_draft: int | None = None
     ctx_size_draft: int | None = None  # None: the target's context size
+    # the draft's KV cache types (-ctkd/-ctvd, lowercase); None: the target's (f16 as llama.cpp's None)
+    type_k_draft: str | None = None
+    type_v_draft: str | None = None
 
     @property
     def enabled(self) -> bool:
@@ -127,6 +130,8 @@ class SpecOptions:
         if self.kind == "draft":
             d.update(model_draft=self.model_draft_ref or self.model_draft, model_draft_path=self.model_draft,
                      gpu_layers_draft=self.gpu_layers_draft, ctx_size_draft=self.ctx_size_draft)  # fmt: skip
+            if self.type_k_draft or self.type_v_draft:  # else the target's (the engine's report says which)
+                d.update(cache_type_k_draft=self.type_k_draft, cache_type_v_draft=self.type_v_draft)
         return d
 
 
@@ -145,6 +150,14 @@ class EngineOptions:
     type_v: str | None = None
     repack: bool | None = None  # None: on, except where llama.cpp would use AMX (see backend.weight_repack)
     speculative: SpecOptions = field(default_factory=SpecOptions)
+
+    def draft_cache_types(self) -> tuple[str, str]:
+        """The draft model's KV cache types: -ctkd/-ctvd, else the target's (lowercase names)."""
+        spec = self.speculative
+        return (
+            (spec.type_k_draft or self.type_k or "f16").lower(),
+            (spec.type_v_draft or self.type_v or "f16").lower(),
+        )
 
 
 @dataclass

@@ -648,6 +648,8 @@ class LlamaEngine:
         report = {**self.spec.settings(), "exact_positions": {"short": short, "long": long}}
         if self._draft is not None:
             report["n_ctx_draft"] = self._draft.n_ctx
+            report["cache_type_k_draft"] = self._draft.type_k
+            report["cache_type_v_draft"] = self._draft.type_v
         if self.spec.exact:
             report["exact_probe_ms"] = round(self.exact_probe_ms, 3)
         if len(self._exact_by_threads) > 1:
@@ -1356,7 +1358,10 @@ class _DraftModel:
         # the target's attention and KV cache types: a draft that rounds as the target does proposes
         # what the target samples (a self-draft on a q8_0 cache: 93-98% accepted with the draft's
         # cache left at f16, llama.cpp's default for it)
+        # (-ctkd/-ctvd set them apart, as llama.cpp's tools do)
         set_attention(L, cparams, target.options)
+        self.type_k, self.type_v = target.options.draft_cache_types()
+        cparams.type_k, cparams.type_v = ggml_type(L, self.type_k), ggml_type(L, self.type_v)
         self.ctx = L.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             L.llama_model_free(self.model)

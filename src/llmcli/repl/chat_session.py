@@ -325,6 +325,12 @@ class ChatSession:
                 parsed = kind_of(value)
             elif field_name == "model_draft":
                 parsed = value or None
+            elif field_name in DRAFT_KV_FIELDS:  # "target": follow the target's type again
+                options = getattr(self.engine, "options", None)
+                word = value.strip().lower()
+                is_v = field_name == "type_v_draft"
+                flash = options.flash_attn if options is not None else None
+                parsed = None if word == "target" else check_kv_type(name, word, is_v, flash)
             else:
                 parsed = kind(value)
         except (KeyError, ValueError) as exc:
@@ -376,6 +382,8 @@ class ChatSession:
         value = getattr(self.spec, field_name)
         if field_name == "model_draft":
             return self.spec.model_draft_ref or value
+        if field_name in DRAFT_KV_FIELDS:
+            return value or "target"
         return value
 
     def switch_model(self, ref: str, speculative=None, **kv: str | None) -> None:
@@ -429,7 +437,10 @@ SPEC_SETTINGS: dict[str, tuple[str, type]] = {
     "model-draft": ("model_draft", str),
     "gpu-layers-draft": ("gpu_layers_draft", int),  # -ngld; below 0: all when the build can offload
     "ctx-size-draft": ("ctx_size_draft", int),  # -cd; 0: the target's
+    "cache-type-k-draft": ("type_k_draft", str),  # -ctkd; "target": the target's
+    "cache-type-v-draft": ("type_v_draft", str),  # -ctvd
 }
+DRAFT_KV_FIELDS = ("type_k_draft", "type_v_draft")
 
 
 # /set names for the KV cache's types (-ctk, -ctv): the EngineOptions field.
@@ -440,17 +451,24 @@ FLOAT_KV_TYPES = ("f32", "f16", "bf16")  # the V types attention can read withou
 def kv_cache_type(name: str, value: str, flash_attn: bool | None) -> str | None:
     """`value` as the engine option for the KV setting `name` (None: f16, llama.cpp's default, as
     -ctk f16), checked: UsageError for an unknown type, or a quantized V cache without flash attention."""
+    parsed = check_kv_type(name, value, KV_SETTINGS[name] == "type_v", flash_attn)
+    return None if parsed == "f16" else parsed
+
+
+def check_kv_type(name: str, value: str, is_v: bool, flash_attn: bool | None) -> str:
+    """`value` lowercased if it is a KV cache type `name` can take (`is_v`: a V cache, which is
+    quantized only with flash attention), else a UsageError naming the setting."""
     from llmcli.errors import UsageError
     from llmcli.gguf_file import KV_TYPE_BYTES
 
     parsed = value.strip().lower()
     if parsed not in KV_TYPE_BYTES:
         raise UsageError(f"{name}: unknown KV cache type {value!r} (one of {', '.join(KV_TYPE_BYTES)})")
-    if KV_SETTINGS[name] == "type_v" and parsed not in FLOAT_KV_TYPES and flash_attn is False:
+    if is_v and parsed not in FLOAT_KV_TYPES and flash_attn is False:
         raise UsageError(
             f"a quantized V cache ({parsed}) needs flash attention, and this chat runs without it (-nfa)"
         )
-    return None if parsed == "f16" else parsed
+    return parsed
 
 
 def stats_record(done: Done) -> dict[str, Any]:
