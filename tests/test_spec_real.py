@@ -639,3 +639,24 @@ def _engine_kv(name: str, spec: SpecOptions | None):
     options = EngineOptions(ctx_size=1024, threads=2, flash_attn=True, type_k="q8_0", type_v="q8_0",
                             speculative=spec or SpecOptions())  # fmt: skip
     return LlamaEngine(_path(name), options)
+
+
+def test_the_drafts_own_kv_cache_types_reach_llama_cpp_and_keep_the_text():
+    """-ctkd/-ctvd q8_0 under an f16 target: llama.cpp's own log shows one cache of each type, the
+    record names the draft's, and the text is plain decoding's (verification is the target's)."""
+    from realmodel import llmcli
+
+    args = ("generate", "--raw", "-m", "gemma3-270m", "-n", "24", "--temperature", "0", "--json", PROMPTS[0])
+    plain = llmcli(*args, timeout=600)
+    assert plain.returncode == 0, plain.stderr
+    result = llmcli("--debug", *args, "-md", "gemma3-270m", "-ctkd", "q8_0", "-ctvd", "q8_0", timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    record = json.loads(result.stdout)
+    assert record["text"] == json.loads(plain.stdout)["text"]
+    spec = record["speculative"]
+    assert spec["type"] == "draft"
+    assert (spec["cache_type_k_draft"], spec["cache_type_v_draft"]) == ("q8_0", "q8_0")
+    assert record["model"]["cache_type_k"] in (None, "f16")
+    kv_lines = [line for line in result.stderr.splitlines() if "llama_kv_cache: size =" in line]
+    assert any("K (f16)" in line and "V (f16)" in line for line in kv_lines), kv_lines  # the target's
+    assert any("K (q8_0)" in line and "V (q8_0)" in line for line in kv_lines), kv_lines  # the draft's
