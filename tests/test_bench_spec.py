@@ -251,7 +251,7 @@ def test_an_error_after_some_cases_keeps_what_finished(backend, monkeypatch):
         (("--spec-type", "lookahead"), "--spec-type must be one of none, lookup, draft"),
         (("--spec-type", "draft"), "--spec-type draft needs a draft model: -md/--model-draft REF"),
         (("--spec-type", "lookup", "-md", "draft.gguf"), "-md/--model-draft is given but --spec-type"),
-        (("-cd", "512"), "-ngld, -cd, -ctkd and -ctvd set up the draft model: give it with -md/--model-draft"),
+        (("-cd", "512"), "-ngld, -cd, -ctkd and -ctvd set up the draft model: give it with -md"),
         (("-md", "draft.gguf", "-cd", "-1"), "-cd/--ctx-size-draft must be >= 0 (0: the target's), got -1"),
         (("--spec-adaptive", "2"), "--spec-adaptive: expected 0 or 1 (a comma list sweeps), got '2'"),
         (("--spec-exact", "1", "--no-spec-exact"), "give --spec-exact or --no-spec-exact, not both"),
