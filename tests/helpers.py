@@ -34,6 +34,17 @@ def use_bench_backend(make):
     return make
 
 
+def bench_in(tmp_path, monkeypatch, fake, files=("a.gguf", "b.gguf")):
+    """`llmcli bench` on the FakeBackend `fake`, in `tmp_path` holding stand-in model `files`, with
+    the first as the default model; returns `fake`."""
+    use_bench_backend(lambda debug=False: fake)
+    for name in files:
+        (tmp_path / name).write_bytes(b"GGUF")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LLMCLI_MODEL", files[0])
+    return fake
+
+
 def engine_factory():
     from llmcli import environment
 

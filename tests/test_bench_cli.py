@@ -9,7 +9,7 @@ import re
 import statistics
 
 import pytest
-from helpers import run, use_bench_backend
+from helpers import bench_in, run
 
 from llmcli.bench import membw
 from llmcli.bench.fake import FAKE_ENVIRONMENT, Crash, FakeBackend, FakeClock
@@ -18,13 +18,7 @@ from llmcli.bench.fake import FAKE_ENVIRONMENT, Crash, FakeBackend, FakeClock
 @pytest.fixture
 def backend(monkeypatch, tmp_path):
     """`llmcli bench` runs on this FakeBackend: 1000 t/s prefill, 100 t/s decode, no noise."""
-    fake = FakeBackend()
-    use_bench_backend(lambda debug=False: fake)
-    for name in ("a.gguf", "b.gguf"):
-        (tmp_path / name).write_bytes(b"GGUF")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("LLMCLI_MODEL", "a.gguf")
-    return fake
+    return bench_in(tmp_path, monkeypatch, FakeBackend())
 
 
 def _table(stdout: str) -> list[list[str]]:

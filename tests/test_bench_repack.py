@@ -6,20 +6,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import run, use_bench_backend
+from helpers import bench_in, run, use_bench_backend
 
 from llmcli.bench.fake import FakeBackend, FakeClock
 
 
 @pytest.fixture
 def backend(monkeypatch, tmp_path):
-    fake = FakeBackend(clock=FakeClock(step_ns=1_000_000))
-    use_bench_backend(lambda debug=False: fake)
-    for name in ("a.gguf", "b.gguf"):
-        (tmp_path / name).write_bytes(b"GGUF")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("LLMCLI_MODEL", "a.gguf")
-    return fake
+    return bench_in(tmp_path, monkeypatch, FakeBackend(clock=FakeClock(step_ns=1_000_000)))
 
 
 def _table(stdout: str) -> list[list[str]]:

@@ -8,7 +8,7 @@ import io
 import json
 
 import pytest
-from helpers import run, use_bench_backend
+from helpers import bench_in, run
 
 from llmcli.bench.fake import FakeBackend, FakeClock
 from llmcli.engine.fake import FakeEngine
@@ -19,12 +19,7 @@ ACCEPT = 2  # FakeEngine.spec_accept
 @pytest.fixture
 def backend(monkeypatch, tmp_path):
     fake = FakeBackend(clock=FakeClock(step_ns=1_000_000))  # every clock read is 1 ms later
-    use_bench_backend(lambda debug=False: fake)
-    for name in ("a.gguf", "b.gguf", "draft.gguf", "other.gguf"):
-        (tmp_path / name).write_bytes(b"GGUF")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("LLMCLI_MODEL", "a.gguf")
-    return fake
+    return bench_in(tmp_path, monkeypatch, fake, ("a.gguf", "b.gguf", "draft.gguf", "other.gguf"))
 
 
 def _bench(*args: str) -> dict:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import run, use_bench_backend
+from helpers import bench_in, run
 
 from llmcli.engine.base import EngineOptions, SpecOptions
 
@@ -153,13 +153,9 @@ def test_memory_fit_counts_the_drafts_cache_at_its_own_types(monkeypatch, tmp_pa
 def backend(monkeypatch, tmp_path):
     from llmcli.bench.fake import FakeBackend, FakeClock
 
-    fake = FakeBackend(clock=FakeClock(step_ns=1_000_000))
-    use_bench_backend(lambda debug=False: fake)
-    for name in ("a.gguf", "draft.gguf"):
-        (tmp_path / name).write_bytes(b"GGUF")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("LLMCLI_MODEL", "a.gguf")
-    return fake
+    return bench_in(
+        tmp_path, monkeypatch, FakeBackend(clock=FakeClock(step_ns=1_000_000)), ("a.gguf", "draft.gguf")
+    )
 
 
 def test_bench_records_the_drafts_types(backend):
