@@ -1155,10 +1155,18 @@ def set_attention(L, params, opts: EngineOptions) -> None:
             setattr(params, field, ggml_type(L, name))
 
 
+# ggml's type numbers for the KV cache types (ggml.h's `enum ggml_type`, fixed by the GGUF format),
+# for those the binding does not export: llama-cpp-python 0.3.36 has no GGML_TYPE_BF16
+GGML_KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20,
+                 "bf16": 30}  # fmt: skip
+
+
 def ggml_type(L, name: str) -> int:
     value = getattr(L, f"GGML_TYPE_{name.upper()}", None)
     if value is None:
-        raise UsageError(f"unknown KV cache type {name!r} (try f16, q8_0, q4_0)")
+        value = GGML_KV_TYPES.get(name.lower())
+    if value is None:
+        raise UsageError(f"unknown KV cache type {name!r} (one of {', '.join(GGML_KV_TYPES)})")
     return value
 
 
