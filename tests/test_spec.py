@@ -856,7 +856,7 @@ def test_a_notice_says_when_exactness_left_nothing_to_verify():
     assert exact_limit_notice(Stats(decode_tokens=40)) is None  # no speculation asked for
 
 
-def test_the_notice_names_the_q8_0_cache_only_where_it_would_help():
+def test_the_notice_names_the_bf16_and_q8_0_caches_only_where_they_would_help():
     from llmcli.engine.base import ModelInfo, Stats
     from llmcli.generation import exact_limit_notice
 
@@ -867,7 +867,10 @@ def test_the_notice_names_the_q8_0_cache_only_where_it_would_help():
     def info(k: str, v: str, backend: str = "CPU") -> ModelInfo:
         return ModelInfo("m.gguf", "llama", "Q4_1", 1, 1, 1, 1, 1, None, backend=backend, type_k=k, type_v=v)
 
-    assert "-ctk q8_0 -ctv q8_0" in exact_limit_notice(s, info("f16", "f16"))
-    assert "-ctk q8_0" not in exact_limit_notice(s, info("q8_0", "q8_0"))  # already there
-    assert "-ctk q8_0" not in exact_limit_notice(s, info("f16", "f16", backend="CUDA"))  # CPU kernels only
-    assert "-ctk q8_0" not in exact_limit_notice(s)
+    notice = exact_limit_notice(s, info("f16", "f16"))
+    assert "a bf16 or q8_0 KV cache (-ctk bf16 -ctv bf16, or q8_0)" in notice
+    assert "-ctk bf16" in exact_limit_notice(s, info("f32", "f32"))
+    for k, v in (("q8_0", "q8_0"), ("bf16", "bf16")):  # already there: the split is not what blocked it
+        assert "-ctk bf16" not in exact_limit_notice(s, info(k, v))
+    assert "-ctk bf16" not in exact_limit_notice(s, info("f16", "f16", backend="CUDA"))  # CPU kernels only
+    assert "-ctk bf16" not in exact_limit_notice(s)

@@ -586,22 +586,26 @@ def test_ctrl_c_while_an_engine_is_freed_frees_everything_once(monkeypatch):
     assert sorted(freed) == ["ctx", "model"]
 
 
-def test_a_q8_0_kv_cache_keeps_exact_speculation_past_the_short_context():
-    """With -ctk q8_0 -ctv q8_0 llama.cpp's CPU flash attention takes the same one-chunk path for one
-    query and for a batch at every depth, so where the probe finds that, --spec-exact drafts past
-    512 cells; either way the text is plain decoding's at the same cache types, byte for byte."""
+@pytest.mark.parametrize("kv_type", ["q8_0", "bf16"])
+def test_a_q8_0_or_bf16_kv_cache_keeps_exact_speculation_past_the_short_context(kv_type):
+    """With -ctk q8_0 -ctv q8_0 (or bf16) llama.cpp's CPU flash attention takes the same one-chunk
+    path for one query and for a batch at every depth (it splits the keys of one query only for
+    f16 or f32), so where the probe finds that, --spec-exact drafts past 512 cells; either way the
+    text is plain decoding's at the same cache types, byte for byte."""
     from pathlib import Path
 
     source = (Path(__file__).parents[1] / "src" / "llmcli" / "engine" / "spec.py").read_text()
     prompt = source[:2000] + "\n\nThe same text again, unchanged:\n" + source[:60]
-    plain = _engine_kv("smollm2-135m", None)
-    spec = _engine_kv("smollm2-135m", SpecOptions(kind="lookup", draft_max=8, adaptive=False))
+    plain = _engine_kv("smollm2-135m", None, kv_type)
+    spec = _engine_kv("smollm2-135m", SpecOptions(kind="lookup", draft_max=8, adaptive=False), kv_type)
     try:
         params = SamplingParams(temperature=0, max_tokens=40)
         a, b = run(plain, prompt, params), run(spec, prompt, params)
         assert a.stats.prompt_tokens > 520  # the whole answer lies past 512 cells
         same(a, b)
         short, long = spec.exact_positions
+        if spec.info.backend == "CPU":  # the one-chunk path for both at every depth (ggml-cpu's rule)
+            assert long > 1, spec.exact_positions
         if long > 1:  # the probe found multi-position batches exact at this depth: they ran
             assert b.stats.drafted_tokens > 0 and b.stats.target_passes < b.stats.decode_tokens
         else:
@@ -633,10 +637,10 @@ def test_a_self_draft_on_a_q8_0_cache_accepts_everything_past_the_short_context(
         own.close()
 
 
-def _engine_kv(name: str, spec: SpecOptions | None):
+def _engine_kv(name: str, spec: SpecOptions | None, kv_type: str = "q8_0"):
     from llmcli.engine.llama import LlamaEngine
 
-    options = EngineOptions(ctx_size=1024, threads=2, flash_attn=True, type_k="q8_0", type_v="q8_0",
+    options = EngineOptions(ctx_size=1024, threads=2, flash_attn=True, type_k=kv_type, type_v=kv_type,
                             speculative=spec or SpecOptions())  # fmt: skip
     return LlamaEngine(_path(name), options)
 

@@ -242,9 +242,9 @@ def exact_limit_notice(s, info=None) -> str | None:
     """One line when speculation was asked for and `--spec-exact` let it verify nothing: on this
     build no batch of two or more positions was bit-identical to one-token steps at the context
     length the answer ran at (`exact_blocked` steps), so the answer was decoded plainly. An answer
-    that drafted nothing only because nothing matched gets no notice. With an f16/f32/bf16 cache
-    it names the q8_0 one too: llama.cpp's CPU flash attention splits one query's keys across
-    threads only for float K and V of one type, so with q8_0 a step and a batch compute alike."""
+    that drafted nothing only because nothing matched gets no notice. With an f16/f32 cache
+    it names bf16 and q8_0 too: llama.cpp's CPU flash attention splits one query's keys across
+    threads only for K and V both f16 or both f32, so with either a step and a batch compute alike."""
     spec = s.speculative
     if not spec or not spec.get("exact") or s.drafted_tokens or not s.decode_tokens:
         return None
@@ -255,10 +255,10 @@ def exact_limit_notice(s, info=None) -> str | None:
         "bit-identical to plain decoding on this build (--spec-exact); --no-spec-exact verifies in any "
         "batch (the same distribution, but at temperature 0 a near-tie may come out differently)"
         + (
-            "; a q8_0 KV cache (-ctk q8_0 -ctv q8_0) keeps batches exact at long contexts"
+            "; a bf16 or q8_0 KV cache (-ctk bf16 -ctv bf16, or q8_0) keeps batches exact at long contexts"
             if info is not None
             and info.backend == "CPU"
-            and info.type_k in ("f16", "f32", "bf16")
+            and info.type_k in ("f16", "f32")
             and info.type_k == info.type_v
             else ""
         )
