@@ -108,6 +108,13 @@ def test_chat_set_reloads_with_the_drafts_types_and_target_follows_again(fake, d
     assert "first" in last.history[-1].prompt and "second" in last.history[-1].prompt
 
 
+def test_chat_show_names_the_drafts_types(fake, draft):
+    result = run("chat", "-md", draft, "-ctk", "q8_0", input="/show\n/set cache-type-v-draft f32\n/show\n")
+    assert result.exit_code == 0, result.stderr
+    assert f"speculative draft, k up to 8; draft {draft}, kv cache K q8_0, V f16" in result.stderr
+    assert f"speculative draft, k up to 8; draft {draft}, kv cache K q8_0, V f32" in result.stderr
+
+
 def test_chat_set_refuses_a_quantized_draft_v_cache_without_flash_attention(fake, draft):
     result = run("chat", "-nfa", "-md", draft, input="/set cache-type-v-draft q8_0\nhello\n")
     assert result.exit_code == 0 and "Traceback" not in result.stderr

@@ -122,6 +122,14 @@ def _show(repl: Repl, arg: str) -> None:
     )
     weights = "repacked" if info.repack else "not repacked"
     repl.info(f"kv cache   K {info.type_k}, V {info.type_v}; weights {weights}")
+    options = getattr(s.engine, "options", None)
+    if options is not None and options.speculative.enabled:
+        sp = options.speculative
+        line = f"speculative {sp.kind}, k up to {sp.draft_max}{'' if sp.exact else ', not exact'}"
+        if sp.kind == "draft":
+            k, v = options.draft_cache_types()
+            line += f"; draft {sp.model_draft_ref or sp.model_draft}, kv cache K {k}, V {v}"
+        repl.info(line)
     repl.info(f"template   {s.prompt_format.source}")
     repl.info(f"overflow   {s.on_overflow}")
     repl.info("params     " + ", ".join(f"{k}={v}" for k, v in s.params.as_dict().items() if k != "grammar"))
