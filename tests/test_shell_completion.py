@@ -335,7 +335,7 @@ def test_fish(shell_env, line, expected):
         ("llmcli generate -ng", ["-ngl", "-ngld"]),  # -n takes a value, and still does not hide -ngl
         ("llmcli generate -nf", ["-nfa"]),
         ("llmcli generate -f", ["-f", "-fa"]),
-        ("llmcli bench -ct", ["-ctk", "-ctv"]),
+        ("llmcli bench -ct", ["-ctk", "-ctkd", "-ctv", "-ctvd"]),
         ("llmcli bench -p", ["-p", "-pg"]),
         ("llmcli generate -f js", ["json.gbnf"]),  # short options keep completing their values
         ("llmcli generate -m q", ["qwen-small"]),
