@@ -220,8 +220,8 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write every measurement here")
     ap.add_argument("--cache-type", default="f16",
                     help="KV cache type of K and V for every runner, llama.cpp's tools too (-ctk/-ctv; "
-                    "not f16: flash attention on everywhere); q8_0 keeps --spec-exact batches exact at "
-                    "long contexts")  # fmt: skip
+                    "not f16: flash attention on everywhere); bf16 or q8_0 keeps --spec-exact batches "
+                    "exact at long contexts")  # fmt: skip
     args = ap.parse_args()
 
     sys.path.insert(0, str(ROOT / "tests"))
