@@ -874,3 +874,41 @@ def test_the_notice_names_the_bf16_and_q8_0_caches_only_where_they_would_help():
         assert "-ctk bf16" not in exact_limit_notice(s, info(k, v))
     assert "-ctk bf16" not in exact_limit_notice(s, info("f16", "f16", backend="CUDA"))  # CPU kernels only
     assert "-ctk bf16" not in exact_limit_notice(s)
+
+
+def _fake_with(monkeypatch, tmp_path, **kwargs):
+    from helpers import use_engine
+
+    from llmcli.engine.fake import FakeEngine
+
+    model = tmp_path / "fake.gguf"
+    model.write_bytes(b"GGUF")
+    monkeypatch.setenv("LLMCLI_MODEL", str(model))
+    return use_engine(FakeEngine.factory(**kwargs))
+
+
+def test_chat_says_once_when_exactness_left_nothing_to_verify_in_set_words(monkeypatch, tmp_path):
+    factory = _fake_with(monkeypatch, tmp_path, replies=["one two three"] * 4, spec_exact_blocked=True)
+    result = run("chat", "--spec-type", "lookup", input="first\nsecond\n/set spec-draft-n-max 4\nthird\n")
+    assert result.exit_code == 0, result.stderr
+    notes = [line for line in result.stderr.splitlines() if "speculative decoding drafted nothing" in line]
+    assert len(notes) == 2  # once for the first model, once after the reload, not at every turn
+    assert "/set spec-exact off verifies in any batch" in notes[0] and "--no-spec-exact" not in notes[0]
+    assert "(/set cache-type-k bf16 and /set cache-type-v bf16, or q8_0)" in notes[0]  # the fake is CPU, f16
+    assert len(factory.made) == 2
+
+
+def test_chat_says_nothing_where_exactness_did_not_block(monkeypatch, tmp_path):
+    _fake_with(monkeypatch, tmp_path, replies=["one two three"])
+    result = run("chat", "--spec-type", "lookup", input="first\n")
+    assert result.exit_code == 0, result.stderr
+    assert "drafted nothing" not in result.stderr
+
+
+def test_generate_says_it_in_its_flags_words(monkeypatch, tmp_path):
+    _fake_with(monkeypatch, tmp_path, replies=["one two three"], spec_exact_blocked=True)
+    result = run("generate", "hi", "--spec-type", "lookup")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.startswith("one two three")  # the text, on stdout; the note on stderr
+    (note,) = [line for line in result.stderr.splitlines() if "drafted nothing" in line]
+    assert "--no-spec-exact verifies in any batch" in note and "(-ctk bf16 -ctv bf16, or q8_0)" in note

@@ -238,24 +238,28 @@ def run_generate(
                   prompt_cache=cache)  # fmt: skip
 
 
-def exact_limit_notice(s, info=None) -> str | None:
+def exact_limit_notice(s, info=None, chat: bool = False) -> str | None:
     """One line when speculation was asked for and `--spec-exact` let it verify nothing: on this
     build no batch of two or more positions was bit-identical to one-token steps at the context
     length the answer ran at (`exact_blocked` steps), so the answer was decoded plainly. An answer
     that drafted nothing only because nothing matched gets no notice. With an f16/f32 cache
     it names bf16 and q8_0 too: llama.cpp's CPU flash attention splits one query's keys across
-    threads only for K and V both f16 or both f32, so with either a step and a batch compute alike."""
+    threads only for K and V both f16 or both f32, so with either a step and a batch compute alike.
+    `chat`: in the REPL's words (`/set spec-exact off`, `/set cache-type-k bf16`)."""
     spec = s.speculative
     if not spec or not spec.get("exact") or s.drafted_tokens or not s.decode_tokens:
         return None
     if not spec.get("exact_blocked"):
         return None
+    off, types = "--no-spec-exact", "-ctk bf16 -ctv bf16, or q8_0"
+    if chat:
+        off, types = "/set spec-exact off", "/set cache-type-k bf16 and /set cache-type-v bf16, or q8_0"
     return (
         "speculative decoding drafted nothing: at this context length only one-position batches are "
-        "bit-identical to plain decoding on this build (--spec-exact); --no-spec-exact verifies in any "
+        f"bit-identical to plain decoding on this build (--spec-exact); {off} verifies in any "
         "batch (the same distribution, but at temperature 0 a near-tie may come out differently)"
         + (
-            "; a bf16 or q8_0 KV cache (-ctk bf16 -ctv bf16, or q8_0) keeps batches exact at long contexts"
+            f"; a bf16 or q8_0 KV cache ({types}) keeps batches exact at long contexts"
             if info is not None
             and info.backend == "CPU"
             and info.type_k in ("f16", "f32")

@@ -48,6 +48,9 @@ class FakeEngine:
     # With speculative options: each target pass drafts --spec-draft-n-max tokens and accepts this
     # many of them (then one more token comes from the target), so counts are easy to predict.
     spec_accept: int = 2
+    # --spec-exact allows no batch at this context (a long one on an f16 cache on the CPU): nothing
+    # is drafted, every step is counted in `exact_blocked`
+    spec_exact_blocked: bool = False
 
     def __post_init__(self) -> None:
         self.info = ModelInfo(
@@ -190,7 +193,10 @@ class FakeEngine:
             n = i + 1
             shown, stopped = text.feed(pieces[i])
             self._cached.extend(ord(c) for c in pieces[i].decode("utf-8", "replace"))
-            if spec.enabled:
+            if spec.enabled and spec.exact and self.spec_exact_blocked:
+                passes += 1
+                yield Token(shown, n, 0, 0, passes)
+            elif spec.enabled:
                 if left_in_pass == 0:  # a new verification batch
                     passes += 1
                     drafted += spec.draft_max
@@ -216,8 +222,11 @@ class FakeEngine:
         if spec.enabled:
             stats.drafted_tokens, stats.accepted_tokens, stats.target_passes = drafted, accepted, passes
             every = spec.draft_max + 1
-            stats.speculative = {**spec.settings(), "exact_positions": {"short": every, "long": every},
-                                 "k_chosen": {str(spec.draft_max): passes}, "exact_blocked": 0}  # fmt: skip
+            blocked = spec.exact and self.spec_exact_blocked
+            stats.speculative = {**spec.settings(),
+                                 "exact_positions": {"short": every, "long": 1 if blocked else every},
+                                 "k_chosen": {"0" if blocked else str(spec.draft_max): passes},
+                                 "exact_blocked": n if blocked else 0}  # fmt: skip
         # Like llama.cpp's grammar sampler, a scripted reply satisfies the grammar exactly when it
         # runs to its end (the end-of-generation token is allowed only there) or is cut right there.
         complete = (ended or (reason == "length" and n == len(pieces))) if params.grammar else None

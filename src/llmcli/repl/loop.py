@@ -94,8 +94,24 @@ class Repl:
             )
             self.warn(error.one_line().removeprefix("llmcli: "))
         self.info(stats_line(result.done.stats, context=self.session.engine.n_ctx))
+        self._exact_notice(result.done.stats)
         if self.autosave and self.session.session_name:
             self.save(self.session.session_name)
+
+    def _exact_notice(self, stats) -> None:
+        """Once per loaded model: --spec-exact let this answer verify nothing (a long context on
+        the CPU's f16 cache), said as generate says it, in /set's words."""
+        import weakref
+
+        from llmcli.generation import exact_limit_notice
+
+        engine = self.session.engine
+        noticed = getattr(self, "_exact_noticed", None)
+        if noticed is not None and noticed() is engine:
+            return
+        if notice := exact_limit_notice(stats, getattr(engine, "info", None), chat=True):
+            self._exact_noticed = weakref.ref(engine)
+            self.info("note: " + notice)
 
     def handle(self, line: str) -> bool:
         """One input: a slash command or a message. Returns False to exit."""
