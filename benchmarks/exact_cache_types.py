@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import statistics
 import sys
 from pathlib import Path
@@ -67,15 +66,7 @@ def main() -> None:
         calls = {
             key: (lambda r=r, p=prompt: bench.llmcli_run(r, p, args.tokens)) for key, r in runners.items()
         }
-        for call in calls.values():  # warm-up: graphs, the exactness probe, the page cache
-            call()
-        rows: dict[str, list[dict]] = {key: [] for key in calls}
-        order = list(calls)
-        shuffle = random.Random(0).shuffle
-        for _ in range(args.rounds):
-            shuffle(order)
-            for key in order:
-                rows[key].append(calls[key]())
+        rows = bench.shuffled_rounds(calls, args.rounds)
         for r in runners.values():
             r.close()
         results[name] = rows

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import random
 import re
 import statistics
 import subprocess
@@ -125,15 +124,7 @@ def main() -> None:
         "same-batches": same_batches,
         "lookup-fast": lambda: speculative.llmcli_run(own, prompt, n, k),
     }
-    for call in calls.values():  # warm-up: graphs, the page cache
-        call()
-    rows: dict[str, list[dict]] = {key: [] for key in calls}
-    order = list(calls)
-    shuffle = random.Random(0).shuffle
-    for _ in range(args.rounds):
-        shuffle(order)
-        for key in order:
-            rows[key].append(calls[key]())
+    rows = speculative.shuffled_rounds(calls, args.rounds)
     reference = rows["llama-lookup"]
     print(f"\n{args.model} · {args.prompt} prompt · {args.rounds} rounds, k={k}, -t {args.threads}")
     print(f"  {'runner':<14} {'tok/s':>7} {'vs llama-lookup':>20} {'geo mean':>9} {'accepted/drafted':>17} "

@@ -53,7 +53,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -298,21 +298,29 @@ def main() -> None:
             if args.runners:
                 wanted = {"plain", *args.runners.split(",")}
                 calls = {key: call for key, call in calls.items() if key in wanted}
-            for key in calls:  # warm-up: graph building, the exactness probe, the page cache
-                calls[key]()
-            rows: dict[str, list[dict]] = {key: [] for key in calls}
-            order = list(calls)
-            shuffle = random.Random(0).shuffle  # a new order each round, the same for every sitting:
-            for _ in range(args.rounds):  # no runner always follows the same one (or a subprocess)
-                shuffle(order)
-                for key in order:
-                    rows[key].append(calls[key]())
+            rows = shuffled_rounds(calls, args.rounds)
             results[f"{name}/{label}"] = rows
             report(name, label, rows)
         for r in runners.values():
             r.close()
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, default=str))
+
+
+def shuffled_rounds(calls: dict[str, Callable[[], dict]], rounds: int) -> dict[str, list[dict]]:
+    """Each call once to warm up (graph building, the exactness probe, the page cache), then
+    `rounds` rounds of every call, each round in a new order, the same for every sitting: no runner
+    always follows the same one (or a subprocess). Returns each call's measurements by key."""
+    for call in calls.values():
+        call()
+    rows: dict[str, list[dict]] = {key: [] for key in calls}
+    order = list(calls)
+    shuffle = random.Random(0).shuffle
+    for _ in range(rounds):
+        shuffle(order)
+        for key in order:
+            rows[key].append(calls[key]())
+    return rows
 
 
 def paired(xs: list[dict], ys: list[dict]) -> list[float]:
