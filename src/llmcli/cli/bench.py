@@ -331,6 +331,7 @@ def bench(
     spec_given = [flag for flag, value in spec_flags.items() if value is not None]
     from llmcli import render
     from llmcli.bench import run as session
+    from llmcli.gguf_file import FLOAT_KV_TYPES
     from llmcli.render import bench as formats
 
     _check_choice("--output", output, formats.FORMATS)
@@ -379,7 +380,7 @@ def bench(
             cache_type_k_draft, cache_type_v_draft,
         )  # fmt: skip
         draft_v = request.spec.type_v_draft
-        if draft_v and draft_v not in ("f32", "f16", "bf16") and False in sweep.flash_attn:
+        if draft_v and draft_v not in FLOAT_KV_TYPES and False in sweep.flash_attn:
             raise UsageError(f"-ctvd {draft_v}: a quantized V cache needs flash attention, and -fa lists 0")
         request.prompt, request.prompt_source = _spec_prompt(prompt, prompt_file)
     from llmcli import environment

@@ -437,20 +437,17 @@ def engine_options(
     from llmcli import settings
     from llmcli.engine.base import EngineOptions, SpecOptions
     from llmcli.errors import UsageError
+    from llmcli.gguf_file import FLOAT_KV_TYPES
 
     gpu = settings.resolve("gpu_layers", gpu_layers)
     type_k, type_v = _cache_type("k", cache_type_k), _cache_type("v", cache_type_v)
-    if type_v not in ("f32", "f16", "bf16") and flash_attn is False:
-        raise UsageError(
-            f"a quantized V cache ({type_v}) needs flash attention, and -nfa turns it off",
-            hint="drop -nfa/--no-flash-attn, or use -ctv f16",
-        )
     draft_v = speculative.type_v_draft if speculative is not None else None
-    if draft_v and draft_v not in ("f32", "f16", "bf16") and flash_attn is False:
-        raise UsageError(
-            f"a quantized V cache ({draft_v}) needs flash attention, and -nfa turns it off",
-            hint="drop -nfa/--no-flash-attn, or use -ctvd f16",
-        )
+    for v, flag in ((type_v, "-ctv"), (draft_v, "-ctvd")):  # the target's V cache, the draft's
+        if v and v not in FLOAT_KV_TYPES and flash_attn is False:
+            raise UsageError(
+                f"a quantized V cache ({v}) needs flash attention, and -nfa turns it off",
+                hint=f"drop -nfa/--no-flash-attn, or use {flag} f16",
+            )
     return EngineOptions(
         ctx_size=settings.resolve("ctx_size", ctx_size) or None,
         gpu_layers=None if gpu is None or gpu < 0 else gpu,

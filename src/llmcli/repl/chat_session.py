@@ -445,7 +445,6 @@ DRAFT_KV_FIELDS = ("type_k_draft", "type_v_draft")
 
 # /set names for the KV cache's types (-ctk, -ctv): the EngineOptions field.
 KV_SETTINGS: dict[str, str] = {"cache-type-k": "type_k", "cache-type-v": "type_v"}
-FLOAT_KV_TYPES = ("f32", "f16", "bf16")  # the V types attention can read without flash attention
 
 
 def kv_cache_type(name: str, value: str, flash_attn: bool | None) -> str | None:
@@ -459,7 +458,7 @@ def check_kv_type(name: str, value: str, is_v: bool, flash_attn: bool | None) ->
     """`value` lowercased if it is a KV cache type `name` can take (`is_v`: a V cache, which is
     quantized only with flash attention), else a UsageError naming the setting."""
     from llmcli.errors import UsageError
-    from llmcli.gguf_file import KV_TYPE_BYTES
+    from llmcli.gguf_file import FLOAT_KV_TYPES, KV_TYPE_BYTES
 
     parsed = value.strip().lower()
     if parsed not in KV_TYPE_BYTES:
