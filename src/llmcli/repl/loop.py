@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import Any, TextIO
 
 from llmcli import paths
 from llmcli.errors import LlmcliError, TerminatedError
@@ -35,6 +35,8 @@ class Repl:
     err: TextIO = field(default_factory=lambda: sys.stderr)
     autosave: bool = False
     quiet: bool = False
+    # the engine the exactness notice was last said for (weakly: a reload frees the old one)
+    _exact_noticed: Any = field(default=None, init=False, repr=False)
 
     # -- output ------------------------------------------------------------------------------
 
@@ -106,8 +108,7 @@ class Repl:
         from llmcli.generation import exact_limit_notice
 
         engine = self.session.engine
-        noticed = getattr(self, "_exact_noticed", None)
-        if noticed is not None and noticed() is engine:
+        if self._exact_noticed is not None and self._exact_noticed() is engine:
             return
         if notice := exact_limit_notice(stats, getattr(engine, "info", None), chat=True):
             self._exact_noticed = weakref.ref(engine)
