@@ -18,7 +18,8 @@ while they equal the recorded answer (that is what greedy verification does), ch
 a k+1 batch, and feeds the policy exactly what the engine does: the batch cost, the verification
 result, every emitted token (with the check of undrafted proposals, and of the undrafted rest of a
 fully accepted draft). Reported: speed relative to plain decoding on the same machine, per answer
-and as a geometric mean, next to fixed k.
+and as a geometric mean, next to fixed k and to an oracle that knows the answer and picks each
+pass's k for the most tokens per unit of cost (the best any k policy could do with these proposals).
 
 `--noise` models a shared two-core machine: a slow drift of the machine's speed (an AR(1) process on
 its logarithm, --drift per step, 0.95 memory: about ±13%), per-batch jitter (--jitter), and
@@ -157,6 +158,29 @@ def plain_seconds(prompt: list[int], answer: list[int], machine: Machine) -> flo
     return sum(machine.batch(1, len(prompt) + i) for i in range(len(answer)))
 
 
+def oracle_speed(prompt: list[int], answer: list[int], costs: list[float], k_max: int = 8) -> float:
+    """Speed relative to plain decoding (no noise) of a policy that knows the answer: the same
+    proposals, and at each pass the k that gives the most tokens per unit of cost, counting only
+    the proposed tokens that will be accepted. What any policy choosing k from the past could reach
+    at best with these proposals and costs."""
+    from llmcli.engine.spec import NgramProposer
+
+    proposer = NgramProposer()
+    proposer.extend(prompt)
+    i, spent = 0, 0.0
+    while i < len(answer):
+        proposal, _ = proposer.propose(k_max)
+        good = 0
+        while good < len(proposal) and i + good < len(answer) and proposal[good] == answer[i + good]:
+            good += 1
+        k = max(range(good + 1), key=lambda k: ((k + 1) / costs[k], -k))
+        spent += costs[k]
+        for token in answer[i : i + k + 1]:
+            proposer.append(token)
+        i += k + 1
+    return len(answer) * costs[0] / spent
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
@@ -216,6 +240,8 @@ def main() -> None:
         ratios.append(adaptive[0])
         print(f"{key:30} adaptive {adaptive[0]:.3f}x plain  {adaptive[1]} passes  k chosen {adaptive[2]}")
         print(f"{'':30} fixed    " + "  ".join(f"k={k}: {s:.3f}x" for k, s in fixed.items()))
+        best = oracle_speed(prompt, answer, costs, k_max)
+        print(f"{'':30} oracle   {best:.3f}x (adaptive reaches {adaptive[0] / best:.0%} of it; no noise)")
     if ratios:
         geo = math.exp(statistics.mean(math.log(r) for r in ratios))
         print(
