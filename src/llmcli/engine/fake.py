@@ -181,6 +181,7 @@ class FakeEngine:
         ended = stopped = False  # the end-of-generation token was reached / a stop string
         n = 0
         spec = self.options.speculative
+        blocked = spec.enabled and spec.exact and self.spec_exact_blocked  # every step a plain one
         drafted = accepted = passes = 0
         left_in_pass = 0  # tokens still to come from the current target pass
         for i in range(len(pieces) + 1):
@@ -193,7 +194,7 @@ class FakeEngine:
             n = i + 1
             shown, stopped = text.feed(pieces[i])
             self._cached.extend(ord(c) for c in pieces[i].decode("utf-8", "replace"))
-            if spec.enabled and spec.exact and self.spec_exact_blocked:
+            if blocked:
                 passes += 1
                 yield Token(shown, n, 0, 0, passes)
             elif spec.enabled:
@@ -222,7 +223,6 @@ class FakeEngine:
         if spec.enabled:
             stats.drafted_tokens, stats.accepted_tokens, stats.target_passes = drafted, accepted, passes
             every = spec.draft_max + 1
-            blocked = spec.exact and self.spec_exact_blocked
             stats.speculative = {**spec.settings(),
                                  "exact_positions": {"short": every, "long": 1 if blocked else every},
                                  "k_chosen": {"0" if blocked else str(spec.draft_max): passes},
