@@ -136,9 +136,7 @@ def replay(prompt: list[int], answer: list[int], machine: Machine, policy, k_max
             policy.watch(source, proposal)
         draft, tail = proposal[:k], proposal[k:]
         chosen[k] = chosen.get(k, 0) + 1
-        kept = 0
-        while kept < len(draft) and i + kept < len(answer) and draft[kept] == answer[i + kept]:
-            kept += 1
+        kept = agreed(draft, answer, i)
         seconds = machine.batch(len(draft) + 1, len(prompt) + i)
         policy.observe_batch(len(draft) + 1, seconds)
         if draft:
@@ -152,6 +150,14 @@ def replay(prompt: list[int], answer: list[int], machine: Machine, policy, k_max
         passes += 1
         spent += seconds
     return spent, passes, dict(sorted(chosen.items()))
+
+
+def agreed(tokens: list[int], answer: list[int], i: int) -> int:
+    """How many of `tokens` the answer has from position `i` on: what greedy verification keeps."""
+    kept = 0
+    while kept < len(tokens) and i + kept < len(answer) and tokens[kept] == answer[i + kept]:
+        kept += 1
+    return kept
 
 
 def plain_seconds(prompt: list[int], answer: list[int], machine: Machine) -> float:
@@ -170,9 +176,7 @@ def oracle_speed(prompt: list[int], answer: list[int], costs: list[float], k_max
     i, spent = 0, 0.0
     while i < len(answer):
         proposal, _ = proposer.propose(k_max)
-        good = 0
-        while good < len(proposal) and i + good < len(answer) and proposal[good] == answer[i + good]:
-            good += 1
+        good = agreed(proposal, answer, i)
         k = max(range(good + 1), key=lambda k: ((k + 1) / costs[k], -k))
         spent += costs[k]
         for token in answer[i : i + k + 1]:
