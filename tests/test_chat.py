@@ -121,9 +121,15 @@ def test_unknown_command(engine):
     assert "did you mean /help" in result.stderr
 
 
-def test_exit_stops_reading(engine):
-    result = chat("one", "/exit", "two")
-    assert "two" not in result.stdout
+@pytest.mark.parametrize("word", ["/exit", "/bye", "/quit"])
+def test_exit_stops_reading(engine, word):
+    result = chat("one", word, "two")
+    assert result.exit_code == 0 and "echo: one" in result.stdout and "two" not in result.stdout
+    assert "unknown command" not in result.stderr
+
+
+def test_question_mark_is_help(engine):
+    assert "/retry" in chat("/?").stderr
 
 
 def test_double_slash_sends_a_message(engine):

@@ -97,10 +97,14 @@ def test_chat_set_reloads_with_the_drafts_types_and_target_follows_again(fake, d
              "/set cache-type-v-draft q9", "/set", "/set cache-type-k-draft target", "second"]  # fmt: skip
     result = run("chat", input="".join(line + "\n" for line in lines))
     assert result.exit_code == 0, result.stderr
-    assert "cache-type-k-draft = q8_0 (model reloaded)" in result.stderr
+    # the draft's types are not the target's: the target's cache goes with the reload
+    kept = fake.made[1].cached_tokens
+    assert f"cache-type-k-draft = q8_0 (model reloaded; its KV cache of {kept} tokens kept)" in result.stderr
     assert "cache-type-v-draft: unknown KV cache type 'q9'" in result.stderr
     assert "  cache-type-k-draft = q8_0" in result.stderr and "  cache-type-v-draft = target" in result.stderr
-    assert "cache-type-k-draft = target (model reloaded)" in result.stderr
+    assert (
+        f"cache-type-k-draft = target (model reloaded; its KV cache of {kept} tokens kept)" in result.stderr
+    )
     assert len(fake.made) == 4  # the start, /set model-draft and two reloads (the refused one loads nothing)
     assert fake.made[2].options.speculative.type_k_draft == "q8_0"
     last = fake.made[-1]

@@ -59,6 +59,22 @@ def test_a_resumed_session_answers_as_the_running_chat_would(env, tmp_path):
     assert first.stdout + resumed.stdout == running.stdout  # so the same text
 
 
+def test_set_spec_type_keeps_the_cache_and_the_running_chats_text(env):
+    """`/set spec-type lookup` loads the model again for its verification batches; the cache goes
+    with it (past Gemma's sliding window), so the next turn prefills only the new message, and
+    with --spec-exact (which drafts nothing at this depth) its text is the running chat's, whose
+    cache is reloaded from its saved state after each turn as this one is."""
+    running = chat(env, *LONG[:2], args=("--session", "same", "-n", "40"))
+    switched = chat(env, LONG[0], "/set spec-type lookup", LONG[1], args=("-n", "40"))
+    kept = re.search(
+        r"spec-type = lookup \(model reloaded; its KV cache of (\d+) tokens kept\)", switched.stderr
+    )
+    assert kept and int(kept[1]) > 512, switched.stderr
+    reused = re.findall(r"prompt (\d+) tok \((\d+) reused\)", switched.stderr)
+    assert reused and int(reused[-1][1]) == int(kept[1])  # all of it, none prefilled again
+    assert switched.stdout == running.stdout
+
+
 def test_a_prefix_shorter_than_the_state_is_exact(env):
     """Reusing less than the saved tokens needs the cells a sliding-window layer had stopped
     attending to: the state holds them, so the answer is a fresh prefill's."""

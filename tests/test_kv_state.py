@@ -207,6 +207,7 @@ def test_a_state_that_shares_nothing_is_not_loaded(fake, own_cache):
     chat("first question", args=("--session", "work"))
     kv = own_cache / "kv" / "sessions" / "work.kv"
     other = FakeEngine()
+    other.file = fake.made[0].file  # the same model file, other tokens
     list(other.stream([7, 7, 7], _params()))
     state.save(other, kv)
     result = chat("second", args=("--session", "work"))

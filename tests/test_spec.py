@@ -697,7 +697,7 @@ def test_chat_set_reloads_with_new_speculative_settings_and_keeps_the_conversati
              "/set spec-type bogus", "/set spec-type draft", "/set"]  # fmt: skip
     result = run("chat", input="".join(line + "\n" for line in lines))
     assert result.exit_code == 0, result.stderr
-    assert "spec-type = lookup (model reloaded)" in result.stderr
+    assert "spec-type = lookup (model reloaded; its KV cache of" in result.stderr
     assert "spec-type must be one of" in result.stderr and "--spec-type" not in result.stderr
     assert "spec-type draft needs a draft model: /set model-draft REF" in result.stderr
     assert "spec-draft-n-max = 3" in result.stderr
@@ -705,6 +705,21 @@ def test_chat_set_reloads_with_new_speculative_settings_and_keeps_the_conversati
     assert last.options.speculative.kind == "lookup" and last.options.speculative.draft_max == 3
     assert "first" in last.history[-1].prompt  # the conversation went on in the new engine
     assert "speculative: lookup, k up to 3, adaptive" in result.stderr
+
+
+def test_chat_set_spec_carries_the_kv_cache_to_the_reloaded_model(fake):
+    lines = ["first", "/set spec-type lookup", "second", "/set cache-type-k q8_0", "third"]
+    result = run("chat", input="".join(line + "\n" for line in lines))
+    assert result.exit_code == 0, result.stderr
+    start, lookup, q8 = fake.made
+    carried = start.cached_tokens
+    assert carried > 0 and lookup.restored == [carried]  # the whole first turn, prompt and answer
+    assert f"spec-type = lookup (model reloaded; its KV cache of {carried} tokens kept)" in result.stderr
+    assert lookup.history[0].cached_tokens == carried  # the second turn prefilled only what is new
+    # keys and values of another type are not the same bytes: that reload starts empty
+    assert q8.restored == [] and q8.history[0].cached_tokens == 0
+    assert "cache-type-k = q8_0 (model reloaded)\n" in result.stderr
+    assert "first" in q8.history[0].prompt and "second" in q8.history[0].prompt
 
 
 def test_chat_model_switch_keeps_the_speculative_settings_set_in_the_session(fake, tmp_path):
@@ -718,6 +733,7 @@ def test_chat_model_switch_keeps_the_speculative_settings_set_in_the_session(fak
     last = fake.made[-1]
     assert last.options.speculative.kind == "lookup" and last.options.speculative.draft_max == 4
     assert last.history and "hello" in last.history[-1].prompt
+    assert last.restored == []  # another model file: its cache starts empty
 
 
 def test_chat_set_takes_the_draft_models_offload_and_context_too(fake, tmp_path):

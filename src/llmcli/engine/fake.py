@@ -66,6 +66,7 @@ class FakeEngine:
         self.n_batch = 512
         self.options = EngineOptions()
         self.restored: list[int] = []  # token counts of each KV state loaded
+        self.file = self.info.path  # the file it was loaded from (the factory's path)
 
     @classmethod
     def factory(cls, **kwargs):
@@ -75,6 +76,7 @@ class FakeEngine:
         def build(path, options: EngineOptions, debug: bool) -> FakeEngine:
             engine = cls(**kwargs)
             engine.options = options
+            engine.file = str(path)
             made.append(engine)
             return engine
 
@@ -116,9 +118,11 @@ class FakeEngine:
     # depends on the context size (so a state from another context shape is refused).
 
     def state_identity(self) -> dict:
-        return {"engine": "fake", "model": {"path": self.info.path}, "llama_cpp": "fake",
-                "n_ctx": self.n_ctx, "type_k": "f16", "type_v": "f16", "swa_full": True,
-                "repack": True, "flash_attn": "auto"}  # fmt: skip
+        opts = self.options
+        return {"engine": "fake", "model": {"path": self.file}, "llama_cpp": "fake",
+                "n_ctx": self.n_ctx, "type_k": (opts.type_k or "f16").lower(),
+                "type_v": (opts.type_v or "f16").lower(), "swa_full": True, "repack": True,
+                "flash_attn": "auto"}  # fmt: skip
 
     def state_payload(self) -> tuple[list[int], memoryview]:
         import struct

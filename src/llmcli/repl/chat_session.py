@@ -257,15 +257,15 @@ class ChatSession:
         self.conversation.clear()
         self.engine.reset()
 
-    def set_param(self, name: str, value: str) -> None:
+    def set_param(self, name: str, value: str) -> int | None:
+        """Change a setting; for one that loads the model again (speculative, KV cache types), the
+        cached tokens carried over to it (`carry_kv`), else None."""
         from llmcli.errors import UsageError
 
         if name.replace("_", "-") in SPEC_SETTINGS:
-            self.set_spec(name.replace("_", "-"), value)
-            return
+            return self.set_spec(name.replace("_", "-"), value)
         if name.replace("_", "-") in KV_SETTINGS:
-            self.set_cache_type(name.replace("_", "-"), value)
-            return
+            return self.set_cache_type(name.replace("_", "-"), value)
         # the constraint is the command line's (--grammar-file, --json-schema); `defaulted` is bookkeeping
         known = {
             f.name: f for f in fields(SamplingParams) if f.name not in ("grammar", "json_schema", "defaulted")
@@ -294,9 +294,8 @@ class ChatSession:
         except UsageError as exc:
             setattr(self.params, key, old)
             raise UsageError(_as_settings(exc.message), hint=exc.hint) from None
-        self.params.defaulted = self.params.defaulted - {
-            key
-        }  # set by the user: a model's advice no longer applies
+        self.params.defaulted = self.params.defaulted - {key}  # set by the user: the model's advice is off
+        return None
 
     @property
     def spec(self):
@@ -305,10 +304,11 @@ class ChatSession:
         options = getattr(self.engine, "options", None)
         return options.speculative if options is not None else SpecOptions()
 
-    def set_spec(self, name: str, value: str) -> None:
+    def set_spec(self, name: str, value: str) -> int:
         """`/set spec-type lookup`, `/set spec-draft-n-max 4`...: the model is loaded again with the
         new speculative settings (a verification batch's size is fixed when the context is made);
-        the conversation is kept and re-evaluated at the next turn."""
+        the conversation is kept, and so is its KV cache where the new context can hold it
+        (`carry_kv`). Returns the tokens carried over."""
         from dataclasses import replace
 
         from llmcli.engine.spec import kind_of
@@ -357,12 +357,12 @@ class ChatSession:
             spec.validate()
         except UsageError as exc:  # in the REPL's own words
             raise UsageError(_as_settings(exc.message), hint=exc.hint) from None
-        self.switch_model(self.loaded.ref, speculative=spec)
+        return self.switch_model(self.loaded.ref, speculative=spec)
 
-    def set_cache_type(self, name: str, value: str) -> None:
+    def set_cache_type(self, name: str, value: str) -> int:
         """`/set cache-type-k q8_0`: the model is loaded again with its KV cache of that type (a
         cache's types are fixed when the context is made); the conversation is kept and
-        re-evaluated at the next turn, as after `/set spec-type`."""
+        re-evaluated at the next turn (keys and values of another type cannot be carried over)."""
         from llmcli.errors import UsageError
 
         options = getattr(self.engine, "options", None)
@@ -370,7 +370,7 @@ class ChatSession:
             raise UsageError(f"{name}: a served model's KV cache is its server's to set")
         field_name = KV_SETTINGS[name]
         kv_type = kv_cache_type(name, value, options.flash_attn)
-        self.switch_model(self.loaded.ref, speculative=self.spec, **{field_name: kv_type})
+        return self.switch_model(self.loaded.ref, speculative=self.spec, **{field_name: kv_type})
 
     def cache_type(self, name: str) -> str | None:
         """The KV cache type `name` names in the loaded model (None for a served model)."""
@@ -386,10 +386,12 @@ class ChatSession:
             return value or "target"
         return value
 
-    def switch_model(self, ref: str, speculative=None, **kv: str | None) -> None:
+    def switch_model(self, ref: str, speculative=None, **kv: str | None) -> int:
         """Load `ref` in place of the current model. The speculative settings and KV cache types in
         effect (the command line's, or what `/set` changed since) go with it, except to a served
-        model, which drafts and keeps its cache on its server. `kv`: type_k/type_v to change."""
+        model, which drafts and keeps its cache on its server. `kv`: type_k/type_v to change.
+        Returns the cached tokens the new engine took over (`carry_kv`; 0: the next turn prefills
+        the conversation again)."""
         from llmcli import endpoints
         from llmcli.engine.base import SpecOptions
 
@@ -407,9 +409,11 @@ class ChatSession:
             new.engine.close()
             raise
         old = self.loaded
+        carried = carry_kv(old.engine, new.engine)
         self.loaded = new
         old.engine.close()
         self.apply_recommended()
+        return carried
 
     def to_record(self) -> dict[str, Any]:
         params = self.params.as_dict()
@@ -423,6 +427,27 @@ class ChatSession:
             "cache_type_v": self.cache_type("cache-type-v"),
             **self.conversation.to_dict(),
         }
+
+
+def carry_kv(old, new) -> int:
+    """Hand `old`'s KV cache to `new` where it would hold the same keys and values: the same model
+    file, llama.cpp build and cache-shaping settings, what a saved state must match
+    (`Engine.state_identity`), as after `/set spec-type lookup` or `/set spec-draft-n-max 4`, which
+    load the model again only for the verification batch's size. The next turn then reuses the
+    cache instead of prefilling the whole conversation again. Returns the tokens carried (0: none,
+    and `new`'s cache is empty: slower, never wrong)."""
+    from llmcli.engine.state import mismatch
+    from llmcli.errors import LlmcliError
+
+    try:
+        if mismatch(old.state_identity(), new.state_identity()) is not None:
+            return 0
+        tokens, payload = old.state_payload()
+    except LlmcliError:  # a served model's cache is its server's
+        return 0
+    if not tokens:
+        return 0
+    return len(tokens) if new.load_state_payload(tokens, bytearray(payload)) else 0
 
 
 # /set names for speculative decoding: the SpecOptions field and the value's type.

@@ -26,6 +26,8 @@ class SlashCommand:
 
 
 REGISTRY: dict[str, SlashCommand] = {}
+# other REPLs' words for the same commands (Ollama's /bye and /?), accepted but not listed
+ALIASES = {"/bye": "/exit", "/quit": "/exit", "/?": "/help"}
 
 
 def command(name: str, usage: str, help: str):
@@ -39,7 +41,7 @@ def command(name: str, usage: str, help: str):
 def dispatch(repl: Repl, line: str) -> bool:
     """Run a slash command line; returns False when the REPL should exit."""
     name, _, arg = line.strip().partition(" ")
-    cmd = REGISTRY.get(name)
+    cmd = REGISTRY.get(ALIASES.get(name, name))
     if cmd is None:
         close = [c for c in REGISTRY if c.startswith(name)]
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
@@ -62,7 +64,7 @@ def _help(repl: Repl, arg: str) -> None:
     repl.info('  Multiline: start and end with """ on a line of its own, or press Esc-Enter / Alt-Enter.')
 
 
-@command("/exit", "/exit", "Leave the chat (also Ctrl-D).")
+@command("/exit", "/exit", "Leave the chat (also /bye, /quit or Ctrl-D).")
 def _exit(repl: Repl, arg: str) -> bool:
     return False
 
@@ -96,15 +98,21 @@ def _set(repl: Repl, arg: str) -> None:
     name, _, value = arg.partition(" ")
     if not value.strip():
         raise UsageError("usage: /set NAME VALUE")
-    repl.session.set_param(name, value.strip())
+    carried = repl.session.set_param(name, value.strip())
     dashed = name.replace("_", "-")
     if dashed in SPEC_SETTINGS:
-        repl.info(f"{name} = {repl.session.spec_value(dashed)} (model reloaded)")
+        repl.info(f"{name} = {repl.session.spec_value(dashed)} ({_reloaded(carried)})")
         return
     if dashed in KV_SETTINGS:
-        repl.info(f"{name} = {repl.session.cache_type(dashed)} (model reloaded)")
+        repl.info(f"{name} = {repl.session.cache_type(dashed)} ({_reloaded(carried)})")
         return
     repl.info(f"{name} = {getattr(repl.session.params, name.replace('-', '_'))}")
+
+
+def _reloaded(carried: int | None) -> str:
+    if carried:
+        return f"model reloaded; its KV cache of {carried} tokens kept"
+    return "model reloaded"
 
 
 @command("/show", "/show", "Show the model, parameters and prompt template.")
@@ -227,5 +235,6 @@ def _model(repl: Repl, arg: str) -> None:
     if not arg:
         repl.info(f"model: {repl.session.loaded.ref}")
         return
-    repl.session.switch_model(arg)
-    repl.info(f"now using {repl.session.loaded.ref} ({repl.session.prompt_format.source} template)")
+    carried = repl.session.switch_model(arg)
+    kept = f"; its KV cache of {carried} tokens kept" if carried else ""
+    repl.info(f"now using {repl.session.loaded.ref} ({repl.session.prompt_format.source} template{kept})")
