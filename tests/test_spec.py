@@ -698,7 +698,7 @@ def test_chat_set_reloads_with_new_speculative_settings_and_keeps_the_conversati
     result = run("chat", input="".join(line + "\n" for line in lines))
     assert result.exit_code == 0, result.stderr
     assert "spec-type = lookup (model reloaded; its KV cache of" in result.stderr
-    assert "spec-type must be one of" in result.stderr and "--spec-type" not in result.stderr
+    assert "error: spec-type must be one of" in result.stderr and "--spec-type" not in result.stderr
     assert "spec-type draft needs a draft model: /set model-draft REF" in result.stderr
     assert "spec-draft-n-max = 3" in result.stderr
     last = fake.made[-1]

@@ -52,7 +52,9 @@ def dispatch(repl: Repl, line: str) -> bool:
     except TerminatedError:
         raise  # SIGTERM ends the chat, even in the middle of a command
     except LlmcliError as exc:
-        repl.error(exc.one_line().removeprefix("llmcli: "))
+        line = exc.one_line().removeprefix("llmcli: ")
+        # "error: usage error: ..." says it twice; other labels (model not found...) tell more
+        repl.error(line.removeprefix(f"{UsageError.label}: ") if isinstance(exc, UsageError) else line)
         return True
 
 
