@@ -463,7 +463,8 @@ def _config_state(conf: dict[str, Any]) -> str:
 def _usage_line(info: dict[str, Any]) -> str:
     used = f"{_size(info['used_bytes'])} used" if info.get("exists") else "not created yet"
     if "cap_bytes" in info:  # KV states: `llmcli kv list` and `kv clear`
-        used += f" of {_size(info['cap_bytes'])} (kv_cache_max_mb)"
+        cap = f"{_size(info['cap_bytes'])} (kv_cache_max_mb)"
+        used = f"{used} of {cap}" if info.get("exists") else f"{used}, at most {cap}"
     return f"{info['path']} ({used}, {_size(info['free_bytes'])} free)"
 
 
