@@ -68,7 +68,7 @@ def test_an_engine_without_interrupt_is_refused(tmp_path):
                 def state_payload(self) -> tuple[list[int], memoryview]:
                     return [], memoryview(b"")
 
-                def load_state_payload(self, tokens: list[int], payload: bytearray) -> bool:
+                def load_state_payload(self, tokens: list[int], payload: bytearray | memoryview) -> bool:
                     return False
 
                 def close(self) -> None: ...

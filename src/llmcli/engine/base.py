@@ -360,8 +360,9 @@ class Engine(Protocol):
         """The tokens in the cache and the bytes of their keys and values, to save."""
         ...
 
-    def load_state_payload(self, tokens: list[int], payload: bytearray) -> bool:
-        """Load a checked payload into an empty cache; False (cache left empty) when refused."""
+    def load_state_payload(self, tokens: list[int], payload: bytearray | memoryview) -> bool:
+        """Load a checked payload (a file's bytes, or another engine's `state_payload`) into an
+        empty cache; False (cache left empty) when refused."""
         ...
 
     def close(self) -> None:

@@ -130,7 +130,7 @@ class FakeEngine:
         data = struct.pack(f"<{len(self._cached)}I", *self._cached) + b"KV" * 16
         return list(self._cached), memoryview(data)
 
-    def load_state_payload(self, tokens: list[int], payload: bytearray) -> bool:
+    def load_state_payload(self, tokens: list[int], payload: bytearray | memoryview) -> bool:
         import struct
 
         self._cached = []

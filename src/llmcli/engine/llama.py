@@ -509,11 +509,13 @@ class LlamaEngine:
             raise LlmcliError("llama.cpp could not copy the KV state")
         return list(self._cached), memoryview(buf).cast("B")[:written]
 
-    def load_state_payload(self, tokens: list[int], payload: bytearray) -> bool:
+    def load_state_payload(self, tokens: list[int], payload: bytearray | memoryview) -> bool:
         """Load what `state_payload` gave into sequence 0 of an empty cache; False when llama.cpp
         refuses it or it does not hold exactly `tokens` positions (the cache is then empty)."""
         L = self._L
         self.reset()
+        if isinstance(payload, memoryview) and payload.readonly:
+            payload = bytearray(payload)  # llama.cpp's call takes a writable buffer
         buf = (ctypes.c_uint8 * len(payload)).from_buffer(payload)
         read = L.llama_state_seq_set_data(self._ctx, buf, len(payload), -1)
         del buf  # release the export of `payload`

@@ -313,7 +313,7 @@ class ServedEngine:
     def state_payload(self) -> tuple[list[int], memoryview]:
         raise UsageError("a served model's KV cache lives on its server and cannot be saved here")
 
-    def load_state_payload(self, tokens: list[int], payload: bytearray) -> bool:
+    def load_state_payload(self, tokens: list[int], payload: bytearray | memoryview) -> bool:
         return False
 
     def close(self) -> None:

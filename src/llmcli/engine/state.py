@@ -160,7 +160,7 @@ def save(engine, path: Path, *, reload: bool = False) -> tuple[int, int]:
     tokens, payload = engine.state_payload()
     parts = file_parts(engine.state_identity(), tokens, payload)
     write_atomic(path, parts)
-    if reload and not engine.load_state_payload(tokens, bytearray(payload)):
+    if reload and not engine.load_state_payload(tokens, payload):
         engine.reset()  # the next turn prefills from scratch: slower, never wrong
     return sum(memoryview(p).nbytes for p in parts), len(tokens)
 

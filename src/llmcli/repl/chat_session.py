@@ -447,7 +447,7 @@ def carry_kv(old, new) -> int:
         return 0
     if not tokens:
         return 0
-    return len(tokens) if new.load_state_payload(tokens, bytearray(payload)) else 0
+    return len(tokens) if new.load_state_payload(tokens, payload) else 0  # no copy of the KV bytes
 
 
 # /set names for speculative decoding: the SpecOptions field and the value's type.
