@@ -403,13 +403,13 @@ class ChatSession:
         if options is not None and not served:  # from a local model to a local model
             kv = {"type_k": options.type_k, "type_v": options.type_v, **kv}
         new = self.load_model(ref, speculative, **kv)
+        old = self.loaded
         try:
             self.check_model(new)
-        except BaseException:
+            carried = carry_kv(old.engine, new.engine)
+        except BaseException:  # Ctrl-C while the cache is copied too: the old model stays
             new.engine.close()
             raise
-        old = self.loaded
-        carried = carry_kv(old.engine, new.engine)
         self.loaded = new
         old.engine.close()
         self.apply_recommended()
