@@ -84,6 +84,25 @@ def test_grammar_file(tmp_path):
     assert doc["text"] in ("yes", "no")
 
 
+@pytest.mark.parametrize(
+    ("grammar", "reason"),
+    [
+        ('root ::= "yes" | "no', "could not be parsed: unexpected end of input"),
+        ("root ::= answer\n", "could not be parsed: Undefined rule identifier 'answer'"),
+        ('start ::= "a"\n', "has no `root` rule"),
+    ],
+)
+def test_a_bad_grammar_is_one_line_naming_the_parsers_reason(tmp_path, grammar, reason):
+    """llama.cpp's parser prints its error and the whole grammar on stderr itself, past its log;
+    llmcli keeps that to one line with the parser's reason."""
+    path = tmp_path / "bad.gbnf"
+    path.write_text(grammar)
+    result = llmcli("generate", "Is water wet?", "--raw", "--grammar-file", str(path), "-n", "4")
+    assert result.returncode == 2 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and reason in lines[0], result.stderr
+
+
 def test_plain_text_to_stdout_and_stats_to_stderr():
     result = llmcli("generate", PROMPT, "--raw", "--temperature", "0", "-n", "8", "--stats", check=True)
     assert result.stdout.endswith("\n") and result.stdout.strip()

@@ -89,6 +89,46 @@ def silence_logs(llama_cpp) -> None:
 
 
 @contextmanager
+def _stderr_kept(printed: list[str], keep: bool = True) -> Iterator[None]:
+    """Route file descriptor 2 to a temporary file around a C call that prints its errors there
+    rather than through llama.cpp's log (the grammar parser), and append what it printed to
+    `printed`; with `keep` false (--debug) the output goes to the terminal as it is."""
+    if not keep:
+        yield
+        return
+    import sys
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            printed.append(sink.read(4096).decode("utf-8", "replace"))
+
+
+def grammar_error(grammar: str, printed: str) -> str:
+    """One line for a GBNF grammar llama.cpp refused: the parser's reason where it printed one
+    (its first line, without the rest of the grammar that follows "at"), else what is checked here."""
+    import re
+
+    found = re.search(r"error parsing grammar: ([^\n]*)", printed)
+    if found:
+        reason = found.group(1).strip()
+        if len(reason) > 80:
+            reason = reason[:77] + "..."
+        return f"the grammar could not be parsed: {reason}"
+    if not re.search(r"(?m)^\s*root\s*::=", grammar):
+        return "the grammar has no `root` rule (generation starts from `root ::= ...`)"
+    return "the grammar could not be used (an undefined rule or left recursion; see --debug)"
+
+
+@contextmanager
 def _deferred_signals():
     """Hold Ctrl-C and SIGTERM while llama.cpp loads (an exception raised inside a ctypes callback
     would be swallowed); the caller checks the list and calls `_raise_for` once it is safe."""
@@ -159,6 +199,7 @@ class LlamaEngine:
         self._L = llama_cpp
         self.options = options or EngineOptions()
         self.path = Path(path)
+        self._debug = debug
         if not debug:
             silence_logs(llama_cpp)
         llama_cpp.llama_backend_init()
@@ -553,10 +594,12 @@ class LlamaEngine:
         chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
         add = lambda s: L.llama_sampler_chain_add(chain, s)  # noqa: E731
         if params.grammar:
-            grammar = L.llama_sampler_init_grammar(self._vocab, params.grammar.encode(), b"root")
+            printed: list[str] = []
+            with _stderr_kept(printed, keep=not self._debug):
+                grammar = L.llama_sampler_init_grammar(self._vocab, params.grammar.encode(), b"root")
             if not grammar:
                 L.llama_sampler_free(chain)
-                raise UsageError("the grammar could not be parsed (GBNF syntax error; see --debug)")
+                raise UsageError(grammar_error(params.grammar, "".join(printed)))
             add(grammar)
         if params.repeat_penalty != 1.0:
             add(_penalty_sampler(L, self.n_vocab, params.repeat_last_n, params.repeat_penalty))
