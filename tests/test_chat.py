@@ -75,6 +75,18 @@ def test_set_lists_and_changes_settings(engine):
     assert engine.made[0].history[-1].params.top_p == 0.95
 
 
+def test_set_name_alone_shows_it_and_none_clears_the_stop_list(engine):
+    result = chat("/set stop END|STOP", "/set top-k", "/set spec-type", "/set cache-type-v", "hello",
+                  "/set stop none", "/set stop", "/set nosuch", "again")  # fmt: skip
+    err = result.stderr.splitlines()
+    assert "stop = ['END', 'STOP']" in err and "top-k = 40" in err
+    assert "spec-type = none" in err and "cache-type-v = f16" in err
+    assert err.count("stop = []") == 2 and "usage" not in result.stderr
+    assert sum("unknown setting 'nosuch'" in line for line in err) == 1
+    assert engine.made[0].history[-1].params.stop == []
+    assert len(engine.made) == 1  # showing a speculative or KV setting loads nothing again
+
+
 def test_set_refuses_what_is_not_a_setting_in_one_line_and_the_chat_goes_on(engine):
     result = chat("/set json_schema off", "/set defaulted abc", "/set seed 1.5", "/set temperature inf",
                   "/set repeat_last_n -3", "/set repeat_penalty inf", "hello")  # fmt: skip

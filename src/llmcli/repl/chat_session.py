@@ -257,6 +257,28 @@ class ChatSession:
         self.conversation.clear()
         self.engine.reset()
 
+    def setting(self, name: str) -> object:
+        """The current value of what `/set NAME` changes (a one-line error for an unknown name)."""
+        dashed = name.replace("_", "-")
+        if dashed in SPEC_SETTINGS:
+            return self.spec_value(dashed)
+        if dashed in KV_SETTINGS:
+            kv_type = self.cache_type(dashed)
+            return "the server's" if kv_type is None else kv_type
+        key = self._sampling_key(name)
+        return getattr(self.params, key)
+
+    def _sampling_key(self, name: str) -> str:
+        from llmcli.errors import UsageError
+
+        # the constraint is the command line's (--grammar-file, --json-schema); `defaulted` is bookkeeping
+        known = {f.name for f in fields(SamplingParams)} - {"grammar", "json_schema", "defaulted"}
+        key = name.replace("-", "_")
+        if key not in known:
+            settable = sorted(known) + sorted(SPEC_SETTINGS) + sorted(KV_SETTINGS)
+            raise UsageError(f"unknown setting {name!r}; settable: {', '.join(settable)}")
+        return key
+
     def set_param(self, name: str, value: str) -> int | None:
         """Change a setting; for one that loads the model again (speculative, KV cache types), the
         cached tokens carried over to it (`carry_kv`), else None."""
@@ -266,18 +288,12 @@ class ChatSession:
             return self.set_spec(name.replace("_", "-"), value)
         if name.replace("_", "-") in KV_SETTINGS:
             return self.set_cache_type(name.replace("_", "-"), value)
-        # the constraint is the command line's (--grammar-file, --json-schema); `defaulted` is bookkeeping
-        known = {
-            f.name: f for f in fields(SamplingParams) if f.name not in ("grammar", "json_schema", "defaulted")
-        }
-        key = name.replace("-", "_")
-        if key not in known:
-            settable = sorted(known) + sorted(SPEC_SETTINGS) + sorted(KV_SETTINGS)
-            raise UsageError(f"unknown setting {name!r}; settable: {', '.join(settable)}")
+        key = self._sampling_key(name)
         current = getattr(self.params, key)
         try:
-            if key == "stop":
-                parsed: Any = [s for s in value.split("|") if s] if value else []
+            if key == "stop":  # `a|b`; none (or "") clears the list
+                cleared = value.lower() in ("", "none", '""', "''")
+                parsed: Any = [] if cleared else [s for s in value.split("|") if s]
             elif key == "seed":
                 parsed = None if value.lower() in ("", "none", "random") else int(value)
             else:

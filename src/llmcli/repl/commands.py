@@ -83,7 +83,9 @@ def _system(repl: Repl, arg: str) -> None:
     repl.info("system prompt set" if arg else "system prompt removed")
 
 
-@command("/set", "/set [NAME VALUE]", "Change a sampling, speculative or KV cache setting, or list them all.")
+@command(
+    "/set", "/set [NAME [VALUE]]", "Change a sampling, speculative or KV cache setting; show one, or all."
+)
 def _set(repl: Repl, arg: str) -> None:
     from llmcli.repl.chat_session import KV_SETTINGS, SPEC_SETTINGS
 
@@ -98,17 +100,15 @@ def _set(repl: Repl, arg: str) -> None:
                 repl.info(f"  {key} = {kv_type}")
         return
     name, _, value = arg.partition(" ")
-    if not value.strip():
-        raise UsageError("usage: /set NAME VALUE")
-    carried = repl.session.set_param(name, value.strip())
     dashed = name.replace("_", "-")
-    if dashed in SPEC_SETTINGS:
-        repl.info(f"{name} = {repl.session.spec_value(dashed)} ({_reloaded(carried)})")
+    if not value.strip():  # `/set NAME`: its value
+        repl.info(f"{name} = {repl.session.setting(name)}")
         return
-    if dashed in KV_SETTINGS:
-        repl.info(f"{name} = {repl.session.cache_type(dashed)} ({_reloaded(carried)})")
+    carried = repl.session.set_param(name, value.strip())
+    if dashed in SPEC_SETTINGS or dashed in KV_SETTINGS:
+        repl.info(f"{name} = {repl.session.setting(name)} ({_reloaded(carried)})")
         return
-    repl.info(f"{name} = {getattr(repl.session.params, name.replace('-', '_'))}")
+    repl.info(f"{name} = {repl.session.setting(name)}")
 
 
 def _reloaded(carried: int | None) -> str:
