@@ -233,6 +233,22 @@ def test_save_and_load(engine):
     assert "alpha" in engine.made[-1].history[-1].prompt
 
 
+def test_save_never_replaces_another_conversation_unless_forced(engine, isolated):
+    chat("alpha", "/save mine")
+    path = isolated / "data" / "sessions" / "mine.json"
+    before = path.read_bytes()
+    result = chat("beta", "/save mine", "/save mine extra", "gamma")
+    assert result.exit_code == 0 and result.stdout.count("echo:") == 2
+    assert "a saved session named 'mine' holds another conversation" in result.stderr
+    assert "`/save mine --force` replaces it" in result.stderr and "usage: /save" in result.stderr
+    assert path.read_bytes() == before
+    chat("/load mine", "delta", "/save mine")  # its own session: saved in place
+    assert [m["content"] for m in json.loads(path.read_text())["messages"]][::2] == ["alpha", "delta"]
+    result = chat("epsilon", "/save mine --force")
+    assert "saved to" in result.stderr
+    assert [m["content"] for m in json.loads(path.read_text())["messages"]] == ["epsilon", "echo: epsilon"]
+
+
 def test_corrupt_session_is_reported_and_left_untouched(engine, isolated):
     folder = isolated / "data" / "sessions"
     folder.mkdir(parents=True)

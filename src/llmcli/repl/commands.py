@@ -174,11 +174,23 @@ def _retry(repl: Repl, arg: str) -> None:
     repl.run_turn(None)
 
 
-@command("/save", "/save [NAME]", "Save the conversation (default: the current session name).")
+@command("/save", "/save [NAME] [--force]", "Save the conversation (default: the current session name).")
 def _save(repl: Repl, arg: str) -> None:
-    name = arg or repl.session.session_name
+    from llmcli.repl import session_files as sessions
+
+    words = arg.split()
+    force = any(w in ("--force", "-f") for w in words)
+    words = [w for w in words if w not in ("--force", "-f")]
+    if len(words) > 1:
+        raise UsageError("usage: /save [NAME] [--force]")
+    name = words[0] if words else repl.session.session_name
     if not name:
         raise UsageError("usage: /save NAME")
+    if name != repl.session.session_name and not force and sessions.session_path(name).exists():
+        raise UsageError(
+            f"a saved session named {name!r} holds another conversation; "
+            f"`/save {name} --force` replaces it, or choose another name"
+        )
     path = repl.save(name)
     repl.session.session_name = name
     repl.info(f"saved to {path}")
