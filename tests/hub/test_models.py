@@ -253,6 +253,9 @@ def test_alias_set_show_list_delete(hub, tmp_path):
         "mine": str(file.resolve()),
         "tiny": "test/tiny-GGUF:Q8_0",
     }
+    replaced = run("models", "alias", "again", str(file)).stderr
+    assert replaced == f"again -> {file.resolve()} (it pointed to test/tiny-GGUF:Q8_0)\n"
+    assert run("models", "alias", "again", str(file)).stderr == f"again -> {file.resolve()}\n"
     assert run("models", "alias", "--delete", "again").exit_code == 0
     assert json.loads(run("models", "alias", "--json").stdout) == {
         "mine": str(file.resolve()),

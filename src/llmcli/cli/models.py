@@ -258,7 +258,10 @@ def alias(
             raise UsageError("--delete takes exactly one alias name")
         render.info(f"alias {name} removed (it pointed to {aliases.delete(name)})")
     elif name is not None and ref is not None:
-        render.info(f"{name} -> {aliases.set_alias(name, ref)}")
+        before = aliases.get(name)
+        after = aliases.set_alias(name, ref)
+        replaced = f" (it pointed to {before})" if before is not None and before != after else ""
+        render.info(f"{name} -> {after}{replaced}")
     elif name is not None:
         target = aliases.get(name)
         if target is None:
