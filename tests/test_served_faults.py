@@ -146,6 +146,15 @@ def test_chat_cannot_set_a_served_models_cache_types(fault_server):
     assert len(posts(fault_server)) == 1  # the message after it was still sent
 
 
+def test_chat_show_of_a_served_model_claims_nothing_the_server_did_not_say(fault_server):
+    result = run("chat", "-m", fault_server.ref, input="/show\n")
+    assert result.exit_code == 0 and "Traceback" not in result.stderr
+    lines = {line[:10].strip(): line[10:].strip() for line in result.stderr.splitlines()[1:]}
+    assert lines["endpoint"] == fault_server.url and lines["template"] == "the server's (chat completions)"
+    assert "kv cache" not in lines and "path" not in lines and "GPU layers" not in result.stderr
+    assert ", ," not in lines["model"] and "()" not in lines["model"]
+
+
 # -- faults -------------------------------------------------------------------------------------
 
 

@@ -123,15 +123,23 @@ def _show(repl: Repl, arg: str) -> None:
 
     s = repl.session
     info = s.engine.info
-    repl.info(
-        f"model      {s.loaded.ref} ({info.architecture}, {info.quantization}, {human_size(info.size_bytes)})"
-    )
-    repl.info(f"path       {info.path}")
-    repl.info(
-        f"context    {s.engine.n_ctx} tokens (trained {info.n_ctx_train}); GPU layers {info.gpu_layers}"
-    )
-    weights = "repacked" if info.repack else "not repacked"
-    repl.info(f"kv cache   K {info.type_k}, V {info.type_v}; weights {weights}")
+    about = [x for x in (info.architecture, info.quantization) if x]
+    if info.size_bytes:
+        about.append(human_size(info.size_bytes))
+    repl.info(f"model      {s.loaded.ref}" + (f" ({', '.join(about)})" if about else ""))
+    if s.served:  # what the server does not say (its KV cache, offload, template) is not guessed
+        repl.info(f"endpoint   {info.path}")
+        trained = f" (trained {info.n_ctx_train})" if info.n_ctx_train else ""
+        window = f"{s.engine.n_ctx} tokens" if s.engine.n_ctx else "the server's"
+        repl.info(f"context    {window}{trained}")
+        repl.info("template   the server's (chat completions)")
+    else:
+        repl.info(f"path       {info.path}")
+        repl.info(
+            f"context    {s.engine.n_ctx} tokens (trained {info.n_ctx_train}); GPU layers {info.gpu_layers}"
+        )
+        weights = "repacked" if info.repack else "not repacked"
+        repl.info(f"kv cache   K {info.type_k}, V {info.type_v}; weights {weights}")
     options = getattr(s.engine, "options", None)
     if options is not None and options.speculative.enabled:
         sp = options.speculative
@@ -140,7 +148,8 @@ def _show(repl: Repl, arg: str) -> None:
             k, v = options.draft_cache_types()
             line += f"; draft {sp.model_draft_ref or sp.model_draft}, kv cache K {k}, V {v}"
         repl.info(line)
-    repl.info(f"template   {s.prompt_format.source}")
+    if not s.served:
+        repl.info(f"template   {s.prompt_format.source}")
     repl.info(f"overflow   {s.on_overflow}")
     repl.info("params     " + ", ".join(f"{k}={v}" for k, v in s.params.as_dict().items() if k != "grammar"))
     if s.conversation.system:
