@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -153,6 +154,23 @@ def test_chat_show_of_a_served_model_claims_nothing_the_server_did_not_say(fault
     assert lines["endpoint"] == fault_server.url and lines["template"] == "the server's (chat completions)"
     assert "kv cache" not in lines and "path" not in lines and "GPU layers" not in result.stderr
     assert ", ," not in lines["model"] and "()" not in lines["model"]
+
+
+def test_chat_context_of_a_served_model_is_the_servers_count(fault_server):
+    result = run("chat", "-m", fault_server.ref, input="/context\nhi\n/context\n")
+    assert result.exit_code == 0 and "Traceback" not in result.stderr
+    err = result.stderr
+    assert "context: no turns yet" in err
+    readout = re.search(r"^prompt (\d+) tok .* generated (\d+) tok", err, re.M)
+    shown = re.search(r"^context: (\d+) .*the server's count at the last answer$", err, re.M)
+    assert readout and shown and int(shown.group(1)) == int(readout.group(1)) + int(readout.group(2)), err
+    assert re.search(r"^\s+1 user\s+\d+ (tok|chr)  hi$", err, re.M), err
+
+
+def test_chat_set_lists_no_speculative_setting_for_a_served_model(fault_server):
+    result = run("chat", "-m", fault_server.ref, input="/set\n")
+    assert result.exit_code == 0 and "  temperature = " in result.stderr
+    assert "spec-" not in result.stderr and "model-draft" not in result.stderr
 
 
 # -- faults -------------------------------------------------------------------------------------

@@ -93,7 +93,7 @@ def _set(repl: Repl, arg: str) -> None:
         for key, value in repl.session.params.as_dict().items():
             if key != "grammar":
                 repl.info(f"  {key} = {value}")
-        for key in SPEC_SETTINGS:
+        for key in SPEC_SETTINGS if not repl.session.served else ():  # a server drafts on its own
             repl.info(f"  {key} = {repl.session.spec_value(key)}")
         for key in KV_SETTINGS:
             if (kv_type := repl.session.cache_type(key)) is not None:
@@ -159,14 +159,29 @@ def _show(repl: Repl, arg: str) -> None:
 @command("/context", "/context", "Tokens used of the context window, per message.")
 def _context(repl: Repl, arg: str) -> None:
     s = repl.session
-    total = len(s.render_tokens(s.conversation.template_messages()))
-    repl.info(f"context: {total} of {s.engine.n_ctx} tokens ({100 * total / s.engine.n_ctx:.0f}%)")
+    if s.served:  # the server applies its own template: its count of the last turn is the one known
+        if s.last is None:
+            repl.info("context: no turns yet (a served model's server counts its context)")
+        else:
+            used, window = s.last.context_used, s.engine.n_ctx
+            share = f" of {window} tokens ({100 * used / window:.0f}%)" if window else " tokens"
+            repl.info(f"context: {used}{share}, the server's count at the last answer")
+    else:
+        total = len(s.render_tokens(s.conversation.template_messages()))
+        repl.info(f"context: {total} of {s.engine.n_ctx} tokens ({100 * total / s.engine.n_ctx:.0f}%)")
+
+    def count(text: str) -> str:
+        try:
+            return f"{s.engine.count(text):>6} tok"
+        except UsageError:  # a server that does not tokenize for clients
+            return f"{len(text):>6} chr"
+
     if s.conversation.system:
-        repl.info(f"  system     {s.engine.count(s.conversation.system):>6} tok")
+        repl.info(f"  system     {count(s.conversation.system)}")
     for i, m in enumerate(s.conversation.messages, 1):
         preview = m.content.replace("\n", " ")[:50]
         mark = " [interrupted]" if m.interrupted else ""
-        repl.info(f"  {i:>3} {m.role:<9} {s.engine.count(m.content):>6} tok  {preview}{mark}")
+        repl.info(f"  {i:>3} {m.role:<9} {count(m.content)}  {preview}{mark}")
 
 
 @command("/undo", "/undo", "Drop the last exchange.")
