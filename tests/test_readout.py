@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import pyte
+import pytest
 
 from llmcli.engine.base import Done, PrefillProgress, Stats, Token
 from llmcli.render.stats import stats_line
@@ -42,6 +43,33 @@ def test_text_intact_with_status_line_below_while_streaming():
     rows = [r.rstrip() for r in screen.display]
     assert rows[:2] == ["Hello world, this is a long answer", "with a second line and more words here"]
     assert all(not r for r in rows[2:])  # the status line is gone
+
+
+@pytest.mark.parametrize("width", [40, 20, 13])
+def test_text_that_wraps_at_the_edge_leaves_no_part_of_the_status_in_it(width):
+    """A long line wraps into the row the status line was on; the status is erased first, so
+    nothing of it is left beside the text (before: "...aquatic life./s · 7 tok · 0.1 s"). A piece
+    ending exactly on the last column leaves the terminal's pending wrap alone."""
+    out = io.StringIO()
+    readout = LiveReadout(out, columns=20, dim=False)
+    readout(PrefillProgress(10, 10, 1.0))
+    text = ("x" * width) + "abcdefghij klmnopqrstuvwxyz 0123456789 and the end"
+    pieces = [text[:width]] + [text[i : i + 3] for i in range(width, len(text), 3)]
+    for n, piece in enumerate(pieces, 1):
+        readout(Token(piece, n))
+        readout._draw()
+    screen, stream = make(columns=20, lines=8)
+    feed(stream, out.getvalue())
+    rows = screen.display  # full rows: a space that wrapped is part of the text
+    body = [r for r in rows if r.strip() and not r.startswith("decode ")]
+    assert "".join(body).rstrip() == text, rows
+    assert [i for i, r in enumerate(rows) if r.startswith("decode ")] == [len(body)], rows
+    readout(Done(text, "stop", Stats(), 1))
+    readout.stop()
+    screen, stream = make(columns=20, lines=8)
+    feed(stream, out.getvalue())
+    rows = screen.display
+    assert "".join(rows).rstrip() == text and not any("tok" in r for r in rows), rows
 
 
 def test_scrolling_at_the_bottom_of_the_screen_keeps_text():

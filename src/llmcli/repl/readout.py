@@ -126,17 +126,21 @@ class LiveReadout:
         return shutil.get_terminal_size((80, 24)).columns
 
     def _write(self, text: str) -> None:
+        """Write model text. `col` is the cursor's display column, `cols` when the text ends on the
+        last column: the terminal then holds the cursor there until the next character wraps it
+        (a "pending wrap", which any cursor movement would cancel), so no status is drawn until
+        more text comes. Text that reaches the right edge, or holds a newline, erases the status
+        row first: the text goes on into that row."""
         with self.lock:
-            if "\n" in text or "\r" in text:
+            cols = self._cols()
+            lines = text.replace("\r", "\n").split("\n")
+            start = 0 if self.col >= cols else self.col
+            if len(lines) > 1 or start + _display_width(text) >= cols:
                 self._erase_status()
             self.out.write(text)
-            cols = self._cols()
-            tail = text.rsplit("\n", 1)
-            if len(tail) == 2:
-                self.col = _display_width(tail[1]) % cols
-            else:
-                self.col = (self.col + _display_width(text)) % cols
-            if not self.status_drawn:  # erased for a newline: put it back; otherwise the timer redraws
+            end = (start if len(lines) == 1 else 0) + _display_width(lines[-1])
+            self.col = 0 if end == 0 else (end - 1) % cols + 1  # 1..cols: `cols` is a pending wrap
+            if not self.status_drawn:  # erased: put it back; otherwise the timer redraws
                 self._draw_locked()
             else:
                 self.out.flush()
@@ -147,6 +151,8 @@ class LiveReadout:
 
     def _draw_locked(self) -> None:
         if self._stop.is_set() and self.phase == "done":
+            return
+        if self.col >= self._cols():  # a pending wrap: moving the cursor would lose it
             return
         status = self.status_text()[: max(1, self._cols() - 1)]
         if self.dim:
