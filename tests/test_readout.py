@@ -72,6 +72,40 @@ def test_text_that_wraps_at_the_edge_leaves_no_part_of_the_status_in_it(width):
     assert "".join(rows).rstrip() == text and not any("tok" in r for r in rows), rows
 
 
+def test_tabs_keep_the_cursor_where_the_terminal_puts_it():
+    out = io.StringIO()
+    readout = LiveReadout(out, columns=20, dim=False)
+    readout(PrefillProgress(10, 10, 1.0))
+    text = "def f():\n\treturn 1\t# one\t\t\tend"
+    for n, ch in enumerate(text, 1):
+        readout(Token(ch, n))
+        readout._draw()
+    screen, stream = make(columns=20, lines=8)
+    feed(stream, out.getvalue())
+    rows = [r.rstrip() for r in screen.display]
+    # a tab stops at the last column; what is written there then wraps
+    assert rows[:4] == ["def f():", "        return 1   #", " one               e", "nd"], rows
+    assert rows[4].startswith("decode ") and (screen.cursor.y, screen.cursor.x) == (3, readout.col), rows
+
+
+@pytest.mark.parametrize(
+    ("col", "text", "expected"),
+    [
+        (0, "x" * 20, (20, True)),  # the last column written: a pending wrap
+        (20, "a", (1, True)),
+        (18, "中", (20, True)),
+        (19, "中", (2, True)),  # a double-width character that does not fit wraps whole (as xterm, tmux)
+        (5, "e\u0301", (6, False)),  # a combining accent takes no column
+        (17, "\t", (19, False)),
+        (20, "\t", (20, False)),
+    ],
+)
+def test_the_cursor_model(col, text, expected):
+    from llmcli.repl.readout import _advance
+
+    assert _advance(col, text, 20) == expected
+
+
 def test_scrolling_at_the_bottom_of_the_screen_keeps_text():
     out = io.StringIO()
     readout = LiveReadout(out, columns=30, dim=False)

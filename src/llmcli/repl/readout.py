@@ -25,11 +25,26 @@ from llmcli.engine.base import Done, Event, PrefillProgress, Token
 REFRESH_S = 0.2
 
 
-def _display_width(text: str) -> int:
-    from wcwidth import wcswidth
+def _advance(col: int, text: str, cols: int) -> tuple[int, bool]:
+    """The cursor's column after `text` (no newline) is written from `col`, as a terminal with
+    automatic margins moves it, and whether the text reached the right edge. `cols` is a pending
+    wrap: the last column was written, and the next character goes to the next row. A double-width
+    character that does not fit in what is left of a row goes to the next one whole."""
+    from wcwidth import wcwidth
 
-    width = wcswidth(text)
-    return width if width >= 0 else len(text)
+    edge = False
+    for ch in text:
+        if ch == "\t":  # to the next tab stop, never past the last column (a tab does not wrap)
+            col = col if col >= cols else min(cols - 1, (col // 8 + 1) * 8)
+            continue
+        w = wcwidth(ch)
+        if w <= 0:
+            continue  # combining marks and other controls take no column
+        if col >= cols or col + w > cols:
+            col, edge = 0, True
+        col += w
+        edge = edge or col >= cols
+    return col, edge
 
 
 class LiveReadout:
@@ -134,12 +149,13 @@ class LiveReadout:
         with self.lock:
             cols = self._cols()
             lines = text.replace("\r", "\n").split("\n")
-            start = 0 if self.col >= cols else self.col
-            if len(lines) > 1 or start + _display_width(text) >= cols:
+            end, edge = _advance(self.col, lines[0], cols)
+            for line in lines[1:]:
+                end, _ = _advance(0, line, cols)
+            if len(lines) > 1 or edge:
                 self._erase_status()
             self.out.write(text)
-            end = (start if len(lines) == 1 else 0) + _display_width(lines[-1])
-            self.col = 0 if end == 0 else (end - 1) % cols + 1  # 1..cols: `cols` is a pending wrap
+            self.col = end
             if not self.status_drawn:  # erased: put it back; otherwise the timer redraws
                 self._draw_locked()
             else:
