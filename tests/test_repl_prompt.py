@@ -81,6 +81,19 @@ def test_interactive_loop_multiline_block_ctrl_c_and_exit(pipe):
     assert "context" in err.getvalue()
 
 
+def test_a_multiline_block_is_one_history_entry(pipe, isolated):
+    """Up brings a block back whole (Enter sends it again), not its closing fence or last line."""
+    out, err = io.StringIO(), io.StringIO()
+    repl, engine = make_repl(out, err)
+    prompt = build_prompt_session(input=pipe, output=DummyOutput())
+    pipe.send_text('"""\rline one\rline two\r"""\rnext\r"""\rdropped\x03/exit\r')  # the last abandoned
+    repl.run_interactive(prompt)
+    assert len(engine.history) == 2 and "line one\nline two" in engine.history[0].prompt
+    entries = list(prompt.history.load_history_strings())  # the file's entries, newest first
+    assert entries == ["/exit", "next", "line one\nline two"], entries
+    assert list(prompt.history.get_strings())[-3:] == ["line one\nline two", "next", "/exit"]
+
+
 def test_ctrl_d_exits(pipe):
     out, err = io.StringIO(), io.StringIO()
     repl, engine = make_repl(out, err)

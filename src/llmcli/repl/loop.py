@@ -219,19 +219,46 @@ def sigterm_ends_prompt(prompt):
 
 
 def read_block(prompt) -> str | None:
-    """Lines up to a closing \"\"\" (Ctrl-C abandons the block)."""
+    """Lines up to a closing \"\"\" (Ctrl-C abandons the block). The history keeps the block as
+    one entry, which Up brings back whole (Enter sends it), not its lines and fences one by one."""
+    history = getattr(prompt, "history", None)
+    holding = hasattr(history, "holding")
     lines: list[str] = []
-    while True:
-        try:
-            line = prompt.prompt(". ")
-        except KeyboardInterrupt:
-            return None
-        except EOFError:
-            break
-        if line.strip() == MULTILINE_FENCE:
-            break
-        lines.append(line)
-    return "\n".join(lines)
+    if holding:
+        history.holding = True
+    try:
+        while True:
+            try:
+                line = prompt.prompt(". ")
+            except KeyboardInterrupt:
+                return None
+            except EOFError:
+                break
+            if line.strip() == MULTILINE_FENCE:
+                break
+            lines.append(line)
+    finally:
+        if holding:
+            history.holding = False
+    text = "\n".join(lines)
+    if holding and text.strip():
+        history.append_string(text)
+    return text
+
+
+def _block_history(base):
+    """`base` (a prompt-toolkit History class) that stores no lone \"\"\" fence, and nothing while
+    `holding` (the lines of a multiline block, which `read_block` stores as one entry)."""
+
+    class BlockHistory(base):
+        holding = False
+
+        def append_string(self, string: str) -> None:
+            if self.holding or string.strip() == MULTILINE_FENCE:
+                return
+            super().append_string(string)
+
+    return BlockHistory
 
 
 def build_key_bindings():
@@ -306,7 +333,7 @@ def _atomic_history(path):
                     f"the chat history {path} cannot be used ({exc.strerror or exc}); it is not saved"
                 )
 
-    return AtomicFileHistory(str(path))
+    return _block_history(AtomicFileHistory)(str(path))
 
 
 def build_prompt_session(input=None, output=None):
@@ -319,7 +346,7 @@ def build_prompt_session(input=None, output=None):
         history_file.parent.mkdir(parents=True, exist_ok=True)
         history = _atomic_history(history_file)
     except OSError:
-        history = InMemoryHistory()
+        history = _block_history(InMemoryHistory)()
     return PromptSession(
         history=history,
         auto_suggest=AutoSuggestFromHistory(),
