@@ -221,7 +221,7 @@ def sigterm_ends_prompt(prompt):
 def read_block(prompt) -> str | None:
     """Lines up to a closing \"\"\" (Ctrl-C abandons the block). The history keeps the block as
     one entry, which Up brings back whole (Enter sends it), not its lines and fences one by one."""
-    history = getattr(prompt, "history", None)
+    history: Any = getattr(prompt, "history", None)
     holding = hasattr(history, "holding")
     lines: list[str] = []
     if holding:
