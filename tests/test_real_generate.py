@@ -103,6 +103,15 @@ def test_a_bad_grammar_is_one_line_naming_the_parsers_reason(tmp_path, grammar, 
     assert len(lines) == 1 and reason in lines[0], result.stderr
 
 
+def test_a_context_beyond_the_trained_one_is_warned_about_once():
+    beyond = llmcli("generate", "-m", "smollm2-135m", "-c", "8448", "-n", "2", "--temperature", "0", "hi")
+    assert beyond.returncode == 0 and beyond.stdout.strip(), beyond.stderr
+    warned = [line for line in beyond.stderr.splitlines() if "was trained with" in line]
+    assert len(warned) == 1 and "8448 tokens" in warned[0] and "8192" in warned[0], beyond.stderr
+    within = llmcli("generate", "-m", "smollm2-135m", "-c", "8192", "-n", "2", "--temperature", "0", "hi")
+    assert within.returncode == 0 and "trained with" not in within.stderr
+
+
 def test_plain_text_to_stdout_and_stats_to_stderr():
     result = llmcli("generate", PROMPT, "--raw", "--temperature", "0", "-n", "8", "--stats", check=True)
     assert result.stdout.endswith("\n") and result.stdout.strip()

@@ -40,6 +40,14 @@ def validate_file(path: Path, options: EngineOptions | None = None, *, force: bo
             raise exc.about(f"draft model {spec.model_draft}") from None
     if options is not None and not force:
         check_memory(path, header, options, draft)
+    trained = header.n_ctx_train or 0
+    if options is not None and trained and (options.ctx_size or 0) > trained:
+        from llmcli import render
+
+        render.warn(
+            f"a context of {options.ctx_size} tokens is more than the {trained} {path.name} was trained "
+            f"with; past {trained} tokens its answers may degrade"
+        )
     if header.chat_template:
         templates.probe(header.chat_template)
 
