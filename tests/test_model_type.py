@@ -96,6 +96,21 @@ def test_chat_with_fallback_template_warns_and_proceeds(base):
     assert result.stdout == "echo: hello\n"
 
 
+def test_a_session_chatted_in_the_fallback_format_resumes_without_the_flag(base, isolated, tmp_path):
+    assert run("chat", "--fallback-template", "--session", "b1", input="hello\n").exit_code == 0
+    saved = json.loads((isolated / "data" / "sessions" / "b1.json").read_text())
+    assert saved["fallback_template"] is True
+    again = run("chat", "--session", "b1", input="again\n")
+    assert again.exit_code == 0 and again.stdout == "echo: again\n", again.stderr
+    assert "continuing session 'b1': 2 messages" in again.stderr
+    assert run("chat", "--resume", input="more\n").exit_code == 0
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"GGUF")
+    elsewhere = run("chat", "--session", "b1", "-m", str(other), input="x\n")  # another model: asked again
+    assert elsewhere.exit_code == 2 and "--fallback-template" in elsewhere.stderr
+    assert run("chat", "--session", "b2", input="x\n").exit_code == 2  # a new session: asked again
+
+
 def test_switching_to_a_base_model_in_chat_is_refused(monkeypatch, tmp_path):
     made: list[FakeEngine] = []
 

@@ -102,6 +102,8 @@ def chat(
     name, saved = _session_to_continue(session, resume)
     if saved and model is None:
         model = saved.get("model")
+    if saved and model == saved.get("model") and saved.get("fallback_template") is True:
+        fallback_template = True  # the session's own model, chatted with in its fallback turn format
     spec = o.spec_options(
         spec_type,
         spec_draft_n_max,

@@ -441,6 +441,8 @@ class ChatSession:
             # the KV cache types in effect (`/set cache-type-k` included); None: a served model's
             "cache_type_k": self.cache_type("cache-type-k"),
             "cache_type_v": self.cache_type("cache-type-v"),
+            # a base model chatted with through --fallback-template: resuming it needs no flag again
+            **({"fallback_template": True} if self.allow_base else {}),
             **self.conversation.to_dict(),
         }
 
