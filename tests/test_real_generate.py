@@ -112,6 +112,19 @@ def test_a_context_beyond_the_trained_one_is_warned_about_once():
     assert within.returncode == 0 and "trained with" not in within.stderr
 
 
+def test_more_threads_than_cpus_is_warned_about_once_in_a_chat_that_reloads():
+    import os
+
+    many = str(len(os.sched_getaffinity(0)) + 2)
+    result = llmcli("chat", "-m", "smollm2-135m", "-t", many, "-n", "2", "--temperature", "0",
+                    input="hi\n/set spec-type lookup\nagain\n")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    warned = [line for line in result.stderr.splitlines() if f"{many} threads is more than" in line]
+    assert len(warned) == 1 and "model reloaded" in result.stderr, result.stderr
+    fits = llmcli("generate", "-m", "smollm2-135m", "-t", "1", "-n", "2", "--temperature", "0", "hi")
+    assert fits.returncode == 0 and "threads is more than" not in fits.stderr
+
+
 def test_plain_text_to_stdout_and_stats_to_stderr():
     result = llmcli("generate", PROMPT, "--raw", "--temperature", "0", "-n", "8", "--stats", check=True)
     assert result.stdout.endswith("\n") and result.stdout.strip()

@@ -40,16 +40,43 @@ def validate_file(path: Path, options: EngineOptions | None = None, *, force: bo
             raise exc.about(f"draft model {spec.model_draft}") from None
     if options is not None and not force:
         check_memory(path, header, options, draft)
-    trained = header.n_ctx_train or 0
-    if options is not None and trained and (options.ctx_size or 0) > trained:
-        from llmcli import render
+    if options is not None:
+        _warn_unusual(path, header, options)
+    if header.chat_template:
+        templates.probe(header.chat_template)
 
-        render.warn(
+
+_warned: set[str] = set()
+
+
+def _warn_unusual(path: Path, header, options: EngineOptions) -> None:
+    """Settings llama.cpp takes but a user rarely means: a context past the trained one, more
+    threads than the CPUs this process may run on. Each is said once a process (a chat loads its
+    model again for `/set spec-type` and the like)."""
+    import os
+
+    from llmcli import render
+
+    said: list[str] = []
+    trained = header.n_ctx_train or 0
+    if trained and (options.ctx_size or 0) > trained:
+        said.append(
             f"a context of {options.ctx_size} tokens is more than the {trained} {path.name} was trained "
             f"with; past {trained} tokens its answers may degrade"
         )
-    if header.chat_template:
-        templates.probe(header.chat_template)
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 0
+    if cpus and (options.threads or 0) > cpus:
+        said.append(
+            f"{options.threads} threads is more than the {cpus} CPUs this process can use: the extra ones "
+            "wait for a core, and decoding slows down (with no -t or `threads` setting the count adapts)"
+        )
+    for message in said:
+        if message not in _warned:
+            _warned.add(message)
+            render.warn(message)
 
 
 def check_memory(path: Path, header, options: EngineOptions, draft=None) -> None:
