@@ -69,6 +69,7 @@ def test_retry_regenerates_last_answer(engine):
 def test_set_lists_and_changes_settings(engine):
     result = chat("/set", "/set temperature 0.2", "/set top_p 3", "hello")
     assert "temperature = 0.8" in result.stderr
+    assert "json_schema" not in result.stderr and "grammar" not in result.stderr  # not /set's to change
     assert "temperature = 0.2" in result.stderr
     assert "top_p must be in (0, 1]" in result.stderr and "--top-p" not in result.stderr  # /set's name
     assert engine.made[0].history[-1].params.temperature == 0.2

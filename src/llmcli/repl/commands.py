@@ -91,7 +91,7 @@ def _set(repl: Repl, arg: str) -> None:
 
     if not arg:
         for key, value in repl.session.params.as_dict().items():
-            if key != "grammar":
+            if key not in ("grammar", "json_schema"):  # the command line's constraint, not /set's
                 repl.info(f"  {key} = {value}")
         for key in SPEC_SETTINGS if not repl.session.served else ():  # a server drafts on its own
             repl.info(f"  {key} = {repl.session.spec_value(key)}")
