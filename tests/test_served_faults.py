@@ -167,6 +167,13 @@ def test_chat_context_of_a_served_model_is_the_servers_count(fault_server):
     assert re.search(r"^\s+1 user\s+\d+ (tok|chr)  hi$", err, re.M), err
 
 
+def test_switching_to_a_served_model_names_the_servers_template(fault_server):
+    result = run("chat", input=f"/model {fault_server.ref}\nhi\n")
+    assert result.exit_code == 0, result.stderr
+    line = next(x for x in result.stderr.splitlines() if x.startswith("now using "))
+    assert line == f"now using {fault_server.ref} (the server's template)", line
+
+
 def test_chat_set_lists_no_speculative_setting_for_a_served_model(fault_server):
     result = run("chat", "-m", fault_server.ref, input="/set\n")
     assert result.exit_code == 0 and "  temperature = " in result.stderr

@@ -275,4 +275,6 @@ def _model(repl: Repl, arg: str) -> None:
         return
     carried = repl.session.switch_model(arg)
     kept = f"; its KV cache of {carried} tokens kept" if carried else ""
-    repl.info(f"now using {repl.session.loaded.ref} ({repl.session.prompt_format.source} template{kept})")
+    s = repl.session
+    template = "the server's template" if s.served else f"{s.prompt_format.source} template"
+    repl.info(f"now using {s.loaded.ref} ({template}{kept})")
