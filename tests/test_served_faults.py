@@ -165,6 +165,10 @@ def test_chat_context_of_a_served_model_is_the_servers_count(fault_server):
     shown = re.search(r"^context: (\d+) .*the server's count at the last answer$", err, re.M)
     assert readout and shown and int(shown.group(1)) == int(readout.group(1)) + int(readout.group(2)), err
     assert re.search(r"^\s+1 user\s+\d+ (tok|chr)  hi$", err, re.M), err
+    cleared = run("chat", "-m", fault_server.ref, input="hi\n/clear\n/context\n")
+    assert cleared.stderr.count("context: no turns yet") == 1, cleared.stderr
+    switched = run("chat", input=f"hi\n/model {fault_server.ref}\n/context\n")  # a local turn before
+    assert switched.stderr.count("context: no turns yet") == 1, switched.stderr
 
 
 def test_switching_to_a_served_model_names_the_servers_template(fault_server):

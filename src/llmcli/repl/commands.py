@@ -160,7 +160,9 @@ def _show(repl: Repl, arg: str) -> None:
 def _context(repl: Repl, arg: str) -> None:
     s = repl.session
     if s.served:  # the server applies its own template: its count of the last turn is the one known
-        if s.last is None:
+        # the last answer's count, if this server gave it (not a local model's before /model, nor
+        # a conversation /clear emptied since)
+        if s.last is None or not s.last.sources or not s.conversation.messages:
             repl.info("context: no turns yet (a served model's server counts its context)")
         else:
             used, window = s.last.context_used, s.engine.n_ctx
