@@ -149,10 +149,11 @@ class LiveReadout:
         with self.lock:
             cols = self._cols()
             lines = text.replace("\r", "\n").split("\n")
-            end, edge = _advance(self.col, lines[0], cols)
-            for line in lines[1:]:
-                end, _ = _advance(0, line, cols)
-            if len(lines) > 1 or edge:
+            if len(lines) > 1:  # after the last newline the cursor starts at column 0
+                end, edge = _advance(0, lines[-1], cols)[0], True
+            else:
+                end, edge = _advance(self.col, text, cols)
+            if edge:
                 self._erase_status()
             self.out.write(text)
             self.col = end
@@ -168,9 +169,10 @@ class LiveReadout:
     def _draw_locked(self) -> None:
         if self._stop.is_set() and self.phase == "done":
             return
-        if self.col >= self._cols():  # a pending wrap: moving the cursor would lose it
+        cols = self._cols()
+        if self.col >= cols:  # a pending wrap: moving the cursor would lose it
             return
-        status = self.status_text()[: max(1, self._cols() - 1)]
+        status = self.status_text()[: max(1, cols - 1)]
         if self.dim:
             status = f"\x1b[2m{status}\x1b[0m"
         # down a row (scrolling if needed), draw, back up, restore the column
