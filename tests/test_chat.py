@@ -120,6 +120,22 @@ def test_show_and_context_and_stats(engine):
     assert re.search(r"^last turn: prompt \d+ tok · .* · context \d+/\d+$", err, re.M)
 
 
+def test_context_rows_add_up_to_its_total(engine):
+    result = chat("/system Be brief.", "hello there", "and again", "/context")
+    lines = result.stderr.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("context: "))
+    total = int(re.match(r"context: (\d+) of \d+ tokens", lines[head]).group(1))
+    row = r"  \s{3} (\S+)\s+(\d+) tok|  \s*\d+ (\S+)\s+(\d+) tok"
+    rows = [re.match(row, line) for line in lines[head + 1 :]]
+    counts = {}
+    for m in filter(None, rows):
+        role, n = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+        counts.setdefault(role, []).append(int(n))
+    assert set(counts) == {"system", "user", "assistant", "template"}
+    assert len(counts["user"]) == 2 and counts["template"][0] > 0
+    assert sum(sum(v) for v in counts.values()) == total
+
+
 def test_help_lists_every_command(engine):
     from llmcli.repl.commands import REGISTRY
 

@@ -120,3 +120,22 @@ def test_chat_multiline_block_and_ctrl_c_at_prompt():
     child.expect(PROMPT)
     child.sendeof()
     assert finish(child) == 0
+
+
+def test_stats_line_breaks_between_its_parts_on_a_narrow_terminal():
+    """A terminal wraps a long line at its last column, mid-word; llmcli breaks its stderr lines
+    between the stats line's parts instead, each later line indented."""
+    env = dict(os.environ, TERM="xterm", COLUMNS="60", LINES="40", LLMCLI_MODEL="gemma3-270m")
+    args = ["-m", "llmcli", "generate", "The sea is", "--raw", "-n", "6", "--temperature", "0", "--stats"]
+    child = pexpect.spawn(
+        sys.executable, args, env=env, encoding="utf-8", timeout=TIMEOUT, dimensions=(40, 60)
+    )
+    assert finish(child) == 0
+    lines = child.before.replace("\r\n", "\n").split("\n")
+    first = next(i for i, line in enumerate(lines) if re.match(r"prompt \d+ tok · ", line))
+    stats = [lines[first]]
+    stats += [line for line in lines[first + 1 :] if line.startswith("  ")]
+    assert len(stats) >= 2 and all(len(line) <= 60 for line in stats)
+    parts = [p.strip() for line in stats for p in line.split(" · ")]
+    assert re.fullmatch(r"generated \d+ tok", parts[2]) and re.fullmatch(r"load [\d.]+ s", parts[-1])
+    assert all(re.fullmatch(r"[a-z]+ [\d.]+ (tok|tok/s|s)( \(\d+ reused\))?", p) for p in parts), parts

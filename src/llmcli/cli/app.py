@@ -77,8 +77,7 @@ def _report_click(exc, command: str | None = None) -> None:
     command = ctx.command_path if ctx is not None else command
     label = "usage error" if exc.exit_code == ExitCode.USAGE else "error"
     hint = f" (see '{command} -h')" if command and label == "usage error" else ""
-    sys.stderr.write(f"llmcli: {label}: {message}{hint}\n")
-    sys.stderr.flush()
+    render.err_line(f"llmcli: {label}: {message}{hint}")
 
 
 def report(exc: LlmcliError) -> None:
@@ -86,8 +85,7 @@ def report(exc: LlmcliError) -> None:
         import traceback
 
         traceback.print_exc()
-    sys.stderr.write(exc.one_line() + "\n")
-    sys.stderr.flush()
+    render.err_line(exc.one_line())
 
 
 app = typer.Typer(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -151,10 +150,10 @@ def generate(
     if as_json:
         render.out_json(result.record())
     if stats:  # stderr, so with --json too
-        sys.stderr.write(result.stats_line() + "\n")
+        render.err_line(result.stats_line())
     if result.done.finish_reason == "interrupted":
         if result.incomplete:
-            sys.stderr.write(result.incomplete_error().one_line() + "\n")
+            render.err_line(result.incomplete_error().one_line())
         raise typer.Exit(int(ExitCode.INTERRUPTED))
     if result.incomplete:
         raise result.incomplete_error()

@@ -61,17 +61,24 @@ def err_console():
     return _err_console
 
 
+def err_line(text: str) -> None:
+    """One message on stderr, broken to the terminal's width where stderr is one
+    (`render.wrap`)."""
+    from llmcli.render.wrap import for_stream
+
+    sys.stderr.write(for_stream(text, sys.stderr) + "\n")
+    sys.stderr.flush()
+
+
 def info(message: str) -> None:
     """A plain informational line on stderr, silenced by --quiet."""
     if not quiet():
-        sys.stderr.write(message + "\n")
-        sys.stderr.flush()
+        err_line(message)
 
 
 def warn(message: str) -> None:
     """A warning on stderr; warnings show even with --quiet."""
-    sys.stderr.write(f"llmcli: warning: {message}\n")
-    sys.stderr.flush()
+    err_line(f"llmcli: warning: {message}")
 
 
 def debug_log(message: str) -> None:

@@ -159,6 +159,7 @@ def _show(repl: Repl, arg: str) -> None:
 @command("/context", "/context", "Tokens used of the context window, per message.")
 def _context(repl: Repl, arg: str) -> None:
     s = repl.session
+    total = 0  # as the template renders the conversation (a served model's server renders its own)
     if s.served:  # the server applies its own template: its count of the last turn is the one known
         # the last answer's count, if this server gave it (not a local model's before /model, nor
         # a conversation /clear emptied since)
@@ -171,19 +172,26 @@ def _context(repl: Repl, arg: str) -> None:
     else:
         total = len(s.render_tokens(s.conversation.template_messages()))
         repl.info(f"context: {total} of {s.engine.n_ctx} tokens ({100 * total / s.engine.n_ctx:.0f}%)")
+    counted = 0
 
     def count(text: str) -> str:
+        nonlocal counted
         try:
-            return f"{s.engine.count(text):>6} tok"
+            n = s.engine.count(text)
         except UsageError:  # a server that does not tokenize for clients
             return f"{len(text):>6} chr"
+        counted += n
+        return f"{n:>6} tok"
 
     if s.conversation.system:
-        repl.info(f"  system     {count(s.conversation.system)}")
+        repl.info(f"  {'':>3} {'system':<9} {count(s.conversation.system)}")
     for i, m in enumerate(s.conversation.messages, 1):
         preview = m.content.replace("\n", " ")[:50]
         mark = " [interrupted]" if m.interrupted else ""
         repl.info(f"  {i:>3} {m.role:<9} {count(m.content)}  {preview}{mark}")
+    if total > counted:  # what the rows do not show, so that they add up to the total
+        extra = total - counted
+        repl.info(f"  {'':>3} {'template':<9} {extra:>6} tok  turn markers and the template's own text")
 
 
 @command("/undo", "/undo", "Drop the last exchange.")

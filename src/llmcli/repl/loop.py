@@ -19,6 +19,7 @@ from llmcli import paths
 from llmcli.errors import LlmcliError, TerminatedError
 from llmcli.render.stats import stats_line
 from llmcli.render.stream import PlainSink
+from llmcli.render.wrap import for_stream
 from llmcli.repl import commands
 from llmcli.repl import session_files as sessions
 from llmcli.repl.chat_session import ChatSession
@@ -42,16 +43,18 @@ class Repl:
 
     def info(self, text: str) -> None:
         if not self.quiet:
-            self.err.write(text + "\n")
-            self.err.flush()
+            self._line(text)
 
     def warn(self, text: str) -> None:
         """Shown even with --quiet."""
-        self.err.write(f"warning: {text}\n")
-        self.err.flush()
+        self._line(f"warning: {text}")
 
     def error(self, text: str) -> None:
-        self.err.write(f"error: {text}\n")
+        self._line(f"error: {text}")
+
+    def _line(self, text: str) -> None:
+        """A message on stderr, broken to the terminal's width between words or stats parts."""
+        self.err.write(for_stream(text, self.err) + "\n")
         self.err.flush()
 
     # -- turns -------------------------------------------------------------------------------
