@@ -76,6 +76,19 @@ def test_model_is_directory(tmp_path):
         (["--bogus", "generate"], ["no such option: --bogus", "(see 'llmcli -h')"]),
         (["models", "rm"], ["missing argument", "(see 'llmcli models rm -h')"]),
         (["kv", "clear", "--nope"], ["no such option: --nope", "(see 'llmcli kv clear -h')"]),
+        # words after the prompt: the prompt is one argument (a newcomer's `generate Tell me a joke`)
+        (
+            ["generate", "Tell", "me", "a", "joke"],
+            ["(me a joke)", 'quote it (llmcli generate "Tell me a joke")'],
+        ),
+        (["generate", "say", '"hi"'], ["""quote it (llmcli generate 'say "hi"')"""]),
+        # a value after a flag that takes none
+        (["chat", "--resume", "notes"], ["(notes); --resume takes no value (--session NAME continues"]),
+        (
+            ["generate", "hi", "--stats", "more"],
+            ["(more); --stats takes no value", "(see 'llmcli generate -h')"],
+        ),
+        (["chat", "notes"], ["(notes) (see 'llmcli chat -h')"]),  # no guess where none fits
     ],
 )
 def test_click_usage_errors_are_one_line(fake, args, fragments):

@@ -31,7 +31,9 @@ class _Boundary(TyperGroup):
 
     def make_context(self, info_name, args, parent=None, **extra):
         try:  # the root's own flags: `llmcli --bogus`
-            return super().make_context(info_name, args, parent=parent, **extra)
+            ctx = super().make_context(info_name, list(args), parent=parent, **extra)
+            ctx.meta["llmcli.argv"] = list(args)  # shared by the subcommand's context: for its errors
+            return ctx
         except _ClickException as exc:
             _report_click(exc)
             raise typer.Exit(exc.exit_code) from None
@@ -75,9 +77,40 @@ def _report_click(exc, command: str | None = None) -> None:
         message = message[0].lower() + message[1:]
     ctx = getattr(exc, "ctx", None)
     command = ctx.command_path if ctx is not None else command
+    if message.startswith("got unexpected extra argument") and ctx is not None:
+        message += _flag_before_extra(ctx, message)
     label = "usage error" if exc.exit_code == ExitCode.USAGE else "error"
     hint = f" (see '{command} -h')" if command and label == "usage error" else ""
     render.err_line(f"llmcli: {label}: {message}{hint}")
+
+
+# what to say after "--FLAG takes no value" where a value was given to a flag that has a sibling
+FLAG_INSTEAD = {"--resume": "--session NAME continues a named session"}
+
+
+def _flag_before_extra(ctx, message: str) -> str:
+    """`; --resume takes no value (...)` where the first extra argument was typed right after a
+    flag, as if the flag took it (`chat --resume notes`); else nothing."""
+    import re
+    import shlex
+
+    found = re.search(r"\(([^()]+)\)$", message)
+    if not found:
+        return ""
+    first = found.group(1).split()[0]
+    argv = ctx.meta.get("llmcli.argv", sys.argv[1:])
+    flags = {name: p for p in ctx.command.params if getattr(p, "is_flag", False) for name in p.opts}
+    for before, token in zip(argv, argv[1:], strict=False):
+        if token == first and before in flags and not getattr(flags[before], "count", False):
+            instead = FLAG_INSTEAD.get(flags[before].opts[0])
+            return f"; {before} takes no value" + (f" ({instead})" if instead else "")
+    positional = {p.name for p in ctx.command.params if p.param_type_name == "argument"}
+    prompt = ctx.params.get("prompt") if "prompt" in positional else None
+    if isinstance(prompt, str) and prompt:  # `generate Tell me a joke`: the words after the first
+        words = " ".join([prompt, *found.group(1).split()])
+        quoted = shlex.quote(words) if re.search(r'["$`\\!]', words) else f'"{words}"'
+        return f"; the prompt is one argument: quote it ({ctx.command_path} {quoted})"
+    return ""
 
 
 def report(exc: LlmcliError) -> None:
