@@ -47,6 +47,25 @@ def test_server_root_drops_v1():
 
 
 @pytest.mark.parametrize(
+    ("model", "short"),
+    [
+        ("/srv/models/SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct.Q4_1.gguf"),  # llama-server
+        ("C:\\models\\gemma.gguf", "gemma.gguf"),
+        ("models/gemma.gguf", "gemma.gguf"),
+        ("/models/llama", "llama"),  # vLLM serving a directory
+        ("org/model", "org/model"),  # a Hub name stays whole
+        ("llama3.2:1b", "llama3.2:1b"),
+        ("gpt-4o", "gpt-4o"),
+    ],
+)
+def test_a_served_model_named_by_its_path_is_shown_by_its_file_name(model, short):
+    assert endpoints.short_model(model) == short
+    ref = f"http://127.0.0.1:8080/v1#{model}"
+    shown = endpoints.display_ref(ref)
+    assert shown == (ref if short == model else f"{short} at http://127.0.0.1:8080/v1")
+
+
+@pytest.mark.parametrize(
     "text", ["http://:8080/v1", "http://u:p@h/v1", "http://h/v1?key=1", "http://h:99999/v1"]
 )
 def test_bad_urls(text):

@@ -94,6 +94,25 @@ class Endpoint:
         return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
+def short_model(model: str) -> str:
+    """A served model's name for a banner or a table: llama-server names its model by the path it
+    loaded (unless --alias), so a file path is shown by its file name; any other name is kept."""
+    import re
+    from pathlib import PureWindowsPath
+
+    if model.startswith("/") or re.match(r"[A-Za-z]:[\\/]", model) or model.lower().endswith(".gguf"):
+        return PureWindowsPath(model).name or model  # splits at / and at \\
+    return model
+
+
+def display_ref(ref: str) -> str:
+    """`ref` for a banner: URL#MODEL whose MODEL is a file path as `FILE at URL`; else `ref`."""
+    url, sep, model = ref.partition("#")
+    if sep and is_url(url) and (short := short_model(model)) != model:
+        return f"{short} at {url}"
+    return ref
+
+
 def is_url(text: str) -> bool:
     return text.lower().startswith(("http://", "https://"))
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmcli.bench import stats
+from llmcli.endpoints import short_model
 
 WORDS = (
     "time person year way day thing man world life hand part child eye woman place work week case "
@@ -124,7 +125,7 @@ class ServeResult:
             "scenario": "serve",
             "test": c.name,
             "model_filename": self.model,
-            "model_type": self.model,
+            "model_type": short_model(self.model),  # the table's; model_filename keeps the name
             "endpoint": self.endpoint,
             "server": self.server,
             "n_prompt": c.n_prompt,

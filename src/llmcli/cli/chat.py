@@ -241,7 +241,9 @@ def _banner(repl, saved: dict | None) -> None:
     s = repl.session
     if s.served:
         context = f"context {s.engine.n_ctx}" if s.engine.n_ctx else "context: the server's"
-        repl.info(f"llmcli chat · {s.loaded.ref} · {context} · template: the server's")
+        from llmcli.endpoints import display_ref
+
+        repl.info(f"llmcli chat · {display_ref(s.loaded.ref)} · {context} · template: the server's")
         if saved:
             repl.info(f"continuing session {s.session_name!r}: {len(s.conversation.messages)} messages")
         if repl.interactive:

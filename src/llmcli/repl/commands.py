@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from llmcli.endpoints import display_ref
 from llmcli.errors import LlmcliError, TerminatedError, UsageError
 
 if TYPE_CHECKING:
@@ -126,7 +127,8 @@ def _show(repl: Repl, arg: str) -> None:
     about = [x for x in (info.architecture, info.quantization) if x]
     if info.size_bytes:
         about.append(human_size(info.size_bytes))
-    repl.info(f"model      {s.loaded.ref}" + (f" ({', '.join(about)})" if about else ""))
+    shown = info.name if s.served and info.name else s.loaded.ref  # served: the server's own name
+    repl.info(f"model      {shown}" + (f" ({', '.join(about)})" if about else ""))
     if s.served:  # what the server does not say (its KV cache, offload, template) is not guessed
         repl.info(f"endpoint   {info.path}")
         trained = f" (trained {info.n_ctx_train})" if info.n_ctx_train else ""
@@ -287,4 +289,4 @@ def _model(repl: Repl, arg: str) -> None:
     kept = f"; its KV cache of {carried} tokens kept" if carried else ""
     s = repl.session
     template = "the server's template" if s.served else f"{s.prompt_format.source} template"
-    repl.info(f"now using {s.loaded.ref} ({template}{kept})")
+    repl.info(f"now using {display_ref(s.loaded.ref)} ({template}{kept})")
