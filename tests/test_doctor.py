@@ -130,6 +130,22 @@ def test_directories(isolated):
     assert all(d["free_bytes"] > 0 for d in dirs.values())
 
 
+def test_file_sizes_in_the_units_kv_list_uses(isolated, monkeypatch):
+    """The KV cap is set in MB (kv_cache_max_mb): the report says 2.0 GB as `kv list` does, not
+    1.9 GiB; sizes on disk are decimal like every other size llmcli prints."""
+    monkeypatch.setenv("LLMCLI_KV_CACHE_MAX_MB", "2000")
+    (isolated / "data").mkdir()
+    (isolated / "data" / "aliases.json").write_text("x" * 3600)
+    result = run("doctor", "--offline")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    kv = next(line for line in lines if line.startswith("  KV states "))
+    assert "2.0 GB (kv_cache_max_mb)" in kv, kv
+    data = next(line for line in lines if line.startswith("  data dir "))
+    assert "(3.6 kB used," in data, data
+    assert "iB" not in kv + data
+
+
 def test_unreachable_hub_is_a_warning(dead_endpoint):
     result, report = doc()
     assert result.exit_code == 0

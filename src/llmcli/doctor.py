@@ -414,7 +414,7 @@ def _compute_lines(c: dict[str, Any], p: dict[str, Any]) -> list[tuple[str, str]
         return [("backend", c.get("error", "unknown"))]
     devices = [
         f"{d['name']}{'' if d['type'] == d['name'] else ' (' + d['type'] + ')'}: {d['description']} "
-        f"({_size(d['memory_free'])} free of {_size(d['memory_total'])})"
+        f"({_memory(d['memory_free'])} free of {_memory(d['memory_total'])})"
         for d in c.get("devices", [])
     ]
     features = "; ".join(f"{backend}: {' '.join(names)}" for backend, names in c.get("features", {}).items())
@@ -501,11 +501,13 @@ def _bundled_state(m: dict[str, Any]) -> str:
 
 
 def _size(n: int | None) -> str:
-    if n is None:
-        return "?"
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
+    """Files and disks in decimal units, as every other size llmcli prints (`kv list`, `models
+    list`, the hub, kv_cache_max_mb)."""
+    from llmcli.units import human_size
+
+    return human_size(n)
+
+
+def _memory(n: int | None) -> str:
+    """Memory in GiB, as the memory-fit check and llama.cpp's own logs count it."""
+    return "?" if n is None else f"{n / (1 << 30):.1f} GiB"
