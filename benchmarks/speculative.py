@@ -15,7 +15,9 @@ greedy:
   as a chat session does);
 - lookup-fast-first: the same with an empty cache dir, as the first run on a machine;
 - llama-lookup: llama.cpp's own prompt-lookup tool, built from the installed release's vendored
-  tree (tests/llamacpp_tools.py), `-n N --temp 0 -t T --spec-draft-n-max K`;
+  tree (tests/llamacpp_tools.py), `-n N --temp 0 -t T --spec-draft-n-max K` with llmcli's largest
+  k (16 by default; `--draft-max`);
+- llama-lookup-8: the same at k=8 (what earlier sittings compared with);
 - llama-lookup-default: the same without `--spec-draft-n-max` (its default k, 3 in 0.3.36);
 - self-draft: llama.cpp's llama-speculative-simple with the target as its own draft (its
   acceptance at temperature 0 should be 100%), and llmcli's `--spec-type draft` the same way
@@ -211,7 +213,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--draft-max", type=int, default=8, help="k for every proposer (llama.cpp's too)")
+    ap.add_argument("--draft-max", type=int, default=None,
+                    help="k for llmcli's prompt lookup and llama-lookup (default: llmcli's, 16); "
+                    "llama-lookup-8 and llama-lookup-default run beside them")  # fmt: skip
     ap.add_argument("--models", default="gemma3-270m,smollm2-135m")
     ap.add_argument("--no-tools", action="store_true", help="skip llama.cpp's tools")
     ap.add_argument("--prompts", default="copy,nothing-to-copy",
@@ -225,6 +229,7 @@ def main() -> None:
     args = ap.parse_args()
 
     sys.path.insert(0, str(ROOT / "tests"))
+    from llmcli import defaults
     from llmcli.engine.base import EngineOptions, SpecOptions
     from llmcli.engine.llama import LlamaEngine
     from llmcli.hub import default_model
@@ -241,7 +246,7 @@ def main() -> None:
         every = prompts_for(name)
         prompts = {key: every[key] for key in args.prompts.split(",")}
         path = str(default_model.model_path(name))
-        k = args.draft_max
+        k = args.draft_max or defaults.SPEC_DRAFT_N_MAX
 
         def engine(spec=None, path=path):
             return LlamaEngine(path, EngineOptions(ctx_size=4096, threads=args.threads, **kv,
@@ -291,6 +296,9 @@ def main() -> None:
                 self_argv = [str(tools["llama-speculative-simple"]), "-m", path, "-md", path, *common,
                              "--spec-draft-n-max", "4", "--spec-type", "draft-simple"]  # fmt: skip
                 calls["llama-lookup"] = lambda a=lookup_argv, p=prompt: tool_run(a, p)
+                if k != 8:  # the k earlier sittings compared at
+                    argv8 = [*lookup_argv[:-1], "8"]
+                    calls["llama-lookup-8"] = lambda a=argv8, p=prompt: tool_run(a, p)
                 # what a user gets from llama-lookup without the flag: its default n_max (3 in 0.3.36)
                 default_argv = [str(tools["llama-lookup"]), "-m", path, *common]
                 calls["llama-lookup-default"] = lambda a=default_argv, p=prompt: tool_run(a, p)

@@ -10,6 +10,7 @@ import json
 import pytest
 from helpers import bench_in, run
 
+from llmcli import defaults
 from llmcli.bench.fake import FakeBackend, FakeClock
 from llmcli.engine.fake import FakeEngine
 
@@ -35,25 +36,26 @@ def _table(stdout: str) -> list[list[str]]:
 
 def test_default_is_plain_then_prompt_lookup_with_counts_per_repetition(backend):
     doc = _bench("-n", "12", "-r", "2")
+    k = defaults.SPEC_DRAFT_N_MAX
     plain, lookup = doc["results"]
-    assert [r["test"] for r in doc["results"]] == ["spec plain tg12", "spec lookup k=8 tg12"]
+    assert [r["test"] for r in doc["results"]] == ["spec plain tg12", f"spec lookup k={k} tg12"]
     assert plain["spec_type"] == "none" and plain["spec_draft_n_max"] == 0
     assert plain["drafted"] == [0, 0] and plain["accepted"] == [0, 0] and plain["acceptance"] is None
     assert plain["vs_plain"] is None and plain["text_matches_plain"] is None
     passes = -(-12 // (ACCEPT + 1))  # each pass gives the accepted tokens and one of the target's
     assert lookup["completion_tokens"] == [12, 12]
     assert lookup["target_passes"] == [passes, passes]
-    assert lookup["drafted"] == [8 * passes] * 2 and lookup["accepted"] == [ACCEPT * passes] * 2
-    assert lookup["acceptance"] == pytest.approx(ACCEPT / 8)
+    assert lookup["drafted"] == [k * passes] * 2 and lookup["accepted"] == [ACCEPT * passes] * 2
+    assert lookup["acceptance"] == pytest.approx(ACCEPT / k)
     assert lookup["tokens_per_pass"] == pytest.approx(12 / passes)
     assert plain["target_passes"] == plain["completion_tokens"]  # one pass a token
     assert plain["tokens_per_pass"] == 1.0
-    assert lookup["k_chosen"] == {"8": 2 * passes} and lookup["mean_k"] == 8
+    assert lookup["k_chosen"] == {str(k): 2 * passes} and lookup["mean_k"] == k
     settings = {k: lookup[k] for k in ("spec_draft_n_min", "spec_ngram_max", "spec_ngram_min",
                                        "spec_adaptive", "spec_exact", "model_draft")}  # fmt: skip
     assert settings == {"spec_draft_n_min": 1, "spec_ngram_max": 4, "spec_ngram_min": 1,
                         "spec_adaptive": True, "spec_exact": True, "model_draft": None}  # fmt: skip
-    assert lookup["exact_positions"] == {"short": 9, "long": 9}
+    assert lookup["exact_positions"] == {"short": k + 1, "long": k + 1}
     assert lookup["text_matches_plain"] is True
     # one clock read between building the prompt and the first token, then one per token
     assert all(r["samples_ttft_ns"] == [1_000_000, 1_000_000] for r in doc["results"])

@@ -524,11 +524,11 @@ def test_the_config_file_takes_what_the_flags_take_and_names_its_own_keys(fake, 
     assert refused.exit_code != 0 and "spec_draft_n_max must be at most 64" in refused.stderr
     from llmcli import environment
 
-    (isolated / "config.toml").write_text('spec_type = "lookup"\nspec_draft_n_min = 9\n')
+    (isolated / "config.toml").write_text('spec_type = "lookup"\nspec_draft_n_min = 17\n')
     environment.current().settings_cache.clear()  # the file is read once per process
-    result = run("generate", "hi")  # above the default n-max, 8: the error says where 9 came from
+    result = run("generate", "hi")  # above the default n-max, 16: the error says where 17 came from
     assert result.exit_code == 2 and result.stdout == ""
-    assert "spec_draft_n_min = 9 in the config file" in result.stderr
+    assert "spec_draft_n_min = 17 in the config file" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     (isolated / "config.toml").write_text('spec_type = "lookup"\n')
     environment.current().settings_cache.clear()
@@ -560,8 +560,8 @@ def test_config_set_keeps_each_pair_in_order_and_a_hand_made_bad_pair_stops_only
     assert refused.exit_code != 0
     assert "spec_ngram_max = 3 is below spec_ngram_min = 5 in the config file" in refused.stderr
     assert "spec_ngram_max = 6" in (isolated / "config.toml").read_text()  # unchanged
-    refused = run("config", "set", "spec_draft_n_min", "9")  # the default n-max is 8
-    assert refused.exit_code != 0 and "spec_draft_n_min = 9 is above spec_draft_n_max = 8" in refused.stderr
+    refused = run("config", "set", "spec_draft_n_min", "17")  # the default n-max is 16
+    assert refused.exit_code != 0 and "spec_draft_n_min = 17 is above spec_draft_n_max = 16" in refused.stderr
     assert run("config", "set", "spec_draft_n_max", "0").exit_code == 0  # 0 (off) keeps n-min 1 valid
 
     _config(isolated, "spec_ngram_min = 5\nspec_ngram_max = 4\nspec_draft_n_max = 2\nspec_draft_n_min = 3\n")

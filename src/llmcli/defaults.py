@@ -26,7 +26,10 @@ KV_CACHE_MAX_MB = 2000
 
 # Speculative decoding (--spec-type lookup|draft): most and fewest tokens proposed per
 # verification batch (adaptive k chooses within, down to 0), and prompt lookup's n-gram lengths.
-SPEC_DRAFT_N_MAX = 8
+# 16: adaptive k keeps a larger ceiling from costing where proposals miss, and a long copy is then
+# verified in half the passes (docs/SPECULATIVE.md, "k up to 16"). llama.cpp's draft-model default
+# is 3, its n-gram proposers draft up to 48-64 (ngram-mod) at a fixed length.
+SPEC_DRAFT_N_MAX = 16
 SPEC_DRAFT_N_MIN = 1
 SPEC_NGRAM_MAX = 4  # as llama-lookup (LLAMA_NGRAM_MAX)
 SPEC_NGRAM_MIN = 1

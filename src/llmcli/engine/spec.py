@@ -192,7 +192,9 @@ class KPolicy:
     explore_k: int = 2
     # A source expected to give at least this many tokens a pass at the largest k is tried there
     # while that batch size has no measured cost: extrapolating from small batches overestimates
-    # big ones (a batch's cost grows less than linearly with its positions).
+    # big ones (a batch's cost grows less than linearly with its positions). The bar is for a
+    # largest k of 8 and rises in proportion above it: a miss at k=16 costs about twice as much
+    # (in the replay, a fixed bar of 3 had SmolLM2's nothing-to-copy answer try 17 positions).
     explore_long_tokens: float = 3.0
     # Near-ties go to the longer draft: the best k's expected speed is compared with costs of batch
     # sizes measured at different moments and depths, which on a busy machine differ by more than
@@ -463,7 +465,7 @@ class KPolicy:
             best_k < top == self.k_max
             and not self.known_cost(top + 1)
             and acc.tried[0] >= 1
-            and self.expected_tokens(rates, top) >= self.explore_long_tokens
+            and self.expected_tokens(rates, top) >= self.explore_long_tokens * max(1.0, top / 8)
         ):
             return top
         return best_k
