@@ -829,6 +829,12 @@ class LlamaEngine:
         def row(i: int) -> bytes:
             return ctypes.string_at(L.llama_get_logits_ith(self._ctx, i), size)
 
+        def exact(m: int) -> bool:
+            self.trim(n_prefix)  # as verification does: the rejected rest leaves the cache
+            if len(self._cached) != n_prefix or self.decode_all(tail[:m]) != 0:
+                return False
+            return all(row(i) == singles[i] for i in range(m))
+
         limit = 1
         try:
             self.reset()
@@ -840,11 +846,10 @@ class LlamaEngine:
                 if self.decode([t]) != 0:
                     return 1
                 singles.append(row(-1))
-            for m in range(2, len(tail) + 1):
-                self.trim(n_prefix)  # as verification does: the rejected rest leaves the cache
-                if len(self._cached) != n_prefix or self.decode_all(tail[:m]) != 0:
-                    break
-                if any(row(i) != singles[i] for i in range(m)):
+            if len(tail) > 2 and exact(len(tail)):  # the common case: every size agrees, one batch
+                return len(tail)
+            for m in range(2, len(tail) + 1):  # the sizes below the first that differs
+                if not exact(m):
                     break
                 limit = m
         finally:
