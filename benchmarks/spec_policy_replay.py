@@ -44,6 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+# fmt: off
 COSTS = {  # relative cost of a batch of 1..17 positions, so a largest k of 16 (the default): all
     # logit rows read, as verification reads them; sizes interleaved, 12 rounds, about 530 cells of an
     # f16 cache, two threads, AMD EPYC (AVX2), 2026-12-04. Gemma's repacked Q4_K weights go through
@@ -53,6 +54,7 @@ COSTS = {  # relative cost of a batch of 1..17 positions, so a largest k of 16 (
     "smollm2-135m": [1.0, 1.62, 2.26, 2.6, 3.15, 3.53, 4.04, 4.34, 5.0, 5.39, 5.95, 6.31, 6.89, 7.21,
                      8.04, 8.11, 8.89],
 }
+# fmt: on
 
 
 def more_prompts() -> dict[str, str]:
@@ -198,7 +200,7 @@ def main() -> None:
     rec.add_argument("--tokens", type=int, default=192)
     rep = sub.add_parser("replay")
     rep.add_argument("answers", type=Path)
-    rep.add_argument("--costs", help="relative costs of 1..k+1 positions, comma-separated (k: the largest draft)")
+    rep.add_argument("--costs", help="relative costs of 1..k+1 positions, comma-separated (k: the largest)")
     rep.add_argument("--requests", type=int, default=2, help="answers replayed on one policy, in a row")
     rep.add_argument("--noise", action="store_true", help="a busy machine (see the module's help)")
     rep.add_argument("--stored", action="store_true", help="the policy starts from stored batch costs")
@@ -243,9 +245,8 @@ def main() -> None:
             return policy
 
         adaptive = speed(adaptive_policy, k_max)
-        fixed = {
-            k: speed(lambda k=k: KPolicy(k_max=k, k_min=k, adaptive=False), k)[0] for k in sorted({1, 2, 4, 8, k_max})
-        }
+        sizes = sorted({1, 2, 4, 8, k_max})
+        fixed = {k: speed(lambda k=k: KPolicy(k_max=k, k_min=k, adaptive=False), k)[0] for k in sizes}
         ratios.append(adaptive[0])
         print(f"{key:30} adaptive {adaptive[0]:.3f}x plain  {adaptive[1]} passes  k chosen {adaptive[2]}")
         print(f"{'':30} fixed    " + "  ".join(f"k={k}: {s:.3f}x" for k, s in fixed.items()))
