@@ -846,7 +846,10 @@ class LlamaEngine:
                 if self.decode([t]) != 0:
                     return 1
                 singles.append(row(-1))
-            if len(tail) > 2 and exact(len(tail)):  # the common case: every size agrees, one batch
+            # The common case, every size agreeing, in two batches: the largest and the smallest
+            # (the kernels change at thresholds of rows, and every size-by-size probe so far found
+            # the sizes that agree to run from 2 up to a limit). Else size by size from 2.
+            if len(tail) > 2 and exact(len(tail)) and exact(2):
                 return len(tail)
             for m in range(2, len(tail) + 1):  # the sizes below the first that differs
                 if not exact(m):
