@@ -114,11 +114,11 @@ def test_chat_set_reloads_with_the_drafts_types_and_target_follows_again(fake, d
 
 
 def test_chat_show_names_the_drafts_types(fake, draft):
-    K = defaults.SPEC_DRAFT_N_MAX  # noqa: N806
+    k = defaults.SPEC_DRAFT_N_MAX
     result = run("chat", "-md", draft, "-ctk", "q8_0", input="/show\n/set cache-type-v-draft f32\n/show\n")
     assert result.exit_code == 0, result.stderr
-    assert f"speculative draft, k up to {K}; draft {draft}, kv cache K q8_0, V f16" in result.stderr
-    assert f"speculative draft, k up to {K}; draft {draft}, kv cache K q8_0, V f32" in result.stderr
+    assert f"speculative draft, k up to {k}; draft {draft}, kv cache K q8_0, V f16" in result.stderr
+    assert f"speculative draft, k up to {k}; draft {draft}, kv cache K q8_0, V f32" in result.stderr
 
 
 def test_chat_set_refuses_a_quantized_draft_v_cache_without_flash_attention(fake, draft):

@@ -193,9 +193,11 @@ class KPolicy:
     # A source expected to give at least this many tokens a pass at the largest k is tried there
     # while that batch size has no measured cost: extrapolating from small batches overestimates
     # big ones (a batch's cost grows less than linearly with its positions). The bar is for a
-    # largest k of 8 and rises in proportion above it: a miss at k=16 costs about twice as much
-    # (in the replay, a fixed bar of 3 had SmolLM2's nothing-to-copy answer try 17 positions).
+    # largest k of `explore_long_k` and rises in proportion above it: a miss at k=16 costs about
+    # twice as much (in the replay, a fixed bar of 3 had SmolLM2's nothing-to-copy answer try 17
+    # positions).
     explore_long_tokens: float = 3.0
+    explore_long_k: int = 8
     # Near-ties go to the longer draft: the best k's expected speed is compared with costs of batch
     # sizes measured at different moments and depths, which on a busy machine differ by more than
     # this; a longer draft also keeps measuring acceptance further out.
@@ -461,11 +463,12 @@ class KPolicy:
             ):
                 return 0
             return max(self.k_min, min(top, self.explore_k))
+        long_bar = self.explore_long_tokens * max(1.0, top / self.explore_long_k)
         if (
             best_k < top == self.k_max
             and not self.known_cost(top + 1)
             and acc.tried[0] >= 1
-            and self.expected_tokens(rates, top) >= self.explore_long_tokens * max(1.0, top / 8)
+            and self.expected_tokens(rates, top) >= long_bar
         ):
             return top
         return best_k
