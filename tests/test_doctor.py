@@ -84,7 +84,7 @@ def test_json_report(hub_server):
 
 
 def test_llama_cpp_versions_and_compute():
-    llama_cpp = pytest.importorskip("llama_cpp")
+    import llama_cpp
     from llmcli.engine.backend import backend_name
     from llmcli.engine.llama import physical_cores
 

