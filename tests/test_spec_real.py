@@ -133,17 +133,17 @@ def test_max_tokens_cuts_inside_a_multibyte_character_identically(pair):
 
 
 def test_end_of_generation_inside_a_draft_stops_exactly_like_plain(monkeypatch):
-    from llmcli.engine import llama
+    from llmcli.engine import speculation
 
     drafts: list[list[int]] = []
-    original = llama._Speculation.propose
+    original = speculation.Speculation.propose
 
     def recording(self, room):
         out = original(self, room)
         drafts.append(list(out))
         return out
 
-    monkeypatch.setattr(llama._Speculation, "propose", recording)
+    monkeypatch.setattr(speculation.Speculation, "propose", recording)
     # fixed k: this is about where the end lands, not about what the policy would choose
     plain = _engine("smollm2-135m")
     spec = _engine("smollm2-135m", SpecOptions(kind="lookup", draft_max=8, adaptive=False))
@@ -302,7 +302,7 @@ def test_greedy_argmax_picks_what_the_greedy_chain_picks(name):
     """Temperature 0 without grammar or penalties reads the argmax of the logits in place instead
     of running the sampler chain; at every position of a verification batch both give the same
     token (the chain's greedy sampler keeps the first highest logit, as argmax does)."""
-    from llmcli.engine.llama import _pick
+    from llmcli.engine.sampler import pick as _pick
 
     e = _engine(name, SpecOptions(kind="lookup", draft_max=8, exact=False))
     try:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from llmcli.engine.backend import weight_repack
-from llmcli.engine.llama import AbortFlag, ggml_type, silence_logs
+from llmcli.engine.native import AbortFlag, ggml_type, silence_logs
 from llmcli.errors import InvalidModelError, LlmcliError
 
 
@@ -181,6 +181,6 @@ def check_draft_vocab(target: str, draft: str) -> None:
     vocabulary is not the target's; only the two vocabularies are read, no weights."""
     import llama_cpp
 
-    from llmcli.engine.llama import check_draft_vocab as check
+    from llmcli.engine.draft import check_draft_vocab as check
 
     check(llama_cpp, Path(target), Path(draft))

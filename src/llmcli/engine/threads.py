@@ -27,9 +27,31 @@ the run queue leaves no core for are not measured at all.
 
 from __future__ import annotations
 
+import os
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+
+def physical_cores() -> int:
+    """Physical CPU cores (llama.cpp runs best with one thread per core), else logical CPUs."""
+    try:
+        cores: set[tuple[str, str]] = set()
+        phys = core = ""
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "physical id":
+                    phys = value.strip()
+                elif key == "core id":
+                    core = value.strip()
+                    cores.add((phys, core))
+        if cores:
+            return max(1, min(len(cores), len(os.sched_getaffinity(0))))
+    except (OSError, AttributeError):
+        pass
+    return max(1, (os.cpu_count() or 2) // 2)
 
 
 def candidates(cores: int) -> list[int]:
@@ -53,8 +75,6 @@ def busy_others(cores: int, stat_path: str = "/proc/stat", own: int | None = Non
 
 def _own_running() -> int:
     """This process's threads in state R (running or runnable), at least 1 (the caller)."""
-    import os
-
     running = 0
     try:
         for tid in os.listdir("/proc/self/task"):

@@ -1,0 +1,298 @@
+"""One request on the llama.cpp engine, as a generator of events: prefill the prompt past the
+reused prefix, then decode, plainly or with speculative proposals verified in batches, and report.
+
+Every generated token, whether sampled after a single step or accepted from a verification batch,
+goes through the one per-token step (`Generation.step`): record it, time the first, end on EOG,
+feed the text path, note the grammar. So speculation changes nothing the user sees.
+
+What it uses of the engine is `Runner`: the cache, the tokenizer, the context's limits, the thread
+policy's hook (`observe`, `pin_batch_threads`, `thread_report`) and the perf counters' reset.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from collections.abc import Callable, Generator, Iterator
+from typing import Protocol
+
+from llmcli.engine.base import (
+    Done,
+    Event,
+    FinishReason,
+    PrefillProgress,
+    SamplingParams,
+    Stats,
+    ThreadsChanged,
+    Token,
+)
+from llmcli.engine.kvcache import KVCache
+from llmcli.engine.native import AbortFlag, check_decode
+from llmcli.engine.sampler import GrammarProbe, pick
+from llmcli.engine.speculation import Speculation
+from llmcli.engine.text import TextStream
+from llmcli.engine.vocab import Tokenizer
+
+MIN_PREFILL_SAMPLE = 32  # prefill batches smaller than this say little about thread speed
+
+# What the step returns: the text to show and whether a stop string ended the answer; None for an
+# end-of-generation token (it shows nothing and ends the answer).
+Fed = tuple[str, bool] | None
+
+
+class Runner(Protocol):
+    """What a request uses of the engine that runs it (`LlamaEngine`)."""
+
+    cache: KVCache
+    tokenizer: Tokenizer
+    n_ctx: int
+    n_batch: int
+    n_vocab: int
+    load_ms: float
+
+    @property
+    def adaptive(self) -> bool: ...  # a thread policy is fed the measured steps
+
+    def observe(self, phase: str, seconds_per_token: float | None) -> tuple[int, str] | None: ...
+
+    def pin_batch_threads(self) -> None: ...
+
+    def thread_report(self) -> dict: ...
+
+    def reset_perf(self) -> None: ...
+
+
+class Generation:
+    """One request's prefill-then-decode loop; `spec` is its speculative decoding, if any."""
+
+    def __init__(self, engine: Runner, tokens: list[int], params: SamplingParams, seed: int, sampler,
+                 abort: AbortFlag, spec: Speculation | None = None) -> None:  # fmt: skip
+        self.e = engine
+        self.cache = engine.cache
+        self.abort = abort
+        self.tokens = tokens
+        self.params = params
+        self.seed = seed
+        self.stats = Stats(prompt_tokens=len(tokens), context_size=engine.n_ctx, load_ms=engine.load_ms)
+        self.text = TextStream(params.stop)
+        self.generated: list[int] = []
+        self.stopped_by_string = False
+        self.target_prefill_ms = 0.0  # the target's share of prefill_ms (the draft model's is the rest)
+        self.grammar = GrammarProbe(engine.tokenizer, sampler) if params.grammar else None
+        self.ended_by_eog = False
+        self.spec = spec
+        L = self.cache.L
+        # at temperature 0 the chain ends in the greedy sampler: alone, nothing else shapes the pick
+        greedy = params.temperature <= 0 and L.llama_sampler_chain_n(sampler) == 1
+        self.pick = pick(L, self.cache.ctx, sampler, engine.n_vocab, greedy)
+        self.step = self._step()
+
+    def _step(self) -> Callable[[int], Fed]:
+        """The one per-token step of both decode loops: record the token, time the first, end on
+        EOG, feed the text path, note the grammar; returns what the token showed (`Fed`). A closure
+        over what it reads, so that sharing it costs the loops no lookups per token."""
+        generated, text, grammar, stats = self.generated, self.text, self.grammar, self.stats
+        feed, buf = text.feed, ctypes.create_string_buffer(64)
+        token_bytes, vocab = self.e.tokenizer.token_bytes, self.e.tokenizer.handle
+        is_eog = self.cache.L.llama_vocab_is_eog
+
+        def step(token: int) -> Fed:
+            generated.append(token)
+            if len(generated) == 1:
+                stats.ttft_ms = (time.perf_counter() - self.started) * 1000
+            if is_eog(vocab, token):
+                self.ended_by_eog = True
+                return None
+            fed = feed(token_bytes(token, buf))
+            self.stopped_by_string = fed[1]
+            if grammar is not None:
+                grammar.note(text.decoded_chars, pending_bytes=text.mid_character)
+            return fed
+
+        return step
+
+    def run(self) -> Iterator[Event]:
+        cache = self.cache
+        self.started = time.perf_counter()
+        self.e.reset_perf()
+        reason = yield from self.prefill()
+        cache.synchronize()
+        self.stats.prefill_ms = self.target_prefill_ms = cache.perf_ms()
+        if reason is None and self.spec is not None:
+            if not self.spec.prefill_draft() and self.abort.is_set():
+                reason = "interrupted"
+            self.stats.prefill_ms += self.spec.draft_prefill_ms
+        if reason is None:
+            reason = yield from (self.decode_loop() if self.spec is None else self.decode_loop_spec())
+        yield from self.finish(reason)
+
+    def prefill(self) -> Generator[Event, None, FinishReason | None]:
+        """Evaluate the prompt past the reused prefix in n_batch batches; returns None when done."""
+        e, cache, stats = self.e, self.cache, self.stats
+        start = cache.reuse_prefix(self.tokens)
+        stats.cached_tokens = start
+        todo = self.tokens[start:]
+        stats.prefill_tokens = len(todo)
+        done = 0
+        yield PrefillProgress(0, len(todo), 0.0)
+        if e.adaptive and len(todo) > 1 and (changed := e.observe("prefill", None)):
+            yield ThreadsChanged("prefill", *changed)
+        for i in range(0, len(todo), e.n_batch):
+            chunk = todo[i : i + e.n_batch]
+            started = time.perf_counter()
+            rc = cache.decode(chunk)
+            if rc == 0 and e.adaptive and len(chunk) >= MIN_PREFILL_SAMPLE:
+                changed = e.observe("prefill", (time.perf_counter() - started) / len(chunk))
+                if changed:
+                    yield ThreadsChanged("prefill", *changed)
+            if rc == 2 or self.abort.is_set():
+                cache.sync()
+                stats.prefill_tokens = max(0, len(cache.tokens) - start)
+                return "interrupted"
+            check_decode(rc, len(cache.tokens), e.n_ctx)
+            done += len(chunk)
+            yield PrefillProgress(done, len(todo), (time.perf_counter() - self.started) * 1000)
+        return None
+
+    def decode_loop(self) -> Generator[Event, None, FinishReason]:
+        e, cache = self.e, self.cache
+        max_tokens = self.params.max_tokens or 1 << 62
+        adaptive, n_ctx = e.adaptive, e.n_ctx
+        pick, step, generated = self.pick, self.step, self.generated
+        cached, decode, interrupted = cache.tokens, cache.decode, self.abort.is_set
+        while True:
+            token = pick(-1)
+            fed = step(token)
+            if fed is None:
+                stopped = True
+            else:
+                text, stopped = fed
+                yield Token(text, len(generated))
+            if len(cached) >= n_ctx:
+                return "stop" if stopped else "length"
+            started = time.perf_counter()
+            rc = decode([token])
+            if rc == 2 or interrupted():
+                cache.sync()
+                return "interrupted"
+            check_decode(rc, len(cached), n_ctx)
+            if adaptive and (changed := e.observe("decode", time.perf_counter() - started)):
+                yield ThreadsChanged("decode", *changed)
+            if stopped:
+                return "stop"
+            if len(generated) >= max_tokens:
+                return "length"
+
+    def _take(self, token: int) -> Generator[Event, None, bool]:
+        """A token of the speculative loop through the step; its Token carries the running counts
+        of drafted and accepted tokens and target passes. Returns whether it ended the answer."""
+        spec = self.spec
+        assert spec is not None
+        fed = self.step(token)
+        spec.seen(token)
+        if fed is None:
+            return True
+        text, stopped = fed
+        yield Token(text, len(self.generated), spec.drafted, spec.accepted, spec.passes)
+        return stopped
+
+    def decode_loop_spec(self) -> Generator[Event, None, FinishReason]:
+        """Decode with proposals verified in batches. Invariant at the top of the loop: `pending` is
+        the newest sampled token, and the cache holds everything before it.
+
+        Each batch is [pending, d1..dk]. Position i's logits are sampled with the whole chain (so
+        grammar, penalties and the random state advance exactly as in plain decoding); d(i+1) is
+        kept while it equals that sample, and the first sample that differs (or the one after the
+        last draft) becomes the next `pending`. Rejected positions leave the cache (and the draft
+        model's, at its next proposal). The answer's end (EOG, a stop string, --max-tokens, a full
+        context) is checked after every token exactly as the plain loop does, leaving the cache as
+        the plain loop would; Ctrl-C after a batch keeps every token it accepted."""
+        e, cache, spec = self.e, self.cache, self.spec
+        assert spec is not None
+        max_tokens = self.params.max_tokens or 1 << 62
+        adaptive, n_ctx = e.adaptive, e.n_ctx
+        pick, generated, cached = self.pick, self.generated, cache.tokens
+        e.pin_batch_threads()
+        pending = pick(-1)
+        while True:
+            stopped = yield from self._take(pending)
+            n = len(cached)  # where `pending` goes
+            if n >= n_ctx:
+                return "stop" if stopped else "length"
+            room = min(max_tokens - len(generated), n_ctx - n) - 1  # drafts that could be used
+            draft = [] if stopped or room <= 0 else spec.propose(room)
+            started = time.perf_counter()
+            if not draft:
+                rc = cache.decode([pending])
+                if rc == 2 or self.abort.is_set():
+                    cache.sync()
+                    return "interrupted"
+                check_decode(rc, len(cached), n_ctx)
+                elapsed = time.perf_counter() - started
+                spec.measured(1, elapsed)
+                if adaptive and (changed := e.observe("decode", elapsed)):  # plain steps only
+                    yield ThreadsChanged("decode", *changed)
+                    e.pin_batch_threads()
+                    spec.threads_changed()
+                if stopped:
+                    return "stop"
+                if len(generated) >= max_tokens:
+                    return "length"
+                pending = pick(-1)
+                continue
+            rc = cache.decode_all([pending, *draft])
+            if rc == 2:
+                cache.sync()
+                cache.trim(n + 1)
+                return "interrupted"
+            check_decode(rc, len(cached), n_ctx)
+            spec.measured(len(draft) + 1, time.perf_counter() - started)
+            spec.drafted += len(draft)
+            accepted = 0
+            end: FinishReason | None = None
+            for i, proposed in enumerate(draft):
+                sample = pick(i)
+                if sample != proposed:
+                    pending = sample
+                    break
+                accepted += 1
+                spec.accepted += 1
+                stopped = yield from self._take(sample)
+                if n + 1 + i >= n_ctx:  # the plain loop would not have evaluated this token
+                    cache.trim(n + 1 + i)
+                    end = "stop" if stopped else "length"
+                elif stopped:
+                    end = "stop"
+                elif len(generated) >= max_tokens:
+                    end = "length"
+                if end is not None:
+                    break
+            else:
+                pending = pick(len(draft))
+            spec.verified(len(draft), accepted)
+            if end is not None:
+                cache.trim(n + 1 + accepted)
+                return end
+            cache.trim(n + 1 + accepted)
+            if self.abort.is_set():
+                return "interrupted"
+
+    def finish(self, reason: FinishReason) -> Iterator[Event]:
+        if tail := self.text.finish(self.stopped_by_string):  # held back, never became a stop string
+            yield Token(tail, len(self.generated))
+        e, cache, stats = self.e, self.cache, self.stats
+        cache.synchronize()
+        stats.completion_tokens = len(self.generated)
+        stats.decode_tokens = max(0, len(cache.tokens) - stats.cached_tokens - stats.prefill_tokens)
+        stats.decode_ms = max(0.0, cache.perf_ms() - self.target_prefill_ms)
+        stats.total_ms = (time.perf_counter() - self.started) * 1000
+        stats.context_used = len(cache.tokens)
+        stats.threads = e.thread_report()
+        if self.spec is not None:
+            stats.decode_ms += self.spec.draft_ms() - self.spec.draft_prefill_ms
+            self.spec.report(stats)
+        text = self.text.text
+        complete = None
+        if self.grammar is not None:  # EOG is sampled only where the grammar accepts
+            complete = self.ended_by_eog or self.grammar.accepted_at(len(text))
+        yield Done(text, reason, stats, self.seed, list(self.generated), complete)
