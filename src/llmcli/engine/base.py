@@ -72,8 +72,9 @@ class SamplingParams:
 
 @dataclass
 class SpecOptions:
-    """Speculative decoding (engine/spec.py, engine/llama.py): who proposes tokens for the target
-    to verify in one batch, and how many. Lossless: the text is what plain decoding gives."""
+    """Speculative decoding (engine/spec.py, engine/speculation.py, engine/decoding.py): who
+    proposes tokens for the target to verify in one batch, and how many. Lossless: the text is what
+    plain decoding gives."""
 
     kind: str = "none"  # "none", "lookup" (prompt lookup: n-grams of the context) or "draft"
     draft_max: int = defaults.SPEC_DRAFT_N_MAX  # most tokens proposed per verification batch

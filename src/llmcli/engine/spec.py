@@ -1,7 +1,7 @@
 """Speculative decoding's pure parts: who proposes tokens, and how many to propose.
 
 The target model checks a proposal of k tokens in one batch of k+1 positions. Verification is in
-`engine/llama.py` (lossless: each position is sampled with the full sampler chain and a proposal is
+`engine/decoding.py` (lossless: each position is sampled with the full sampler chain and a proposal is
 kept only while it equals the sample); this module holds what needs no model:
 
 - `NgramProposer` (prompt lookup): where the last n tokens (n = `ngram_max` down to `ngram_min`)
