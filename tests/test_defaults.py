@@ -5,7 +5,7 @@ from __future__ import annotations
 from helpers import run
 
 from llmcli import defaults, settings
-from llmcli.engine.base import SamplingParams
+from llmcli.contract import SamplingParams
 from llmcli.hub import fit
 
 SAMPLING = {

@@ -21,7 +21,7 @@ from ggufgen import write_gguf
 from helpers import run, use_engine
 
 from llmcli import settings
-from llmcli.engine.base import EngineOptions, SamplingParams, Token
+from llmcli.contract import EngineOptions, SamplingParams, Token
 from llmcli.engine.fake import FakeEngine
 
 # The CVE-2024-34359 class: reach os through Python internals, and leave a mark if it worked.

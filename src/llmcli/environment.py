@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     from llmcli.bench.runner import Backend
-    from llmcli.engine.base import Engine, EngineOptions
+    from llmcli.contract import Engine, EngineOptions
     from llmcli.hub.progress import Reporter
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmcli import __version__, prompting, render, signals
-from llmcli.engine.base import Done, SamplingParams, ThreadsChanged, takes_messages
+from llmcli.contract import Done, SamplingParams, ThreadsChanged, takes_messages
 from llmcli.loader import Loaded
 
 

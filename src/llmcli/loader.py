@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from llmcli import environment
-from llmcli.engine.base import Engine, EngineOptions
+from llmcli.contract import Engine, EngineOptions
 
 
 @dataclass

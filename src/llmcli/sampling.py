@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmcli.engine.base import ModelInfo, SamplingParams
+from llmcli.contract import ModelInfo, SamplingParams
 
 GGUF_KEYS = {
     "general.sampling.temp": "temperature",

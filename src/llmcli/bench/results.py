@@ -226,7 +226,7 @@ class SpecResult:
     gpu_layers_offloaded: int
     n_ctx: int
     max_tokens: int
-    spec: Any  # engine.base.SpecOptions (kind "none": the plain baseline)
+    spec: Any  # contract.SpecOptions (kind "none": the plain baseline)
     label: str
     prompt_source: str  # "default", "--prompt" or the --prompt-file path
     prompt_format: str  # "template" (the chat template, as generate) or "raw" (a base model)

@@ -76,7 +76,7 @@ def check_memory(
     not fit the free memory, as generate and chat refuse it: llama.cpp would otherwise fail at
     context creation in the middle of the run, or the machine would swap. `sizes`: the tests
     scenario's context per group (`runner.context_sizes`)."""
-    from llmcli.engine.base import EngineOptions
+    from llmcli.contract import EngineOptions
     from llmcli.errors import ResourceError
 
     if request.scenario == "chat":

@@ -15,7 +15,7 @@ import typer
 from llmcli import defaults
 
 if TYPE_CHECKING:  # imported where used: `--help` need not build the engine's dataclasses
-    from llmcli.engine.base import EngineOptions, SamplingParams, SpecOptions
+    from llmcli.contract import EngineOptions, SamplingParams, SpecOptions
 
 MODEL_PANEL = "Model"
 SAMPLING_PANEL = "Sampling"
@@ -326,7 +326,7 @@ def spec_options(
     """Speculative decoding's settings, resolved (flag > env > config > default) and checked. The
     draft model reference is resolved to a file by the loader, like -m."""
     from llmcli import settings
-    from llmcli.engine.base import SpecOptions
+    from llmcli.contract import SpecOptions
     from llmcli.engine.spec import kind_of
     from llmcli.errors import UsageError
 
@@ -435,7 +435,7 @@ def engine_options(
     cache_type_v: str | None = None,
 ) -> EngineOptions:
     from llmcli import settings
-    from llmcli.engine.base import EngineOptions, SpecOptions
+    from llmcli.contract import EngineOptions, SpecOptions
     from llmcli.errors import UsageError
     from llmcli.gguf_file import FLOAT_KV_TYPES
 
@@ -495,7 +495,7 @@ def sampling_params(
 ) -> SamplingParams:
     """Sampling settings resolved and validated, with the grammar text loaded."""
     from llmcli import settings
-    from llmcli.engine.base import SamplingParams
+    from llmcli.contract import SamplingParams
 
     flags = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p,
              "repeat_penalty": repeat_penalty, "max_tokens": max_tokens}  # fmt: skip

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from llmcli.engine.base import (
+from llmcli.contract import (
     Done,
     EngineOptions,
     Event,

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from llmcli import defaults
 from llmcli.engine.backend import backend_name, llama_cpp_version, weight_repack
-from llmcli.engine.base import (
+from llmcli.contract import (
     Done,
     EngineOptions,
     Event,

@@ -1,5 +1,5 @@
 """`ServedEngine`: a model on an OpenAI-compatible server (llama-server, vLLM, Ollama, LM Studio, a
-hosted API), the second real engine behind the contract in `engine/base.py`.
+hosted API), the second real engine behind the contract in `contract.py`.
 
 The server owns the model, its chat template and its KV cache, so this engine sends what the user
 meant, not tokens: `stream_messages` posts the conversation to `/chat/completions` (the whole
@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmcli import render
 from llmcli.endpoints import Endpoint, stall_timeout
-from llmcli.engine.base import Done, Event, ModelInfo, SamplingParams, Stats, Token
+from llmcli.contract import Done, Event, ModelInfo, SamplingParams, Stats, Token
 from llmcli.errors import (
     ContextOverflowError,
     LlmcliError,

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from llmcli import prompting, templates
 from llmcli.conversation import Conversation
-from llmcli.engine.base import Done, Event, SamplingParams, Stats, takes_messages
+from llmcli.contract import Done, Event, SamplingParams, Stats, takes_messages
 from llmcli.errors import StreamBrokenError
 from llmcli.loader import Loaded
 
@@ -315,7 +315,7 @@ class ChatSession:
 
     @property
     def spec(self):
-        from llmcli.engine.base import SpecOptions
+        from llmcli.contract import SpecOptions
 
         options = getattr(self.engine, "options", None)
         return options.speculative if options is not None else SpecOptions()
@@ -409,7 +409,7 @@ class ChatSession:
         Returns the cached tokens the new engine took over (`carry_kv`; 0: the next turn prefills
         the conversation again)."""
         from llmcli import endpoints
-        from llmcli.engine.base import SpecOptions
+        from llmcli.contract import SpecOptions
 
         assert self.load_model is not None
         served = endpoints.lookup(ref) is not None

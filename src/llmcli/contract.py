@@ -1,4 +1,4 @@
-"""The Engine protocol and the events every front end consumes.
+"""The engine contract: the request a front end sends an engine, its options, and the events back.
 
 Inference is one loop: prefill the prompt, then decode one token at a time. `Engine.stream`
 yields `PrefillProgress` while the prompt is evaluated, `Token` for each piece of text, and one
