@@ -19,6 +19,12 @@ class Loaded:
     ref: str
     path: Path | None  # None for a served model (engine/served.py): its file is on the server
 
+    @property
+    def served(self) -> bool:
+        """Whether the model runs on a server: the loader's decision, which the layers above read
+        only for what to say (which flags apply, what `/show` reports), never for how to run."""
+        return self.path is None
+
 
 def validate_file(path: Path, options: EngineOptions | None = None, *, force: bool = False) -> None:
     """Refuse files llama.cpp should never see: not GGUF, truncated, hostile headers or templates.

@@ -142,7 +142,7 @@ def chat(
 
     loaded = load(model)
     o.warn_amx_repack(repack, loaded)
-    if loaded.path is None:  # a served model
+    if loaded.served:
         o.warn_local_only(ctx_size=ctx_size, gpu_layers=gpu_layers, threads=threads, batch_size=batch_size,
                           flash_attn=flash_attn, repack=repack, cache_type_k=cache_type_k,
                           cache_type_v=cache_type_v)  # fmt: skip

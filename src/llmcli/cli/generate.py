@@ -116,7 +116,7 @@ def generate(
     loaded = load_engine(model, engine_opts, offline=offline, force=force, debug=render.debug(),
                          timeout=timeout)  # fmt: skip
     o.warn_amx_repack(repack, loaded)
-    if loaded.path is None:  # a served model
+    if loaded.served:
         if prompt_cache is not None:
             raise UsageError("--prompt-cache needs a local model: a served model's cache lives on its server")
         o.warn_local_only(ctx_size=ctx_size, gpu_layers=gpu_layers, threads=threads, batch_size=batch_size,
@@ -144,8 +144,10 @@ def generate(
         )  # fmt: skip
     except StreamBrokenError as exc:  # a served model broke off: the partial text was printed
         if as_json:
-            render.out_json({"text": exc.text, "finish_reason": "error", "error": exc.message,
-                             "model": {"ref": loaded.ref, "endpoint": loaded.engine.info.path}})  # fmt: skip
+            from llmcli import record
+
+            render.out_json(record.build(ref=loaded.ref, info=loaded.engine.info, params=params, done=None,
+                                         prompt_format=None, error=exc.message, partial_text=exc.text))  # fmt: skip
         raise
     if as_json:
         render.out_json(result.record())

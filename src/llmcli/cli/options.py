@@ -581,7 +581,7 @@ def _reason(exc: Exception) -> str:
 def warn_amx_repack(repack: bool | None, loaded) -> None:
     """`--repack` typed on a build that hands repacked weights to llama.cpp's AMX kernels: honoured,
     with a warning, since those kernels crash some hosts (virtual machines) at the first batch."""
-    if repack is not True or loaded.path is None:
+    if repack is not True or loaded.served:
         return
     from llmcli import render
     from llmcli.engine import backend

@@ -12,8 +12,7 @@ if TYPE_CHECKING:  # the contract, checked by mypy (tests/test_types.py): each e
     def _every_engine_is_an_engine(llama: LlamaEngine, fake: FakeEngine) -> tuple[Engine, Engine]:
         return llama, fake
 
-    from llmcli.contract import MessagesEngine
     from llmcli.engine.served import ServedEngine
 
-    def _a_served_model_is_an_engine(served: ServedEngine) -> tuple[Engine, MessagesEngine]:
-        return served, served
+    def _a_served_model_is_an_engine(served: ServedEngine) -> Engine:
+        return served

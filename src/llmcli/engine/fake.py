@@ -17,11 +17,13 @@ from llmcli.contract import (
     FinishReason,
     ModelInfo,
     PrefillProgress,
+    Request,
     SamplingParams,
     Stats,
     Token,
     check_prompt,
 )
+from llmcli.engine import local
 from llmcli.engine.text import TextStream
 
 BOS = 0x10FFFF  # a code point no test text uses
@@ -146,6 +148,9 @@ class FakeEngine:
 
     def close(self) -> None:
         pass
+
+    def respond(self, request: Request) -> Iterator[Event]:
+        return local.respond(self, request)
 
     def stream(self, prompt: str | list[int], params: SamplingParams) -> Iterator[Event]:
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)

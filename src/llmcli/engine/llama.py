@@ -26,7 +26,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from llmcli import defaults
-from llmcli.engine.backend import backend_name, llama_cpp_version, weight_repack
 from llmcli.contract import (
     Done,
     EngineOptions,
@@ -34,6 +33,7 @@ from llmcli.contract import (
     FinishReason,
     ModelInfo,
     PrefillProgress,
+    Request,
     SamplingParams,
     SpecOptions,
     Stats,
@@ -41,6 +41,8 @@ from llmcli.contract import (
     Token,
     check_prompt,
 )
+from llmcli.engine import local
+from llmcli.engine.backend import backend_name, llama_cpp_version, weight_repack
 from llmcli.engine.spec import KPolicy
 from llmcli.engine.text import TextStream
 from llmcli.errors import ContextOverflowError, InvalidModelError, LlmcliError, UsageError
@@ -572,6 +574,9 @@ class LlamaEngine:
     def interrupt(self) -> None:
         """Stop the running request soon; safe from a signal handler."""
         self._abort.set()
+
+    def respond(self, request: Request) -> Iterator[Event]:
+        return local.respond(self, request)
 
     def stream(self, prompt: str | list[int], params: SamplingParams) -> Iterator[Event]:
         """Prefill `prompt`, then decode; yields PrefillProgress, Token..., and one Done.

@@ -40,8 +40,8 @@ from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 from llmcli import render
+from llmcli.contract import Done, Event, ModelInfo, Prepared, Request, SamplingParams, Stats, Token
 from llmcli.endpoints import Endpoint, stall_timeout
-from llmcli.contract import Done, Event, ModelInfo, SamplingParams, Stats, Token
 from llmcli.errors import (
     ContextOverflowError,
     LlmcliError,
@@ -225,8 +225,8 @@ def read_chunks(response: httpx.Response, url: str, stall_s: float) -> Iterator[
 
 
 class ServedEngine:
-    """A served model: the `Engine` contract over an OpenAI-compatible HTTP API (plus
-    `stream_messages`, see `base.MessagesEngine`)."""
+    """A served model: the `Engine` contract over an OpenAI-compatible HTTP API. `respond` sends the
+    conversation to `/chat/completions` (`stream_messages`) and plain text to `/completions`."""
 
     def __init__(self, endpoint: Endpoint, *, connections: int = 4, debug: bool = False) -> None:
         self.endpoint = endpoint
@@ -259,6 +259,7 @@ class ServedEngine:
             chat_template=None,
             name=self.model,
             backend="server",
+            server=self.flavour,
         )
 
     # -- the contract -----------------------------------------------------------------------
@@ -291,7 +292,21 @@ class ServedEngine:
         body["prompt"] = prompt
         return self._run("/completions", body, params, chat=False)
 
+    def respond(self, request: Request) -> Iterator[Event]:
+        """The conversation goes to `/chat/completions` as it is, the whole history every turn (the
+        server applies the template and reuses its cached prefix; a context overflow is its to
+        report, exit 4); plain text to `/completions`. `request.fit` and `before_prefill` are
+        the server's business: there is no client-side fitting and no cache here to load."""
+        if request.text is not None:
+            yield Prepared("raw")
+            yield from self.stream(request.text, request.params)
+            return
+        assert request.messages is not None
+        yield Prepared("server")
+        yield from self.stream_messages(request.messages, request.params)
+
     def stream_messages(self, messages: list[dict[str, str]], params: SamplingParams) -> Iterator[Event]:
+        """A chat completion of `messages` (`/chat/completions`): Token..., one Done."""
         body = request_body(params, self.model, self.flavour, chat=True)
         body["messages"] = messages
         return self._run("/chat/completions", body, params, chat=True)
