@@ -114,8 +114,9 @@ def generate(
         ctx_size, gpu_layers, threads, batch_size, flash_attn, spec, repack, cache_type_k, cache_type_v
     )
     env = environment.current()
-    loaded = load_engine(model, engine_opts, offline=offline, force=force, debug=render.debug(), timeout=timeout,
-                         factory=env.engine_factory, check_files=env.checks_model_files)  # fmt: skip
+    loaded = load_engine(model, engine_opts, offline=offline, force=force, debug=render.debug(),
+                         timeout=timeout, factory=env.engine_factory,
+                         check_files=env.checks_model_files)  # fmt: skip
     o.warn_amx_repack(repack, loaded)
     if loaded.path is None:  # a served model
         if prompt_cache is not None:
