@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmcli import endpoints
+from llmcli import endpoint_config, endpoints
 from llmcli.bench.stats import percentile
 from llmcli.engine import sse
 from llmcli.contract import SamplingParams, Stats
@@ -79,10 +79,10 @@ def test_named_endpoints_and_key_precedence(isolated, monkeypatch):
         'api_key_env = "BOX_KEY"\napi_key = "from-file"\n',
         encoding="utf-8",
     )
-    endpoint = endpoints.lookup("box")
+    endpoint = endpoint_config.lookup("box")
     assert endpoint is not None and endpoint.ref == "box/m" and endpoint.model == "m"
-    assert endpoints.lookup("box/other").model == "other"
-    assert endpoints.lookup("org/repo") is None  # not an endpoint: a hub reference
+    assert endpoint_config.lookup("box/other").model == "other"
+    assert endpoint_config.lookup("org/repo") is None  # not an endpoint: a hub reference
     assert endpoint.api_key() == ("from-file", "config file")
     monkeypatch.setenv("LLMCLI_API_KEY", "general")
     assert endpoint.api_key() == ("from-file", "config file")

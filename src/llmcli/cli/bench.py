@@ -384,8 +384,10 @@ def bench(
             raise UsageError(f"-ctvd {draft_v}: a quantized V cache needs flash attention, and -fa lists 0")
         request.prompt, request.prompt_source = _spec_prompt(prompt, prompt_file)
     from llmcli import environment
+    from llmcli.bench.llama_backend import LlamaBackend
+    from llmcli.bench.runner import Backend
 
-    backend = environment.current().bench_backend(debug=render.debug())
+    backend: Backend = (environment.current().bench_backend or LlamaBackend)(debug=render.debug())
     if True in sweep.repack and backend.weight_repack(None) is False:
         render.warn(o.AMX_REPACK_WARNING)
     plan = session.plan(request, backend)
@@ -440,11 +442,12 @@ def compare(
 
 def _served_models(model: list[str] | None):
     """The endpoints `-m` names, or [] for local models; a mix of both is refused."""
-    from llmcli import endpoints, settings
+    from llmcli import settings
     from llmcli.bench import sweep as s
+    from llmcli.hub import aliases
 
     refs = s.parse_models(model)
-    found = [endpoints.lookup(ref or settings.resolve("model") or None) for ref in refs]
+    found = [aliases.endpoint(ref or settings.resolve("model") or None) for ref in refs]
     if any(e is None for e in found) and any(e is not None for e in found):
         raise UsageError("bench measures local models or served ones, not both in one run")
     return [e for e in found if e is not None]

@@ -137,8 +137,9 @@ def chat(
 
         changes = kv if speculative is None else {**kv, "speculative": speculative}
         opts = replace(engine_opts, **changes)
-        return load_engine(ref, opts, offline=offline, force=force, debug=render.debug(),
-                           timeout=timeout)  # fmt: skip
+        env = environment.current()
+        return load_engine(ref, opts, offline=offline, force=force, debug=render.debug(), timeout=timeout,
+                           factory=env.engine_factory, check_files=env.checks_model_files)  # fmt: skip
 
     loaded = load(model)
     o.warn_amx_repack(repack, loaded)

@@ -84,7 +84,7 @@ def generate(
 
     Example: cat notes.txt | llmcli generate "Summarize:" --max-tokens 200
     """
-    from llmcli import render, settings
+    from llmcli import environment, render, settings
 
     if prompt_cache_ro and prompt_cache is None:
         raise UsageError("--prompt-cache-ro needs --prompt-cache FILE")
@@ -113,8 +113,10 @@ def generate(
     engine_opts = o.engine_options(
         ctx_size, gpu_layers, threads, batch_size, flash_attn, spec, repack, cache_type_k, cache_type_v
     )
+    env = environment.current()
     loaded = load_engine(model, engine_opts, offline=offline, force=force, debug=render.debug(),
-                         timeout=timeout)  # fmt: skip
+                         timeout=timeout, factory=env.engine_factory,
+                         check_files=env.checks_model_files)  # fmt: skip
     o.warn_amx_repack(repack, loaded)
     if loaded.served:
         if prompt_cache is not None:

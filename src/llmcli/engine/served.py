@@ -39,9 +39,10 @@ from collections.abc import Iterator
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
-from llmcli import render
+from llmcli import reporting
 from llmcli.contract import Done, Event, ModelInfo, Prepared, Request, SamplingParams, Stats, Token
-from llmcli.endpoints import Endpoint, stall_timeout
+from llmcli.endpoint_config import stall_timeout
+from llmcli.endpoints import Endpoint
 from llmcli.errors import (
     ContextOverflowError,
     LlmcliError,
@@ -131,7 +132,7 @@ class Client:
 
         url = self.url(path)
         if self.debug:
-            render.debug_log(f"POST {url} {json.dumps(_loggable(body))[:2000]}")
+            reporting.debug(f"POST {url} {json.dumps(_loggable(body))[:2000]}")
         for attempt in range(MAX_RETRIES + 1):
             request = self._http.build_request(
                 "POST", url, json=body, headers={"Accept": "text/event-stream"}
@@ -166,7 +167,7 @@ class Client:
                         f"{url}: HTTP {status} ({_reason(status)}); the server asks to retry in {wait:.0f} s",
                         hint="try again later",
                     )
-                render.debug_log(
+                reporting.debug(
                     f"HTTP {status} from {url}; retry {attempt + 1}/{MAX_RETRIES} in {wait:.1f} s"
                 )
                 if cancel.wait(wait):

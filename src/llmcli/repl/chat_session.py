@@ -393,11 +393,11 @@ class ChatSession:
         model, which drafts and keeps its cache on its server. `kv`: type_k/type_v to change.
         Returns the cached tokens the new engine took over (`carry_kv`; 0: the next turn prefills
         the conversation again)."""
-        from llmcli import endpoints
         from llmcli.contract import SpecOptions
+        from llmcli.hub import aliases
 
         assert self.load_model is not None
-        served = endpoints.lookup(ref) is not None
+        served = aliases.endpoint(ref) is not None
         if speculative is None:
             speculative = SpecOptions() if served else self.spec
         options = getattr(self.engine, "options", None)
