@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from llmcli import environment
 from llmcli.engine.base import Engine, EngineOptions
+
+if TYPE_CHECKING:
+    from llmcli.endpoints import Endpoint
 
 
 @dataclass
@@ -133,11 +137,11 @@ def load_engine(
     force: bool = False,
     timeout: float | None = None,
 ) -> Loaded:
-    from llmcli import endpoints, settings
+    from llmcli import settings
     from llmcli.hub.resolve import resolve_model
 
     text = ref or settings.resolve("model") or None
-    if (endpoint := endpoints.lookup(text)) is not None:
+    if (endpoint := served_endpoint(text)) is not None:
         if options.speculative.enabled:
             from llmcli.errors import UsageError
 
@@ -167,9 +171,19 @@ def load_engine(
     return Loaded(engine, resolved.ref, resolved.path)
 
 
-def load_served(endpoint, *, debug: bool = False) -> Loaded:
-    """A served model: ask the server what it serves, and talk to it (engine/served.py)."""
+def served_endpoint(ref: str | None) -> Endpoint | None:
+    """The endpoint `ref` (else the configured model) names, or None for a local model: the one
+    place that tells a served model from a local one (a URL, `NAME/MODEL` of a config
+    `[endpoints.NAME]` table, or an alias to either, before the hub's references)."""
+    from llmcli import endpoints, settings
+
+    return endpoints.lookup(ref or settings.resolve("model") or None)
+
+
+def load_served(endpoint: Endpoint, *, debug: bool = False, connections: int = 4) -> Loaded:
+    """A served model: ask the server what it serves, and talk to it (engine/served.py), with a pool
+    of `connections` (the serving benchmark's highest concurrency; one request at a time else)."""
     from llmcli.engine.served import ServedEngine
 
-    engine = ServedEngine(endpoint, debug=debug)
+    engine = ServedEngine(endpoint, connections=connections, debug=debug)
     return Loaded(engine, endpoint.with_model(engine.model).ref, None)
