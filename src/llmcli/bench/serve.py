@@ -236,10 +236,10 @@ def one_request(
     from llmcli.engine.base import SamplingParams
     from llmcli.errors import LlmcliError
 
-    # the llama.cpp-only settings are left to the server's defaults on servers that do not share them
-    llama_only = frozenset({"top_k", "min_p", "repeat_penalty"})
-    params = SamplingParams(temperature=0.0, seed=seed, max_tokens=n_gen, defaulted=llama_only)
-    exchange = engine.completion(prompt, params, cache_prompt=False, ignore_eos=True)
+    # greedy; every other sampling setting is the server's own default
+    others = frozenset({"top_p", "top_k", "min_p", "repeat_penalty", "repeat_last_n"})
+    params = SamplingParams(temperature=0.0, seed=seed, max_tokens=n_gen, defaulted=others)
+    exchange = engine.completion(prompt, params, cache_prompt=False, ignore_eos=True, server_defaults=True)
     try:
         if not exchange.open(cancel):
             return RequestResult(False, "interrupted")

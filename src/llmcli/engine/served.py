@@ -352,12 +352,14 @@ class ServedEngine:
         *,
         cache_prompt: bool = True,
         ignore_eos: bool = False,
+        server_defaults: bool = False,
     ) -> Exchange:
         """A `/completions` request, not yet sent: what `stream` runs, and what the serving
-        benchmark runs many of at once (see `request_body` for the two switches)."""
+        benchmark runs many of at once (see `request_body` for the switches)."""
         body = request_body(
-            params, self.model, self.flavour, chat=False, cache_prompt=cache_prompt, ignore_eos=ignore_eos
-        )
+            params, self.model, self.flavour, chat=False,
+            cache_prompt=cache_prompt, ignore_eos=ignore_eos, server_defaults=server_defaults,
+        )  # fmt: skip
         body["prompt"] = prompt
         return Exchange(self.client, "/completions", body, chat=False)
 
@@ -755,6 +757,7 @@ def request_body(
     chat: bool,
     cache_prompt: bool = True,
     ignore_eos: bool = False,
+    server_defaults: bool = False,
 ) -> dict:
     """The sampling settings as the API takes them. Standard fields always; llama.cpp's own
     (top_k, min_p, repeat_penalty, grammar) to servers known to take them, and to other servers
@@ -762,30 +765,35 @@ def request_body(
     a setting that cannot be expressed is an error, never dropped.
 
     `cache_prompt=False` asks llama-server to prefill the whole prompt (as for a distinct user);
-    `ignore_eos` asks the servers that take it (llama-server, vLLM) for exactly `max_tokens`."""
+    `ignore_eos` asks the servers that take it (llama-server, vLLM) for exactly `max_tokens`;
+    `server_defaults` leaves out the settings in `params.defaulted` (top_p, top_k, min_p,
+    repeat_penalty, repeat_last_n), so the server's own defaults apply (the serving benchmark)."""
     seed = params.seed if params.seed is not None else random.randint(0, 2**31 - 1)
     body: dict[str, Any] = {
         "model": model,
         "stream": True,
         "stream_options": {"include_usage": True},
         "temperature": params.temperature,
-        "top_p": params.top_p,
         "seed": seed,
     }
+    set_by_user = lambda name: name not in params.defaulted  # noqa: E731
+    sent = set_by_user if server_defaults else (lambda name: True)
+    if sent("top_p"):
+        body["top_p"] = params.top_p
     if params.max_tokens:
         body["max_tokens"] = params.max_tokens
     if params.stop:
         body["stop"] = list(params.stop)
     llama_like = flavour in ("llama-server", "llama-cpp-python")
-    set_by_user = lambda name: name not in params.defaulted  # noqa: E731
     for name in ("top_k", "min_p", "repeat_penalty"):
-        if llama_like or set_by_user(name):
+        if (llama_like or set_by_user(name)) and sent(name):
             key = "repetition_penalty" if (name == "repeat_penalty" and flavour == "vllm") else name
             body[key] = getattr(params, name)
     if ignore_eos and flavour in ("llama-server", "vllm"):
         body["ignore_eos"] = True
     if flavour == "llama-server":
-        body["repeat_last_n"] = params.repeat_last_n
+        if sent("repeat_last_n"):
+            body["repeat_last_n"] = params.repeat_last_n
         body["cache_prompt"] = cache_prompt
         body["timings_per_token"] = False
     if params.json_schema is not None:
