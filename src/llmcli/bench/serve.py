@@ -16,7 +16,11 @@ Per repetition: request throughput (completed / wall time of the repetition) and
 (output tokens of all completed requests / wall time). Reported: throughputs as mean ± sd over
 repetitions (the per-repetition output tokens/s are `samples_ts`, so `bench compare` works), and
 TTFT, TPOT, ITL and latency as mean, median, p90 and p99 over all requests of all repetitions.
-How this relates to `vllm bench serve`: docs/SERVING_BENCHMARK.md.
+How this relates to `vllm bench serve`: docs/SERVED.md.
+
+One client: the endpoints are loaded through the loader, as generate and chat load them, and each
+request is the served engine's own (`ServedEngine.completion`: its request body, its stream reader,
+its figures), many at once on the engine's connection pool.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from llmcli.bench.runner import Event, now_iso
 from llmcli.endpoints import Endpoint, short_model
 
 if TYPE_CHECKING:
-    from llmcli.engine.served import Exchange, ServedEngine
+    from llmcli.engine.served import Exchange, Reply, ServedEngine
 
 WORDS = (
     "time person year way day thing man world life hand part child eye woman place work week case "
@@ -207,7 +211,8 @@ class Prompts:
         return self._words(max(1, round(n_prompt * self.words_per_token)))
 
     def _calibrate(self) -> float:
-        """Words per token from one short request's usage (0.75 when the server reports none)."""
+        """Words per token from one short request's usage (0.75 when the server reports none). Not
+        streamed: llama-cpp-python's server reports usage only in a whole response."""
         n = 200
         text = self._words(n)
         body = {"model": self.engine.model, "prompt": text, "max_tokens": 1, "stream": False}
@@ -259,7 +264,7 @@ def one_request(
     return _measured(exchange.reply, end)
 
 
-def _measured(reply, end: float) -> RequestResult:
+def _measured(reply: Reply, end: float) -> RequestResult:
     """A finished reply's figures: times from its chunks' arrival, counts as the engine reads them."""
     times = reply.times
     if not times:

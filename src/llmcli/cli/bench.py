@@ -1,7 +1,8 @@
 """`llmcli bench`: llama-bench style tokens-per-second reports, the chat scenario, and `bench compare`.
 
-Thin: flags become a `llmcli.bench.run.Request`; progress goes to stderr, the results table (or
-CSV / JSON / JSON lines) to stdout. Measurement lives in `llmcli.bench`.
+Thin: flags become a `llmcli.bench.run.Request` (or, for served models, a `llmcli.bench.serve.Request`);
+progress goes to stderr and the results table (or CSV / JSON / JSON lines) to stdout, both drawn by
+`llmcli.render.bench`. Measurement lives in `llmcli.bench`.
 """
 
 from __future__ import annotations
