@@ -106,6 +106,20 @@ def test_request_body_per_flavour():
     assert "max_tokens" not in unlimited and isinstance(unlimited["seed"], int)
 
 
+def test_the_serving_benchmarks_request_body():
+    """Greedy, exactly max_tokens where the server takes ignore_eos, no prompt cache, and every
+    other sampling setting left to the server's own defaults."""
+    others = frozenset({"top_p", "top_k", "min_p", "repeat_penalty", "repeat_last_n"})
+    params = SamplingParams(temperature=0.0, seed=5, max_tokens=8, defaulted=others)
+    switches = {"cache_prompt": False, "ignore_eos": True, "server_defaults": True}
+    llama = request_body(params, "m", "llama-server", chat=False, **switches)
+    assert llama["cache_prompt"] is False and llama["ignore_eos"] is True and llama["temperature"] == 0.0
+    assert not others & set(llama)
+    python = request_body(params, "m", "llama-cpp-python", chat=False, **switches)
+    assert "ignore_eos" not in python and "cache_prompt" not in python and not others & set(python)
+    assert request_body(params, "m", "vllm", chat=False, **switches)["ignore_eos"] is True
+
+
 def test_json_schema_with_raw_on_an_unknown_server_is_an_error():
     params = SamplingParams(json_schema={"type": "object"}, grammar="root ::= x")
     with pytest.raises(UsageError):

@@ -10,11 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from llmcli import reporting
 from llmcli.contract import Engine, EngineOptions
 
 EngineFactory = Callable[[Path, EngineOptions, bool], Engine]
+
+if TYPE_CHECKING:
+    from llmcli.endpoints import Endpoint
 
 
 @dataclass
@@ -146,11 +150,10 @@ def load_engine(
     """The engine for `ref` (None: the configured model): a served model's, or one built by
     `factory` (None: llama.cpp's) after the file checks (`check_files`: off for a test's fake)."""
     from llmcli import settings
-    from llmcli.hub import aliases
     from llmcli.hub.resolve import resolve_model
 
     text = ref or settings.resolve("model") or None
-    if (endpoint := aliases.endpoint(text)) is not None:
+    if (endpoint := served_endpoint(text)) is not None:
         if options.speculative.enabled:
             from llmcli.errors import UsageError
 
@@ -186,9 +189,20 @@ def llama_engine(path: Path, options: EngineOptions, debug: bool) -> Engine:
     return LlamaEngine(path, options, debug=debug)
 
 
-def load_served(endpoint, *, debug: bool = False) -> Loaded:
-    """A served model: ask the server what it serves, and talk to it (engine/served.py)."""
+def served_endpoint(ref: str | None) -> Endpoint | None:
+    """The endpoint `ref` (else the configured model) names, or None for a local model: the one
+    place that tells a served model from a local one (a URL, `NAME/MODEL` of a config
+    `[endpoints.NAME]` table, or an alias to either, before the hub's references)."""
+    from llmcli import settings
+    from llmcli.hub import aliases
+
+    return aliases.endpoint(ref or settings.resolve("model") or None)
+
+
+def load_served(endpoint: Endpoint, *, debug: bool = False, connections: int = 4) -> Loaded:
+    """A served model: ask the server what it serves, and talk to it (engine/served.py), with a pool
+    of `connections` (the serving benchmark's highest concurrency; one request at a time else)."""
     from llmcli.engine.served import ServedEngine
 
-    engine = ServedEngine(endpoint, debug=debug)
+    engine = ServedEngine(endpoint, connections=connections, debug=debug)
     return Loaded(engine, endpoint.with_model(engine.model).ref, None)
