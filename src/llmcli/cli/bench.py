@@ -332,7 +332,7 @@ def bench(
     from llmcli.bench import run as session
     from llmcli.bench import serve
     from llmcli.bench import sweep as s
-    from llmcli.gguf_file import FLOAT_KV_TYPES
+    from llmcli.gguf_file import QUANTIZED_V, v_cache_refused
     from llmcli.render import bench as formats
 
     _check_choice("--output", output, formats.FORMATS)
@@ -375,8 +375,8 @@ def bench(
             cache_type_k_draft, cache_type_v_draft,
         )  # fmt: skip
         draft_v = request.spec.type_v_draft
-        if draft_v and draft_v not in FLOAT_KV_TYPES and False in sweep.flash_attn:
-            raise UsageError(f"-ctvd {draft_v}: a quantized V cache needs flash attention, and -fa lists 0")
+        if False in sweep.flash_attn and v_cache_refused(draft_v, False):
+            raise UsageError(f"-ctvd {draft_v}: {QUANTIZED_V}, and -fa lists 0")
         request.prompt, request.prompt_source = _spec_prompt(prompt, prompt_file)
     from llmcli import environment
     from llmcli.bench.llama_backend import LlamaBackend
@@ -613,7 +613,8 @@ def _spec_prompt(prompt: str | None, file: Path | None) -> tuple[str, str]:
 
 def _warn_dropped(dropped) -> None:
     from llmcli import render
+    from llmcli.gguf_file import QUANTIZED_V
 
     for c in dropped:
         label = f"-fa {c.flash_attn_label} with -ctv {c.type_v}"
-        render.warn(f"skipping {label}: a quantized V cache needs flash attention")
+        render.warn(f"skipping {label}: {QUANTIZED_V}")

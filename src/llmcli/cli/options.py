@@ -442,13 +442,13 @@ def engine_options(
     from llmcli import settings
     from llmcli.contract import EngineOptions, SpecOptions
     from llmcli.errors import UsageError
-    from llmcli.gguf_file import FLOAT_KV_TYPES
+    from llmcli.gguf_file import v_cache_refused
 
     gpu = settings.resolve("gpu_layers", gpu_layers)
     type_k, type_v = _cache_type("k", cache_type_k), _cache_type("v", cache_type_v)
     draft_v = speculative.type_v_draft if speculative is not None else None
     for v, flag in ((type_v, "-ctv"), (draft_v, "-ctvd")):  # the target's V cache, the draft's
-        if v and v not in FLOAT_KV_TYPES and flash_attn is False:
+        if v_cache_refused(v, flash_attn):
             raise UsageError(
                 f"a quantized V cache ({v}) needs flash attention, and -nfa turns it off",
                 hint=f"drop -nfa/--no-flash-attn, or use {flag} f16",

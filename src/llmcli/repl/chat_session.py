@@ -486,12 +486,12 @@ def check_kv_type(name: str, value: str, is_v: bool, flash_attn: bool | None) ->
     """`value` lowercased if it is a KV cache type `name` can take (`is_v`: a V cache, which is
     quantized only with flash attention), else a UsageError naming the setting."""
     from llmcli.errors import UsageError
-    from llmcli.gguf_file import FLOAT_KV_TYPES, KV_TYPE_BYTES
+    from llmcli.gguf_file import KV_TYPE_BYTES, v_cache_refused
 
     parsed = value.strip().lower()
     if parsed not in KV_TYPE_BYTES:
         raise UsageError(f"{name}: unknown KV cache type {value!r} (one of {', '.join(KV_TYPE_BYTES)})")
-    if is_v and parsed not in FLOAT_KV_TYPES and flash_attn is False:
+    if is_v and v_cache_refused(parsed, flash_attn):
         raise UsageError(
             f"a quantized V cache ({parsed}) needs flash attention, and this chat runs without it (-nfa)"
         )
