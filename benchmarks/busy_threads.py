@@ -40,7 +40,7 @@ def busy(n: int):
 
 
 def engine(path: str, threads: int | None, n_ctx: int):
-    from llmcli.engine.base import EngineOptions
+    from llmcli.contract import EngineOptions
     from llmcli.engine.llama import LlamaEngine
 
     return LlamaEngine(path, EngineOptions(ctx_size=n_ctx, threads=threads))
@@ -49,7 +49,7 @@ def engine(path: str, threads: int | None, n_ctx: int):
 def decode_run(path: str, threads: int | None, tokens: int, late_busy_at: int | None = None) -> dict:
     """One answer; per-token timestamps so each half can be judged on its own."""
     from llmcli import signals
-    from llmcli.engine.base import Done, SamplingParams, Token
+    from llmcli.contract import Done, SamplingParams, Token
 
     e = engine(path, threads, 2048)
     prompt = e.tokenize("Once upon a time, in a small village by the sea,", special=False, add_bos=True)
@@ -84,7 +84,7 @@ def decode_run(path: str, threads: int | None, tokens: int, late_busy_at: int | 
 
 def prefill_run(path: str, threads: int | None, prompt_tokens: int) -> dict:
     from llmcli import signals
-    from llmcli.engine.base import Done, SamplingParams
+    from llmcli.contract import Done, SamplingParams
 
     e = engine(path, threads, max(4096, prompt_tokens + 256))
     words = ("the quick brown fox jumps over the lazy dog " * 2000).split()

@@ -31,7 +31,7 @@ QUESTIONS = [
 
 def conversation_ttfts(engine, turns: int, answer_tokens: int, reuse: bool) -> list[dict]:
     from llmcli.conversation import Conversation
-    from llmcli.engine.base import SamplingParams
+    from llmcli.contract import SamplingParams
     from llmcli.loader import Loaded
     from llmcli.repl.chat_session import ChatSession
 
@@ -51,7 +51,7 @@ def conversation_ttfts(engine, turns: int, answer_tokens: int, reuse: bool) -> l
 
 
 def decode_rate(engine, sink_factory, tokens: int) -> float:
-    from llmcli.engine.base import SamplingParams, Token
+    from llmcli.contract import SamplingParams, Token
 
     engine.reset()
     prompt = engine.tokenize("Once upon a time, by the sea,", special=False, add_bos=True)
@@ -74,7 +74,7 @@ def main() -> None:
     ap.add_argument("--decode-tokens", type=int, default=128)
     args = ap.parse_args()
 
-    from llmcli.engine.base import EngineOptions
+    from llmcli.contract import EngineOptions
     from llmcli.engine.llama import LlamaEngine
     from llmcli.hub import default_model
     from llmcli.render.stream import PlainSink

@@ -95,7 +95,7 @@ def decode_speed(engine, depth: int, tokens: list[int], steps: int) -> float:
 
 
 def measure(name: str, threads: int, rounds: int, steps: int) -> dict:
-    from llmcli.engine.base import EngineOptions, SpecOptions
+    from llmcli.contract import EngineOptions, SpecOptions
     from llmcli.engine.llama import LlamaEngine
     from llmcli.hub import default_model
 

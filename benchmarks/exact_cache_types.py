@@ -43,7 +43,7 @@ def main() -> None:
     sys.path.insert(0, str(HERE))
     import speculative as bench  # the copy prompt, the chat template and the measured run
 
-    from llmcli.engine.base import EngineOptions, SpecOptions
+    from llmcli.contract import EngineOptions, SpecOptions
     from llmcli.engine.llama import LlamaEngine
     from llmcli.hub import default_model
 

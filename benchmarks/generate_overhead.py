@@ -86,7 +86,7 @@ class BareLoop:
 def llmcli_timeline(engine, tokens: list[int], n_gen: int, sink_file) -> tuple[float, list[float]]:
     """The start time and the time each Token event reached the consumer."""
     from llmcli import signals
-    from llmcli.engine.base import SamplingParams, Token
+    from llmcli.contract import SamplingParams, Token
     from llmcli.render.stream import PlainSink
 
     engine.reset()
@@ -189,7 +189,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from llmcli import gguf_file
-    from llmcli.engine.base import EngineOptions
+    from llmcli.contract import EngineOptions
     from llmcli.engine.llama import LlamaEngine, physical_cores
     from llmcli.hub import default_model
 

@@ -40,7 +40,7 @@ def gemma() -> str:
 
 
 def engine(path: str, ctx: int):
-    from llmcli.engine.base import EngineOptions
+    from llmcli.contract import EngineOptions
     from llmcli.engine.llama import LlamaEngine
 
     return LlamaEngine(path, EngineOptions(ctx_size=ctx, threads=2))
@@ -48,7 +48,7 @@ def engine(path: str, ctx: int):
 
 def session(eng, messages):
     from llmcli.conversation import Conversation, Message
-    from llmcli.engine.base import SamplingParams
+    from llmcli.contract import SamplingParams
     from llmcli.loader import Loaded
     from llmcli.repl.chat_session import ChatSession
 
@@ -161,7 +161,7 @@ def part_pipeline(path: str, calls: int) -> None:
 
 def part_save(path: str, runs: int) -> None:
     from llmcli import kvstore
-    from llmcli.engine.base import SamplingParams
+    from llmcli.contract import SamplingParams
 
     tmp = Path(tempfile.mkdtemp())
     print("saving after a turn (Gemma, f16 KV):")

@@ -83,7 +83,7 @@ def write_draft(source: Path, keep_spec: str, out: Path) -> tuple[int, int]:
 def measure(target: Path, draft: Path, rounds: int, tokens: int, threads: int) -> None:
     import speculative
 
-    from llmcli.engine.base import EngineOptions, SpecOptions
+    from llmcli.contract import EngineOptions, SpecOptions
     from llmcli.engine.llama import LlamaEngine
 
     def engine(spec: SpecOptions | None = None) -> LlamaEngine:

@@ -62,7 +62,7 @@ def metrics(root: str) -> dict[str, float]:
 
 def client_overhead(ref: str, requests: int, n_gen: int) -> dict:
     from llmcli.endpoints import lookup
-    from llmcli.engine.base import Done, SamplingParams
+    from llmcli.contract import Done, SamplingParams
     from llmcli.engine.served import ServedEngine
 
     endpoint = lookup(ref)

@@ -83,7 +83,7 @@ def more_prompts() -> dict[str, str]:
 def record(out: Path, tokens: int) -> None:
     import speculative
 
-    from llmcli.engine.base import Done, EngineOptions, SamplingParams
+    from llmcli.contract import Done, EngineOptions, SamplingParams
     from llmcli.engine.llama import LlamaEngine
     from llmcli.hub import default_model
 

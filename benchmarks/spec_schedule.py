@@ -86,7 +86,7 @@ def main() -> None:
     import speculative
 
     import llmcli.engine.spec as spec_module
-    from llmcli.engine.base import EngineOptions, SpecOptions
+    from llmcli.contract import EngineOptions, SpecOptions
     from llmcli.engine.llama import LlamaEngine
     from llmcli.hub import default_model
 

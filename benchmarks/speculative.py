@@ -128,7 +128,7 @@ def llmcli_run(engine, prompt: str, n: int, k_max: int = 8) -> dict:
     target pass that takes the count past `n` (llama-lookup drafts its full k whatever is left and
     stops after the batch in which it passed -n). Asked for exactly `n`, the last passes would be
     short ones, sized to what is left, which a whole batch past `n` is not."""
-    from llmcli.engine.base import Done, SamplingParams, Token
+    from llmcli.contract import Done, SamplingParams, Token
 
     engine.reset()
     tokens = engine.tokenize(prompt, add_bos=engine.add_bos)
@@ -230,7 +230,7 @@ def main() -> None:
 
     sys.path.insert(0, str(ROOT / "tests"))
     from llmcli import defaults
-    from llmcli.engine.base import EngineOptions, SpecOptions
+    from llmcli.contract import EngineOptions, SpecOptions
     from llmcli.engine.llama import LlamaEngine
     from llmcli.hub import default_model
 

@@ -44,6 +44,17 @@ def isolated(tmp_path, session_cache, monkeypatch) -> Path:
     environment.install(previous)
 
 
+@pytest.fixture(autouse=True)
+def records_match_the_schema(monkeypatch):
+    """Every request record built in this process is checked against docs/record.schema.json."""
+    from records import validate
+
+    from llmcli import record
+
+    build = record.build
+    monkeypatch.setattr(record, "build", lambda **kwargs: validate(build(**kwargs)))
+
+
 @pytest.fixture
 def fake(monkeypatch, tmp_path):
     """Route model loading to FakeEngine; returns the factory (`.made` lists engines built)."""

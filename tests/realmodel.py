@@ -52,5 +52,7 @@ def llmcli(
 
 
 def generate_json(*args: str, **kwargs) -> dict:
+    from records import validate
+
     result = llmcli("generate", *args, "--json", check=True, **kwargs)
-    return json.loads(result.stdout)
+    return validate(json.loads(result.stdout))

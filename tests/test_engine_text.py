@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from llmcli.engine.base import Token
+from llmcli.contract import Token
 from llmcli.engine.text import TextStream
 from llmcli.engine.text import overlap as _overlap
 

@@ -10,7 +10,7 @@ from helpers import run
 
 from llmcli import environment
 from llmcli.engine.fake import FakeEngine
-from llmcli.hub.progress import Progress, Reporter
+from llmcli.reporting import Progress, Reporter
 
 
 class Collecting(Reporter):
@@ -43,11 +43,11 @@ def test_the_global_flags_land_in_the_environment(fake):
 
 
 def test_hub_notices_go_to_the_environments_reporter():
-    from llmcli.hub import progress
+    from llmcli import reporting
 
     collecting = Collecting()
     environment.install(replace(environment.current(), reporter=collecting))
-    progress.info("downloading x")
+    reporting.info("downloading x")
     assert collecting.notes == ["downloading x"]
 
 

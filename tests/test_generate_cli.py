@@ -58,7 +58,8 @@ def test_json_record(fake):
     ):
         assert doc["timings"][key] > 0
     assert set(doc["model"]) >= {"path", "architecture", "quantization", "size_bytes"}
-    assert set(doc["versions"]) == {"llmcli", "llama_cpp_python", "backend"}
+    assert set(doc["versions"]) == {"llmcli", "llama_cpp_python", "backend", "server"}
+    assert doc["versions"]["server"] is None and doc["versions"]["llama_cpp_python"]
     assert doc["prompt_format"] == "fallback:gemma"
 
 

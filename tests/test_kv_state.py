@@ -33,7 +33,7 @@ def warm_engine(text: str = "a long shared system prompt. " * 4) -> FakeEngine:
 
 
 def _params():
-    from llmcli.engine.base import SamplingParams
+    from llmcli.contract import SamplingParams
 
     return SamplingParams(temperature=0, max_tokens=8)
 
@@ -369,7 +369,7 @@ def test_concurrent_writers_never_leave_a_half_file(tmp_path):
         from pathlib import Path
         from llmcli.engine import state
         from llmcli.engine.fake import FakeEngine
-        from llmcli.engine.base import SamplingParams
+        from llmcli.contract import SamplingParams
         for i in range(25):
             e = FakeEngine()
             list(e.stream(sys.argv[1] * (50 + 37 * i), SamplingParams(temperature=0, max_tokens=2)))

@@ -1,13 +1,50 @@
-"""The hub and bench report through callbacks; only the command line and llmcli.render write output."""
+"""The layers of src/llmcli hold: no module imports from a layer above its own, and no two modules
+import each other, directly or through others; imports inside functions count. In particular the
+hub and bench report through callbacks, and only the command line and llmcli.render write output.
+
+The layers are written down once, as import-linter contracts in pyproject.toml's
+`[tool.importlinter]` (docs/ARCHITECTURE.md explains them); this runs `lint-imports` on them, and
+shows on a copy of the package that one import up, inside a function, breaks them."""
 
 from __future__ import annotations
 
 import ast
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "llmcli"
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "llmcli"
+LINT = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
+
+
+def lint_imports(src: Path, cwd: Path) -> subprocess.CompletedProcess:
+    """`lint-imports` with pyproject.toml's contracts, on the `llmcli` package under `src`."""
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    return subprocess.run(
+        [sys.executable, "-c", LINT, "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def test_the_layers_hold():
+    result = lint_imports(ROOT / "src", ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+def test_an_import_up_inside_a_function_breaks_them(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "src" / "llmcli", src / "llmcli", ignore=shutil.ignore_patterns("__pycache__"))
+    core = src / "llmcli" / "names.py"
+    core.write_text(core.read_text() + "\n\ndef _up():\n    from llmcli.repl import loop  # noqa: F401\n")
+    result = lint_imports(src, tmp_path)
+    assert result.returncode != 0
+    assert "llmcli.names is not allowed to import llmcli.repl" in result.stdout, result.stdout
 
 
 def _imports(path: Path) -> set[str]:

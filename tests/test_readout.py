@@ -7,7 +7,7 @@ import io
 import pyte
 import pytest
 
-from llmcli.engine.base import Done, PrefillProgress, Stats, Token
+from llmcli.contract import Done, PrefillProgress, Stats, Token
 from llmcli.render.stats import stats_line
 from llmcli.repl.readout import LiveReadout
 

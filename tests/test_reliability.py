@@ -21,7 +21,7 @@ from ggufgen import write_gguf
 from helpers import run, use_engine
 
 from llmcli import settings
-from llmcli.engine.base import EngineOptions, SamplingParams, Token
+from llmcli.contract import EngineOptions, SamplingParams, Token
 from llmcli.engine.fake import FakeEngine
 
 # The CVE-2024-34359 class: reach os through Python internals, and leave a mark if it worked.
@@ -489,7 +489,8 @@ def test_sigterm_while_the_prompt_is_busy_is_not_swallowed_by_its_event_loop(fak
     from llmcli.repl.chat_session import ChatSession
     from llmcli.repl.loop import Repl, build_prompt_session
 
-    repl = Repl(ChatSession(load_engine(None, EngineOptions()), SamplingParams()), interactive=True)
+    loaded = load_engine(None, EngineOptions(), factory=fake, check_files=False)
+    repl = Repl(ChatSession(loaded, SamplingParams()), interactive=True)
     previous = signal.getsignal(signal.SIGTERM)
     app._install_sigterm()
     try:

@@ -10,7 +10,7 @@ from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
 from llmcli.conversation import Conversation
-from llmcli.engine.base import SamplingParams
+from llmcli.contract import SamplingParams
 from llmcli.engine.fake import FakeEngine
 from llmcli.loader import Loaded
 from llmcli.repl.chat_session import ChatSession

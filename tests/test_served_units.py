@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from llmcli import endpoints
+from llmcli import endpoint_config, endpoints
 from llmcli.bench.stats import percentile
 from llmcli.engine import sse
-from llmcli.engine.base import SamplingParams, Stats
+from llmcli.contract import SamplingParams, Stats
 from llmcli.engine.served import _retry_after, request_body
 from llmcli.errors import UsageError
 from llmcli.render.stats import stats_line
@@ -79,10 +79,10 @@ def test_named_endpoints_and_key_precedence(isolated, monkeypatch):
         'api_key_env = "BOX_KEY"\napi_key = "from-file"\n',
         encoding="utf-8",
     )
-    endpoint = endpoints.lookup("box")
+    endpoint = endpoint_config.lookup("box")
     assert endpoint is not None and endpoint.ref == "box/m" and endpoint.model == "m"
-    assert endpoints.lookup("box/other").model == "other"
-    assert endpoints.lookup("org/repo") is None  # not an endpoint: a hub reference
+    assert endpoint_config.lookup("box/other").model == "other"
+    assert endpoint_config.lookup("org/repo") is None  # not an endpoint: a hub reference
     assert endpoint.api_key() == ("from-file", "config file")
     monkeypatch.setenv("LLMCLI_API_KEY", "general")
     assert endpoint.api_key() == ("from-file", "config file")
@@ -104,6 +104,20 @@ def test_request_body_per_flavour():
     assert (generic["seed"], generic["max_tokens"], generic["stop"]) == (3, 10, ["x"])
     unlimited = request_body(SamplingParams(max_tokens=0), "m", "vllm", chat=True)
     assert "max_tokens" not in unlimited and isinstance(unlimited["seed"], int)
+
+
+def test_the_serving_benchmarks_request_body():
+    """Greedy, exactly max_tokens where the server takes ignore_eos, no prompt cache, and every
+    other sampling setting left to the server's own defaults."""
+    others = frozenset({"top_p", "top_k", "min_p", "repeat_penalty", "repeat_last_n"})
+    params = SamplingParams(temperature=0.0, seed=5, max_tokens=8, defaulted=others)
+    switches = {"cache_prompt": False, "ignore_eos": True, "server_defaults": True}
+    llama = request_body(params, "m", "llama-server", chat=False, **switches)
+    assert llama["cache_prompt"] is False and llama["ignore_eos"] is True and llama["temperature"] == 0.0
+    assert not others & set(llama)
+    python = request_body(params, "m", "llama-cpp-python", chat=False, **switches)
+    assert "ignore_eos" not in python and "cache_prompt" not in python and not others & set(python)
+    assert request_body(params, "m", "vllm", chat=False, **switches)["ignore_eos"] is True
 
 
 def test_json_schema_with_raw_on_an_unknown_server_is_an_error():

@@ -86,7 +86,7 @@ def test_helper_is_silent_on_nonsense(shell_env):
 
 
 def test_fast_path_matches_the_command(shell_env, capsys, monkeypatch):
-    from llmcli.cli.completion import fast_complete
+    from llmcli.cli.app import fast_complete
 
     env, _ = shell_env
     assert fast_complete(["--", "generate", "model", ""]) == 0

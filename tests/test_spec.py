@@ -10,7 +10,7 @@ import random
 import pytest
 from helpers import run
 
-from llmcli.engine.base import SpecOptions, Stats, Token
+from llmcli.contract import SpecOptions, Stats, Token
 from llmcli.engine.spec import KPolicy, NgramProposer, kind_of
 from llmcli.errors import UsageError
 
@@ -787,7 +787,7 @@ def test_memory_fit_counts_the_draft_model_too(monkeypatch, tmp_path):
     from dataclasses import dataclass
 
     from llmcli import loader
-    from llmcli.engine.base import EngineOptions
+    from llmcli.contract import EngineOptions
     from llmcli.errors import ResourceError
     from llmcli.hub import fit
 
@@ -824,7 +824,7 @@ def test_memory_fit_counts_the_drafts_cache_at_the_targets_kv_types(monkeypatch,
     from dataclasses import dataclass
 
     from llmcli import loader
-    from llmcli.engine.base import EngineOptions
+    from llmcli.contract import EngineOptions
     from llmcli.errors import ResourceError
     from llmcli.gguf_file import KV_TYPE_BYTES
     from llmcli.hub import fit
@@ -855,7 +855,7 @@ def test_memory_fit_counts_the_drafts_cache_at_the_targets_kv_types(monkeypatch,
 
 
 def test_a_notice_says_when_exactness_left_nothing_to_verify():
-    from llmcli.engine.base import Stats
+    from llmcli.contract import Stats
     from llmcli.generation import exact_limit_notice
 
     settings = {"type": "lookup", "exact": True, "exact_positions": {"short": 3, "long": 1},
@@ -873,7 +873,7 @@ def test_a_notice_says_when_exactness_left_nothing_to_verify():
 
 
 def test_the_notice_names_the_bf16_and_q8_0_caches_only_where_they_would_help():
-    from llmcli.engine.base import ModelInfo, Stats
+    from llmcli.contract import ModelInfo, Stats
     from llmcli.generation import exact_limit_notice
 
     settings = {"type": "lookup", "exact": True, "exact_positions": {"short": 9, "long": 1},

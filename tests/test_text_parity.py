@@ -10,7 +10,7 @@ import codecs
 
 import pytest
 
-from llmcli.engine.base import Done, EngineOptions, SamplingParams, Token
+from llmcli.contract import Done, EngineOptions, SamplingParams, Token
 from llmcli.engine.fake import FakeEngine
 
 pytestmark = pytest.mark.model

@@ -36,7 +36,7 @@ def test_an_engine_without_interrupt_is_refused(tmp_path):
             """
             from collections.abc import Iterator
 
-            from llmcli.engine.base import Engine, Event, ModelInfo, SamplingParams
+            from llmcli.contract import Engine, Event, ModelInfo, SamplingParams
             from llmcli.engine.fake import FakeEngine
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from llmcli import doctor
 from llmcli.engine import backend
+from llmcli.render.doctor import _compute_lines
 
 AMX_INFO = "CPU : SSE3 = 1 | AVX2 = 1 | AVX512 = 1 | AMX_INT8 = 1 | LLAMAFILE = 1 | REPACK = 1 |"
 PLAIN_INFO = "CPU : SSE3 = 1 | AVX2 = 1 | AVX512 = 1 | LLAMAFILE = 1 | REPACK = 1 |"
@@ -39,12 +40,12 @@ def test_doctor_says_why_repacking_is_off_on_an_amx_build(monkeypatch):
     monkeypatch.setattr(backend, "system_info", lambda: AMX_INFO)
     compute = doctor.compute()
     assert compute["amx"] is True and compute["weight_repack"] is False
-    line = dict(doctor._compute_lines(compute, {}))["weight repack"]
+    line = dict(_compute_lines(compute, {}))["weight repack"]
     assert "AMX" in line and "--repack" in line
     monkeypatch.setattr(backend, "system_info", lambda: PLAIN_INFO)
     compute = doctor.compute()
     assert compute["weight_repack"] is True
-    assert dict(doctor._compute_lines(compute, {}))["weight repack"].startswith("on")
+    assert dict(_compute_lines(compute, {}))["weight repack"].startswith("on")
 
 
 @pytest.mark.model

@@ -20,6 +20,12 @@ MIN_P = 0.05
 REPEAT_PENALTY = 1.0
 REPEAT_LAST_N = 64
 MAX_TOKENS = 512  # 0 means: until end of generation or the context is full
+# Sampling recommended for a bundled model (hub.default_model, by name) whose file carries no
+# `general.sampling.*` keys (see llmcli.sampling). SmolLM2-135M at the built-in defaults
+# (temperature 0.8, no repeat penalty) loops until the token cap on about one seed in ten for a
+# short creative prompt; with llama.cpp's classic repeat penalty of 1.1 it stopped by itself on
+# every seed tried (20 of 20).
+BUNDLED_SAMPLING: dict[str, dict[str, float]] = {"smollm2-135m": {"repeat_penalty": 1.1}}
 
 # Saved KV states (chat sessions) under the cache directory: at most this many megabytes.
 KV_CACHE_MAX_MB = 2000

@@ -23,6 +23,10 @@ endpoint's `api_key_env` variable, then its `api_key`, then `LLMCLI_API_KEY`, th
 `OPENAI_API_KEY`. The key lives only in the request's Authorization header: `Endpoint` does not
 show it, and no record, log line or error message contains it.
 
+This module is the syntax and the tables' schema, reading nothing (settings validates the config
+file with it); which endpoint a reference names, from the config file, is `endpoint_config`, and
+through an alias, `hub.aliases.endpoint`.
+
 Light on purpose (no HTTP client here): `--help` and parsing never import httpx.
 """
 
@@ -34,6 +38,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from llmcli.errors import ConfigError, UsageError
+from llmcli.names import is_alias_name
 
 KEY_VARIABLES = ("LLMCLI_API_KEY", "OPENAI_API_KEY")
 _ENDPOINT_KEYS = {
@@ -141,63 +146,13 @@ def parse_url(text: str) -> Endpoint:
     return Endpoint(clean, model or None)
 
 
-def configured() -> dict[str, dict[str, Any]]:
-    """The config file's named endpoints (validated with the rest of the file)."""
-    from llmcli import settings
-
-    return settings.load_config().get("endpoints", {})
-
-
-def named(name: str, model: str | None = None) -> Endpoint:
-    table = configured()[name]
-    base = parse_url(table["url"])
-    verify: bool | str = table.get("ca_bundle") or table.get("verify", True)
-    return Endpoint(
-        base.url,
-        model or table.get("model") or base.model,
-        name,
-        None,
-        table.get("api_key_env"),
-        table.get("api_key"),
-        verify,
-    )
-
-
-def lookup(text: str | None, *, aliases: bool = True) -> Endpoint | None:
-    """The endpoint a model reference names, or None when it names a local or hub model."""
-    if not text:
-        return None
-    text = text.strip()
-    if is_url(text):
-        return parse_url(text)
-    endpoints = configured()
-    head, sep, rest = text.partition("/")
-    if head in endpoints:
-        if sep and not rest:
-            raise UsageError(f"{text!r} names endpoint {head!r} but no model", hint=f"use {head}/MODEL")
-        return named(head, rest or None)
-    if aliases and not sep:
-        from llmcli.hub import aliases as alias_table
-
-        target = alias_table.get(text)
-        if target is not None:
-            found = lookup(target, aliases=False)
-            if found is not None:
-                from dataclasses import replace
-
-                return replace(found, alias=text)
-    return None
-
-
 def validate_table(raw: Any, where: str) -> dict[str, dict[str, Any]]:
     """Check the config file's `[endpoints.NAME]` tables; every problem names the file and key."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: endpoints must be a table of [endpoints.NAME] tables")
     out: dict[str, dict[str, Any]] = {}
     for name, table in raw.items():
-        from llmcli.hub import refs
-
-        if not refs.is_alias_name(name):
+        if not is_alias_name(name):
             raise ConfigError(
                 f"{where}: {name!r} is not a valid endpoint name (letters, digits, '.', '_', '-')"
             )
@@ -231,14 +186,3 @@ def validate_table(raw: Any, where: str) -> dict[str, dict[str, Any]]:
 
 def _kind_name(kind: type) -> str:
     return {str: "a string", float: "a number", bool: "true or false"}[kind]
-
-
-def stall_timeout(endpoint: Endpoint | None = None) -> float:
-    """Seconds without a byte before a stream counts as stalled: --timeout, else LLMCLI_TIMEOUT,
-    else the named endpoint's `timeout`, else the config file's `timeout`, else the default."""
-    from llmcli import settings
-
-    value, source = settings.resolve_with_source("timeout", endpoint.timeout_flag if endpoint else None)
-    if source in ("flag", "env") or endpoint is None or endpoint.name is None:
-        return float(value)
-    return float(configured()[endpoint.name].get("timeout", value))

@@ -1,13 +1,17 @@
 """What a command runs with, in one object: its streams and whether they are terminals, the output
 options (quiet, debug, colour), the resolved-settings cache, the engine factory, bench's backend
-factory and the hub's progress reporter.
+factory and the reporter the lower layers report through.
 
 The root callback derives the invocation's environment once from the global flags
-(`configure`); the output layer, the loader, bench and the hub read it (`current`) instead of
-module globals of their own. Tests replace this one object (`install`, or the conftest fixtures),
-not a handful of globals one by one. hatch's `Application` and httpie's `Environment` are the
-models.
+(`configure`). Only the command line, the REPL and the output layer read it
+(`current`); the layers below are given what they need: the loader its engine factory as an
+argument, settings its cache and the hub, loader, KV store and served engine their reporter,
+pushed down when an environment is installed (`install`). Tests replace this one object
+(`install`, or the conftest fixtures), not a handful of globals one by one. hatch's
+`Application` and httpie's `Environment` are the models.
 
+It names no engine and no bench backend: None stands for llama.cpp's, which the loader and bench
+build (`loader.llama_engine`, `bench.llama_backend`) where a test installed none of its own.
 Light on purpose: `--help` and shell completion import it, so nothing heavy is imported here.
 """
 
@@ -19,30 +23,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from llmcli.reporting import Reporter
+
 if TYPE_CHECKING:
-    from llmcli.bench.runner import Backend
-    from llmcli.engine.base import Engine, EngineOptions
-    from llmcli.hub.progress import Reporter
-
-
-def llama_engine(path: Path, options: EngineOptions, debug: bool) -> Engine:
-    """The real engine factory: llama.cpp through llama-cpp-python."""
-    from llmcli.engine.llama import LlamaEngine
-
-    return LlamaEngine(path, options, debug=debug)
-
-
-def llama_bench_backend(debug: bool = False) -> Backend:
-    """The real bench backend: llama.cpp through the engine's measuring surface."""
-    from llmcli.bench.llama_backend import LlamaBackend
-
-    return LlamaBackend(debug=debug)
-
-
-def _reporter() -> Reporter:
-    from llmcli.hub.progress import Reporter
-
-    return Reporter()  # says nothing: the root callback installs the one that draws on stderr
+    from llmcli.contract import Engine, EngineOptions
 
 
 @dataclass
@@ -53,12 +37,14 @@ class Environment:
     quiet: bool = False
     debug: bool = False
     color: bool | None = None  # None: auto (a terminal, unless NO_COLOR; FORCE_COLOR forces it)
-    engine_factory: Callable[[Path, EngineOptions, bool], Engine] = llama_engine
+    # None: llama.cpp's (`loader.llama_engine`); a test installs a fake engine's
+    engine_factory: Callable[[Path, EngineOptions, bool], Engine] | None = None
     # Check a model's header, template and memory fit before loading it; None: for the real engine
     # only (a test's fake engine loads stand-in files; a test sets True to put it behind the checks).
     check_model_files: bool | None = None
-    bench_backend: Callable[..., Backend] = llama_bench_backend
-    reporter: Reporter = field(default_factory=_reporter)
+    # bench's backend (a bench.runner.Backend) for debug=...; None: llama.cpp's (bench.llama_backend)
+    bench_backend: Callable[..., Any] | None = None
+    reporter: Reporter = field(default_factory=Reporter)  # drops all: the root callback installs one
     settings_cache: dict[str, Any] = field(default_factory=dict)  # the parsed config file, once
 
     @property
@@ -74,14 +60,11 @@ class Environment:
     def checks_model_files(self) -> bool:
         if self.check_model_files is not None:
             return self.check_model_files
-        return self.engine_factory is llama_engine
+        return self.engine_factory is None  # the real engine
 
 
 def _isatty(stream: Any) -> bool:
     return bool(getattr(stream, "isatty", lambda: False)())
-
-
-_current = Environment()
 
 
 def current() -> Environment:
@@ -89,10 +72,18 @@ def current() -> Environment:
 
 
 def install(env: Environment) -> Environment:
-    """Make `env` the current environment (the root callback; tests)."""
+    """Make `env` the current environment (the root callback; tests), and give the layers below
+    their part of it: settings its cache, the lower layers their reporter."""
     global _current
+    from llmcli import reporting, settings
+
     _current = env
+    settings.use_cache(env.settings_cache)
+    reporting.install(env.reporter)
     return env
+
+
+_current = install(Environment())
 
 
 def configure(**changes: Any) -> Environment:

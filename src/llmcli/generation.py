@@ -1,8 +1,8 @@
 """Run one request through an engine and collect what front ends report about it.
 
-`run_generate` consumes the engine's event stream: text pieces go to stdout as they come, and
-the final `Done` becomes a `Result` that knows how to print itself as the `--stats` line or the
-`--json` record. Ctrl-C raises the engine's abort flag; what was produced is kept.
+`run_generate` sends one `Request` and consumes the engine's events: text pieces go to stdout as
+they come, and the final `Done` becomes a `Result` that knows how to print itself as the `--stats`
+line or the `--json` record (llmcli.record). Ctrl-C raises the engine's abort flag; what was produced is kept.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llmcli import __version__, prompting, render, signals
-from llmcli.engine.base import Done, SamplingParams, ThreadsChanged, takes_messages
+from llmcli import prompting, render, signals
+from llmcli.contract import Done, Prepared, Request, SamplingParams, ThreadsChanged
 from llmcli.loader import Loaded
 
 
@@ -45,121 +45,14 @@ class Result:
         )
 
     def record(self) -> dict:
-        """The `--json` document."""
-        s, info = self.done.stats, self.loaded.engine.info
-        params = self.params.as_dict()
-        params["seed"] = self.done.seed
-        if s.sources:  # a served model: its own record, saying where each figure came from
-            return served_record(self, params)
-        return {
-            "text": self.done.text,
-            "finish_reason": self.done.finish_reason,
-            "model": {
-                "ref": self.loaded.ref,
-                "path": info.path,
-                "name": info.name,
-                "architecture": info.architecture,
-                "quantization": info.quantization,
-                "size_bytes": info.size_bytes,
-                "parameters": info.n_params,
-                "context_size": s.context_size,
-                "gpu_layers": info.gpu_layers,
-                "weight_repack": info.repack,
-                "cache_type_k": info.type_k,
-                "cache_type_v": info.type_v,
-                "type": info.model_type,
-            },
-            "prompt_format": self.prompt_format,
-            "constraint": None
-            if self.constraint is None
-            else {"kind": self.constraint, "complete": not self.incomplete},
-            "params": params,
-            "usage": {
-                "prompt_tokens": s.prompt_tokens,
-                "cached_tokens": s.cached_tokens,
-                "prefill_tokens": s.prefill_tokens,
-                "completion_tokens": s.completion_tokens,
-                "decode_tokens": s.decode_tokens,
-                "total_tokens": s.prompt_tokens + s.completion_tokens,
-            },
-            "timings": {
-                "load_ms": round(s.load_ms, 3),
-                "prefill_ms": round(s.prefill_ms, 3),
-                "prefill_tokens_per_s": round(s.prefill_tps, 3),
-                "decode_ms": round(s.decode_ms, 3),
-                "decode_tokens_per_s": round(s.decode_tps, 3),
-                "ttft_ms": round(s.ttft_ms, 3),
-                "total_ms": round(s.total_ms, 3),
-            },
-            "threads": s.threads,
-            "speculative": speculative_record(s),
-            "prompt_cache": self.prompt_cache,
-            "versions": versions(info.backend),
-        }
+        """The `--json` document (llmcli.record)."""
+        from llmcli import record
 
-
-def served_record(result: Result, params: dict) -> dict:
-    """The `--json` document for a served model (engine/served.py): the endpoint instead of a file,
-    unknown counts as null, `sources` naming where each figure came from ("usage": the server's
-    usage; "chunks": counted streamed text chunks, an estimate; "timings": llama-server's timings;
-    "client": measured here on the monotonic clock), and the server's own `server_timings`."""
-    s, engine = result.done.stats, result.loaded.engine
-    known = lambda name, value: None if s.sources.get(name) == "unknown" else value  # noqa: E731
-    return {
-        "text": result.done.text,
-        "finish_reason": result.done.finish_reason,
-        "model": {
-            "ref": result.loaded.ref,
-            "endpoint": engine.info.path,
-            "name": engine.info.name,
-            "server": engine.info.architecture,
-            "context_size": s.context_size or None,
-        },
-        "prompt_format": result.prompt_format,
-        "constraint": None
-        if result.constraint is None
-        else {"kind": result.constraint, "complete": not result.incomplete},
-        "params": params,
-        "usage": {
-            "prompt_tokens": known("prompt_tokens", s.prompt_tokens),
-            "cached_tokens": known("cached_tokens", s.cached_tokens),
-            "prefill_tokens": known("prompt_tokens", s.prefill_tokens),
-            "completion_tokens": s.completion_tokens,
-            "decode_tokens": s.decode_tokens,
-            "total_tokens": known("prompt_tokens", s.prompt_tokens + s.completion_tokens),
-        },
-        "timings": {
-            "ttft_ms": round(s.ttft_ms, 3),
-            "prefill_ms": round(s.prefill_ms, 3),
-            "prefill_tokens_per_s": known("prompt_tokens", round(s.prefill_tps, 3)),
-            "decode_ms": round(s.decode_ms, 3),
-            "decode_tokens_per_s": round(s.decode_tps, 3),
-            "total_ms": round(s.total_ms, 3),
-        },
-        "sources": {**s.sources, "prefill_tokens_per_s": "client", "decode_tokens_per_s": "client"},
-        "server_timings": s.server or None,
-        "versions": {"llmcli": __version__, "server": engine.info.architecture},
-    }
-
-
-def speculative_record(s) -> dict | None:
-    """Which proposer ran with which settings, and what it gave (None without speculation)."""
-    if not s.speculative:
-        return None
-    return {
-        **s.speculative,
-        "drafted_tokens": s.drafted_tokens,
-        "accepted_tokens": s.accepted_tokens,
-        "acceptance": round(s.acceptance, 4) if s.drafted_tokens else None,  # nothing proposed: no rate
-        "target_passes": s.target_passes,
-        "tokens_per_pass": round(s.tokens_per_pass, 4),
-    }
-
-
-def versions(backend: str) -> dict:
-    from llmcli.engine.backend import llama_cpp_version
-
-    return {"llmcli": __version__, "llama_cpp_python": llama_cpp_version(), "backend": backend}
+        return record.build(
+            ref=self.loaded.ref, info=self.loaded.engine.info, params=self.params, done=self.done,
+            prompt_format=self.prompt_format, constraint=self.constraint,
+            constraint_complete=not self.incomplete, prompt_cache=self.prompt_cache,
+        )  # fmt: skip
 
 
 def incomplete_message(done: Done, params: SamplingParams, constraint: str) -> tuple[str, str | None]:
@@ -202,40 +95,35 @@ def run_generate(
     in that file is reused for the longest common prefix and (unless `prompt_cache_ro`) the file
     is rewritten with this run's state afterwards."""
     engine = loaded.engine
-    if takes_messages(engine):  # a served model: the server applies the template (engine/served.py)
-        messages = None if raw else prompting.messages_for(text, system)
-        done = consume(engine, text, params, stream_stdout=stream_stdout, messages=messages)
-        return Result(loaded, done, params, "raw" if raw else "server",
-                      constraint=constraint if params.grammar else None)  # fmt: skip
-    if raw:
-        tokens, fmt_name = prompting.raw_tokens(engine, text), "raw"
-    else:
-        fmt = prompting.prompt_format(engine)
-        tokens = prompting.chat_tokens(engine, prompting.messages_for(text, system), fmt)
-        fmt_name = fmt.source
+    request = Request(params, text=text) if raw else Request(params, messages=prompting.messages_for(text, system))
     cache: dict | None = None
     if prompt_cache is not None:
-        import time
-
-        from llmcli import kvstore
-
-        started = time.perf_counter()
-        restored = kvstore.restore(engine, prompt_cache, tokens, what="--prompt-cache")
-        restore_ms = (time.perf_counter() - started) * 1000
-        cache = {"path": str(prompt_cache), "restored_tokens": restored, "restore_ms": round(restore_ms, 3),
+        cache = {"path": str(prompt_cache), "restored_tokens": 0, "restore_ms": 0.0,
                  "read_only": prompt_cache_ro, "saved_bytes": 0}  # fmt: skip
-    done = consume(engine, tokens, params, stream_stdout=stream_stdout)
+        request.before_prefill = lambda tokens: _restore_prompt_cache(engine, cache, tokens)
+    done, prepared = consume(engine, request, stream_stdout=stream_stdout)
     for notice in (exact_limit_notice(done.stats, engine.info), draft_context_notice(done.stats)):
         if notice:
             render.info(notice)
-    if cache is not None:
-        done.stats.ttft_ms += cache["restore_ms"]  # the wait for the first token includes the read
-        done.stats.total_ms += cache["restore_ms"]
-        if not prompt_cache_ro and done.finish_reason != "interrupted":
-            saved = kvstore.save(engine, Path(cache["path"]), cap=None)
-            cache.update(saved_bytes=saved.bytes, save_ms=round(saved.ms, 3))
-    return Result(loaded, done, params, fmt_name, constraint=constraint if params.grammar else None,
-                  prompt_cache=cache)  # fmt: skip
+    if cache is not None and not prompt_cache_ro and done.finish_reason != "interrupted":
+        from llmcli import kvstore
+
+        saved = kvstore.save(engine, Path(cache["path"]), cap=None)
+        cache.update(saved_bytes=saved.bytes, save_ms=round(saved.ms, 3))
+    return Result(loaded, done, params, prepared.prompt_format,
+                  constraint=constraint if params.grammar else None, prompt_cache=cache)  # fmt: skip
+
+
+def _restore_prompt_cache(engine, cache: dict, tokens: list[int]) -> float:
+    """--prompt-cache: load the file's KV state for the longest common prefix of `tokens`."""
+    import time
+
+    from llmcli import kvstore
+
+    started = time.perf_counter()
+    cache["restored_tokens"] = kvstore.restore(engine, Path(cache["path"]), tokens, what="--prompt-cache")
+    cache["restore_ms"] = round((time.perf_counter() - started) * 1000, 3)
+    return cache["restore_ms"]
 
 
 def exact_limit_notice(s, info=None, chat: bool = False) -> str | None:
@@ -291,39 +179,31 @@ def threads_changed(event: ThreadsChanged) -> str:
     return f"threads: {event.phase} now {event.threads} ({why})"
 
 
-def consume(
-    engine, tokens: str | list[int], params: SamplingParams, *, stream_stdout: bool,
-    messages: list[dict[str, str]] | None = None,
-) -> Done:  # fmt: skip
-    """Drive the stream; print text pieces to stdout (ending with a newline) if asked."""
+def consume(engine, request: Request, *, stream_stdout: bool) -> tuple[Done, Prepared]:
+    """Drive the request; print text pieces to stdout (ending with a newline) if asked."""
     from llmcli.errors import StreamBrokenError
     from llmcli.render.stream import PlainSink
 
     sink = PlainSink(sys.stdout) if stream_stdout else None
     try:
-        done = drive(engine, tokens, params, sink, messages=messages)
+        done, prepared = drive(engine, request, sink)
     except StreamBrokenError:  # a served model's stream broke off: its partial text ends its line
         if sink is not None:
             sink.stop()
         raise
     if sink is not None:
         sink.stop()
-    return done
+    return done, prepared
 
 
-def drive(
-    engine, tokens: str | list[int], params: SamplingParams, sink=None, *,
-    messages: list[dict[str, str]] | None = None,
-) -> Done:  # fmt: skip
+def drive(engine, request: Request, sink=None) -> tuple[Done, Prepared]:
     """One request, as generate and each chat turn run it: Ctrl-C through the signal watcher, every
-    event to `sink`, the thread policy's decisions to --debug; returns the final Done. With
-    `messages` (a served model, see `base.takes_messages`) the conversation is sent instead."""
+    event to `sink`, the thread policy's decisions to --debug; returns the final Done and how the
+    prompt was built."""
     done: Done | None = None
-    if messages is not None:
-        stream = engine.stream_messages(messages, params)
-    else:
-        stream = engine.stream(tokens, params)
-    with signals.interrupt_on_sigint(engine.interrupt) as pressed_before, closing(stream) as events:
+    prepared: Prepared | None = None
+    events = engine.respond(request)  # a local engine builds the prompt here, before the watcher
+    with signals.interrupt_on_sigint(engine.interrupt) as pressed_before, closing(events):
         for event in events:
             if pressed_before:  # Ctrl-C before the request began: it stops now, at its first event
                 engine.interrupt()
@@ -332,7 +212,9 @@ def drive(
                 sink(event)
             if isinstance(event, ThreadsChanged):
                 render.debug_log(threads_changed(event))
+            elif isinstance(event, Prepared):
+                prepared = event
             elif isinstance(event, Done):
                 done = event
-    assert done is not None
-    return done
+    assert done is not None and prepared is not None
+    return done, prepared

@@ -430,6 +430,14 @@ KV_TYPE_BYTES = {
     "iq4_nl": 18 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32,
 }  # fmt: skip
 FLOAT_KV_TYPES = ("f32", "f16", "bf16")  # the V types attention reads without flash attention
+QUANTIZED_V = "a quantized V cache needs flash attention"
+
+
+def v_cache_refused(type_v: str | None, flash_attn: bool | None) -> bool:
+    """The one cross-option rule of the KV cache: llama.cpp quantizes the V cache only with flash
+    attention, so a quantized `type_v` is refused where flash attention is off (False; None is
+    auto, which turns it on for such a cache)."""
+    return bool(type_v) and str(type_v).lower() not in FLOAT_KV_TYPES and flash_attn is False
 
 # ----------------------------------------------------------------------------------------------
 # Reading

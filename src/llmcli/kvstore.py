@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmcli import paths, render
+from llmcli import paths, reporting
 from llmcli.errors import TerminatedError
+from llmcli.names import session_name
 
 SUFFIX = ".kv"
 
@@ -27,10 +28,7 @@ def kv_dir() -> Path:
 
 
 def session_state_path(name: str) -> Path:
-    from llmcli.repl import session_files as sessions
-
-    sessions.session_path(name)  # the same name rules as the session file
-    return kv_dir() / "sessions" / f"{name}{SUFFIX}"
+    return kv_dir() / "sessions" / f"{session_name(name)}{SUFFIX}"  # the session file's name rules
 
 
 def cap_bytes(flag: int | None = None) -> int:
@@ -61,10 +59,10 @@ def save(engine, path: Path, *, cap: int | None, reload: bool = False) -> SaveRe
     except TerminatedError:
         raise  # SIGTERM ends the command; the previous state stays whole
     except Exception as exc:  # a state that cannot be saved is never an error
-        render.warn(f"could not save the KV state to {path}: {getattr(exc, 'strerror', None) or exc}")
+        reporting.warn(f"could not save the KV state to {path}: {getattr(exc, 'strerror', None) or exc}")
         return SaveResult(skipped=str(exc))
     ms = (time.perf_counter() - started) * 1000
-    render.debug_log(f"kv state: saved {n_tokens} tokens, {written} bytes to {path} in {ms:.0f} ms")
+    reporting.debug(f"kv state: saved {n_tokens} tokens, {written} bytes to {path} in {ms:.0f} ms")
     if cap is not None:
         enforce_cap(cap, keep=path)
     return SaveResult(written, ms)
@@ -81,24 +79,24 @@ def restore(engine, path: Path, prompt: list[int], *, what: str) -> int:
     try:
         restored = restore_state(engine, path, prompt)
     except FileNotFoundError:
-        render.debug_log(f"kv state: none saved for {what} ({path}): full prefill")
+        reporting.debug(f"kv state: none saved for {what} ({path}): full prefill")
         return 0
     except StateRejected as exc:
         engine.reset()
         if exc.reason.startswith("its tokens"):
-            render.debug_log(f"kv state: {path} not used for {what}: {exc.reason}: full prefill")
+            reporting.debug(f"kv state: {path} not used for {what}: {exc.reason}: full prefill")
         else:
-            render.warn(f"ignoring the saved KV state {path}: {exc.reason}; prefilling from scratch")
+            reporting.warn(f"ignoring the saved KV state {path}: {exc.reason}; prefilling from scratch")
         return 0
     except TerminatedError:
         engine.reset()
         raise
     except Exception as exc:  # never trust a state that broke the loader
         engine.reset()
-        render.warn(f"ignoring the saved KV state {path}: {exc}; prefilling from scratch")
+        reporting.warn(f"ignoring the saved KV state {path}: {exc}; prefilling from scratch")
         return 0
     ms = (time.perf_counter() - started) * 1000
-    render.debug_log(
+    reporting.debug(
         f"kv state: restored {restored.saved} tokens from {path} in {ms:.0f} ms for {what}; "
         f"{restored.tokens} match the prompt and are reused"
     )
@@ -157,7 +155,7 @@ def enforce_cap(cap: int, *, keep: Path | None = None) -> list[Path]:
             total -= e.size
             removed.append(e.path)
     for p in removed:
-        render.debug_log(f"kv state: removed {p} (the states are over kv_cache_max_mb)")
+        reporting.debug(f"kv state: removed {p} (the states are over kv_cache_max_mb)")
     return removed
 
 

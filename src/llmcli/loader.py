@@ -1,16 +1,24 @@
 """From a model reference and flags to a loaded engine: resolve, validate the header, load.
 
-Front ends call `load_engine`; it builds the engine with the environment's `engine_factory`,
-which tests replace with a fake engine so every CLI path runs without a model.
+Front ends call `load_engine` with the environment's engine factory (None: llama.cpp's,
+`llama_engine`), which tests replace with a fake engine so every CLI path runs without a model.
+What it has to say goes to the installed reporter (`llmcli.reporting`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from llmcli import environment
-from llmcli.engine.base import Engine, EngineOptions
+from llmcli import reporting
+from llmcli.contract import Engine, EngineOptions
+
+EngineFactory = Callable[[Path, EngineOptions, bool], Engine]
+
+if TYPE_CHECKING:
+    from llmcli.endpoints import Endpoint
 
 
 @dataclass
@@ -18,6 +26,12 @@ class Loaded:
     engine: Engine
     ref: str
     path: Path | None  # None for a served model (engine/served.py): its file is on the server
+
+    @property
+    def served(self) -> bool:
+        """Whether the model runs on a server: the loader's decision, which the layers above read
+        only for what to say (which flags apply, what `/show` reports), never for how to run."""
+        return self.path is None
 
 
 def validate_file(path: Path, options: EngineOptions | None = None, *, force: bool = False) -> None:
@@ -55,8 +69,6 @@ def _warn_unusual(path: Path, header, options: EngineOptions) -> None:
     model again for `/set spec-type` and the like)."""
     import os
 
-    from llmcli import render
-
     said: list[str] = []
     trained = header.n_ctx_train or 0
     if trained and (options.ctx_size or 0) > trained:
@@ -76,7 +88,7 @@ def _warn_unusual(path: Path, header, options: EngineOptions) -> None:
     for message in said:
         if message not in _warned:
             _warned.add(message)
-            render.warn(message)
+            reporting.warn(message)
 
 
 def check_memory(path: Path, header, options: EngineOptions, draft=None) -> None:
@@ -132,12 +144,16 @@ def load_engine(
     debug: bool = False,
     force: bool = False,
     timeout: float | None = None,
+    factory: EngineFactory | None = None,
+    check_files: bool = True,
 ) -> Loaded:
-    from llmcli import endpoints, settings
+    """The engine for `ref` (None: the configured model): a served model's, or one built by
+    `factory` (None: llama.cpp's) after the file checks (`check_files`: off for a test's fake)."""
+    from llmcli import settings
     from llmcli.hub.resolve import resolve_model
 
     text = ref or settings.resolve("model") or None
-    if (endpoint := endpoints.lookup(text)) is not None:
+    if (endpoint := served_endpoint(text)) is not None:
         if options.speculative.enabled:
             from llmcli.errors import UsageError
 
@@ -160,16 +176,33 @@ def load_engine(
             raise error from None
         options = replace(options, speculative=replace(spec, model_draft=str(draft.path),
                                                        model_draft_ref=draft.ref))  # fmt: skip
-    env = environment.current()
-    if env.checks_model_files:
+    if check_files:
         validate_file(resolved.path, options, force=force)
-    engine = env.engine_factory(resolved.path, options, debug)
+    engine = (factory or llama_engine)(resolved.path, options, debug)
     return Loaded(engine, resolved.ref, resolved.path)
 
 
-def load_served(endpoint, *, debug: bool = False) -> Loaded:
-    """A served model: ask the server what it serves, and talk to it (engine/served.py)."""
+def llama_engine(path: Path, options: EngineOptions, debug: bool) -> Engine:
+    """The real engine factory: llama.cpp through llama-cpp-python."""
+    from llmcli.engine.llama import LlamaEngine
+
+    return LlamaEngine(path, options, debug=debug)
+
+
+def served_endpoint(ref: str | None) -> Endpoint | None:
+    """The endpoint `ref` (else the configured model) names, or None for a local model: the one
+    place that tells a served model from a local one (a URL, `NAME/MODEL` of a config
+    `[endpoints.NAME]` table, or an alias to either, before the hub's references)."""
+    from llmcli import settings
+    from llmcli.hub import aliases
+
+    return aliases.endpoint(ref or settings.resolve("model") or None)
+
+
+def load_served(endpoint: Endpoint, *, debug: bool = False, connections: int = 4) -> Loaded:
+    """A served model: ask the server what it serves, and talk to it (engine/served.py), with a pool
+    of `connections` (the serving benchmark's highest concurrency; one request at a time else)."""
     from llmcli.engine.served import ServedEngine
 
-    engine = ServedEngine(endpoint, debug=debug)
+    engine = ServedEngine(endpoint, connections=connections, debug=debug)
     return Loaded(engine, endpoint.with_model(engine.model).ref, None)

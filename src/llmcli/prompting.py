@@ -13,7 +13,7 @@ and `chat` refuses it unless told the same.
 from __future__ import annotations
 
 from llmcli import templates
-from llmcli.engine.base import Engine
+from llmcli.contract import Engine
 
 
 def prompt_format(engine: Engine) -> templates.PromptFormat:

@@ -4,14 +4,15 @@ Precedence, lowest first: the built-in defaults (`SamplingParams`), the model's 
 the configuration file, `LLMCLI_*` variables, flags. A model recommends through the GGUF keys
 llama.cpp reads for the same purpose (`general.sampling.temp`, `.top_k`, `.top_p`, `.min_p`,
 `.penalty_repeat`, `.penalty_last_n`); a bundled model whose file predates those keys carries
-llmcli's own recommendation (`hub.default_model.RECOMMENDED`).
+llmcli's own recommendation (`defaults.BUNDLED_SAMPLING`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from llmcli.engine.base import ModelInfo, SamplingParams
+from llmcli.contract import ModelInfo, SamplingParams
+from llmcli.defaults import BUNDLED_SAMPLING
 
 GGUF_KEYS = {
     "general.sampling.temp": "temperature",
@@ -39,9 +40,7 @@ def from_metadata(metadata: dict[str, str]) -> dict[str, Any]:
 
 
 def recommended(info: ModelInfo, ref: str) -> dict[str, Any]:
-    from llmcli.hub.default_model import RECOMMENDED
-
-    return {**RECOMMENDED.get(ref, {}), **info.sampling}
+    return {**BUNDLED_SAMPLING.get(ref, {}), **info.sampling}
 
 
 def apply_recommended(params: SamplingParams, info: ModelInfo, ref: str) -> dict[str, Any]:

@@ -335,12 +335,19 @@ def read_text(path: Path) -> str | None:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
+_cache: dict[str, Any] = {}  # the environment's settings cache, given here when it is installed
+
+
+def use_cache(cache: dict[str, Any]) -> None:
+    """Keep what is read once (the config file) in `cache` (`environment.install` gives its own)."""
+    global _cache
+    _cache = cache
+
+
 def load_config() -> dict[str, Any]:
     """The config file's values, validated; an invalid file is an error, never half-applied.
-    Read once per environment (`environment.current().settings_cache`)."""
-    from llmcli import environment
-
-    cache = environment.current().settings_cache
+    Read once per environment (its `settings_cache`, see `use_cache`)."""
+    cache = _cache
     if "config" not in cache:
         from llmcli import paths
 
@@ -481,6 +488,4 @@ def _edit(change, *, check: bool = True) -> bool:
 
 
 def reset_cache() -> None:
-    from llmcli import environment
-
-    environment.current().settings_cache.clear()
+    _cache.clear()

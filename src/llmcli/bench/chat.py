@@ -20,8 +20,8 @@ from llmcli import prompting
 from llmcli.bench.results import BenchRun, ChatTurnResult, ModelSummary
 from llmcli.bench.runner import Backend, Event, Interrupted, now_iso, reraise_second_ctrl_c
 from llmcli.bench.sweep import Case, Sweep, TestSpec, answer_settings
+from llmcli.contract import Done, EngineOptions, SamplingParams, Token
 from llmcli.conversation import Conversation
-from llmcli.engine.base import Done, EngineOptions, SamplingParams, Token
 
 MODES = ("reuse", "fresh")
 SYSTEM = "You are a helpful assistant. Answer in a few sentences."

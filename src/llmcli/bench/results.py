@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from llmcli.bench import stats, traffic
 from llmcli.bench.sweep import Case, ContextSpec
@@ -226,7 +226,7 @@ class SpecResult:
     gpu_layers_offloaded: int
     n_ctx: int
     max_tokens: int
-    spec: Any  # engine.base.SpecOptions (kind "none": the plain baseline)
+    spec: Any  # contract.SpecOptions (kind "none": the plain baseline)
     label: str
     prompt_source: str  # "default", "--prompt" or the --prompt-file path
     prompt_format: str  # "template" (the chat template, as generate) or "raw" (a base model)
@@ -345,6 +345,19 @@ class SpecResult:
         }
 
 
+class Result(Protocol):
+    """What a run keeps of each finished result, whatever it measured (a test, a chat turn, a
+    speculative case, a serving case in `serve.py`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def other_load(self) -> float | None: ...
+
+    def record(self, measured_gbps: float | None = None) -> dict[str, Any]: ...
+
+
 @dataclass
 class BenchRun:
     """Everything one `llmcli bench` invocation measured, complete or not."""
@@ -353,7 +366,7 @@ class BenchRun:
     settings: dict[str, Any]
     planned: int
     started_at: str
-    results: list[TestResult | ChatTurnResult | SpecResult] = field(default_factory=list)
+    results: list[Result] = field(default_factory=list)
     finished_at: str | None = None
     complete: bool = True
     interrupted: bool = False
@@ -362,7 +375,7 @@ class BenchRun:
     # called with each result's flat record as soon as it finishes (-o jsonl writes them then)
     on_record: Callable[[dict[str, Any]], None] | None = field(default=None, repr=False, compare=False)
 
-    def add(self, *results: TestResult | ChatTurnResult | SpecResult) -> None:
+    def add(self, *results: Result) -> None:
         """Keep finished results, and hand each one's flat record to `on_record` at once."""
         for result in results:
             self.results.append(result)

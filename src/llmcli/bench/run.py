@@ -9,20 +9,21 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from llmcli.bench import chat, runner
 from llmcli.bench import spec as speculative
 from llmcli.bench.results import BenchRun, ModelSummary
 from llmcli.bench.sweep import ContextSpec, Sweep, drop_unsupported, expand
+from llmcli.contract import EngineOptions
 
-SCENARIOS = ("tests", "chat", "spec")
+DEFAULT_SCENARIO = "tests"
 
 
 @dataclass
 class Request:
     sweep: Sweep
-    scenario: str = "tests"
+    scenario: str = DEFAULT_SCENARIO  # a name in SCENARIOS
     reps: int = 5
     warmup: bool = True
     roofline: bool = False
@@ -41,65 +42,45 @@ class Request:
 class Plan:
     models: dict[str, ModelSummary]
     cases: list  # sweep.Case, or spec.SpecCase for --scenario spec
+    scenario: Scenario  # from `SCENARIOS`, looked up once here
     dropped: list[ContextSpec] = field(default_factory=list)  # settings llama.cpp would refuse
 
 
 def plan(request: Request, backend: runner.Backend) -> Plan:
     """Resolve and inspect every model, expand the sweep, and check every case fits its context."""
+    scenario = SCENARIOS[request.scenario]
     models = resolve_models(request.sweep.models, backend, request.offline)
     request.sweep.models = list(models)
     # --repack as asked, else the build's default: every record says which layout it measured
     request.sweep.repack = list(dict.fromkeys(backend.weight_repack(r) for r in request.sweep.repack))
     _, dropped = drop_unsupported(request.sweep.contexts())
-    sizes = None  # the tests scenario's context per group; the others size theirs when they run
-    if request.scenario == "chat":
-        cases: list = chat.expand(request.sweep)
-    elif request.scenario == "spec":
-        speculative.check(request.spec, models, backend, request.offline)
-        cases = speculative.expand(request.sweep, request.spec.points())
-    else:
-        cases = expand(request.sweep)
-        sizes = runner.context_sizes(cases, models, request.ctx_size)
+    cases = scenario.expand(request, models, backend)
     if not request.force:
-        check_memory(request, cases, models, backend, sizes)
-    return Plan(models, cases, dropped)
+        check_memory(request, scenario, cases, models, backend)
+    return Plan(models, cases, scenario, dropped)
 
 
 def check_memory(
     request: Request,
+    scenario: Scenario,
     cases: list,
     models: dict[str, ModelSummary],
     backend: runner.Backend,
-    sizes: dict[tuple, int] | None = None,
 ) -> None:
     """Refuse, before anything is measured, a case whose model and context (and draft model) would
     not fit the free memory, as generate and chat refuse it: llama.cpp would otherwise fail at
     context creation in the middle of the run, or the machine would swap. `sizes`: the tests
     scenario's context per group (`runner.context_sizes`)."""
-    from llmcli.engine.base import EngineOptions
     from llmcli.errors import ResourceError
 
-    if request.scenario == "chat":
-        every = [(case.model, chat.engine_options(case, request.ctx_size)) for case in cases]
-    elif request.scenario == "spec":
-        options = spec_options(request)
-        every = [(case.model, speculative.engine_options(case, options)) for case in cases]
-    else:
-        assert sizes is not None
-        every = [
-            (case.model, EngineOptions(ctx_size=sizes[runner.group_key(case)], gpu_layers=case.n_gpu_layers,
-                                       type_k=case.context.type_k, type_v=case.context.type_v))
-            for case in cases
-        ]  # fmt: skip
     seen: set[tuple[str, str]] = set()
-    for model, engine_options in every:
+    for model, engine_options in scenario.loads(request, cases, models):
         if (key := (model, repr(engine_options))) not in seen:
             seen.add(key)
             try:
                 backend.check_memory(models[model], engine_options)
             except ResourceError as exc:
-                if request.scenario == "tests" and not request.ctx_size:  # sized to fit the tests
-                    exc.hint = "use a smaller -p, -n or -d or quantization, or --force to load anyway"
+                exc.hint = scenario.memory_hint(request) or exc.hint
                 raise
 
 
@@ -119,7 +100,7 @@ def resolve_models(refs: list[str | None], backend: runner.Backend, offline: boo
 def new_run(request: Request, the_plan: Plan, backend: runner.Backend) -> BenchRun:
     s = request.sweep
     settings: dict[str, Any] = {
-        "scenario": request.scenario, "repetitions": request.reps, "warmup": request.warmup,
+        "scenario": the_plan.scenario.name, "repetitions": request.reps, "warmup": request.warmup,
         "seed": request.seed, "delay_s": request.delay_s, "ctx_size": request.ctx_size,
         "busy_processes": request.busy,
         "sweep": {
@@ -129,32 +110,9 @@ def new_run(request: Request, the_plan: Plan, backend: runner.Backend) -> BenchR
             "repack": s.repack,
         },
     }  # fmt: skip
-    if request.scenario == "spec":
-        p = request.spec
-        settings["sweep"].update({
-            "spec_type": p.kinds, "spec_draft_n_max": p.draft_max, "spec_draft_n_min": p.draft_min,
-            "spec_ngram_max": p.ngram_max, "spec_ngram_min": p.ngram_min, "spec_adaptive": p.adaptive,
-            "spec_exact": p.exact, "model_draft": p.model_draft, "model_draft_path": p.model_draft_path,
-            "n_gpu_layers_draft": p.gpu_layers_draft, "n_ctx_draft": p.ctx_size_draft,
-            "type_k_draft": p.type_k_draft, "type_v_draft": p.type_v_draft,
-        })  # fmt: skip
-        settings["prompt"] = request.prompt_source
-        settings["prompt_text"] = request.prompt
-    planned = (
-        chat.planned(the_plan.cases, chat_options(request))
-        if request.scenario == "chat"
-        else len(the_plan.cases)
-    )
+    the_plan.scenario.settings(request, settings)
+    planned = the_plan.scenario.planned(request, the_plan.cases)
     return BenchRun(backend.environment(), settings, planned, runner.now_iso())
-
-
-def chat_options(request: Request) -> chat.ChatOptions:
-    return chat.ChatOptions(request.reps, request.warmup, request.ctx_size)
-
-
-def spec_options(request: Request) -> speculative.SpecOptionsRun:
-    return speculative.SpecOptionsRun(request.reps, request.warmup, request.ctx_size, request.prompt,
-                                      request.prompt_source, request.spec.points())  # fmt: skip
 
 
 def execute(
@@ -177,18 +135,7 @@ def execute(
         run.bandwidth = measure_bandwidth(max(request.sweep.threads))
 
     def work(stop: threading.Event) -> BenchRun:
-        if request.scenario == "chat":
-            return chat.run_chat(
-                the_plan.cases, the_plan.models, backend, run, chat_options(request), progress, stop
-            )
-        if request.scenario == "spec":
-            return speculative.run_spec(
-                the_plan.cases, the_plan.models, backend, run, spec_options(request), progress, stop
-            )
-        options = runner.Options(
-            request.reps, request.warmup, request.seed, request.delay_s, request.ctx_size
-        )
-        return runner.run_tests(the_plan.cases, the_plan.models, backend, run, options, progress, stop)
+        return the_plan.scenario.run(request, the_plan, backend, run, progress, stop)
 
     from llmcli.bench import cpu_load
     from llmcli.errors import LlmcliError
@@ -203,3 +150,169 @@ def execute(
             run.error = exc
             run.finished_at = runner.now_iso()
             return run
+
+
+# -- the scenarios ----------------------------------------------------------------------------
+
+
+class Scenario(Protocol):
+    """What sets one `--scenario` apart: its cases, how each loads, what its run records, and the
+    loop that measures them (`runner.run_tests`, `chat.run_chat`, `spec.run_spec`). Looked up once,
+    by name, in `SCENARIOS`; the serving benchmark (`serve.py`) measures a server instead."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def own_prompts(self) -> str | None:
+        """Why -p, -pg and -d do not apply (the scenario brings its own prompts); None: they do."""
+        ...
+
+    @property
+    def takes_spec(self) -> bool:
+        """Whether the --spec-* flags, -md and the prompt flags apply."""
+        ...
+
+    def expand(self, request: Request, models: dict[str, ModelSummary], backend: runner.Backend) -> list:
+        """The cases, refused here when one cannot run (a test past its context, a bad draft model)."""
+        ...
+
+    def loads(
+        self, request: Request, cases: list, models: dict[str, ModelSummary]
+    ) -> list[tuple[str, EngineOptions]]:
+        """Each case's model and the options it loads with (for the memory check)."""
+        ...
+
+    def memory_hint(self, request: Request) -> str | None:
+        """The hint of a refusal for memory, where the scenario knows a better one."""
+        ...
+
+    def settings(self, request: Request, settings: dict[str, Any]) -> None:
+        """Add what this scenario's run records to the run's settings."""
+        ...
+
+    def planned(self, request: Request, cases: list) -> int:
+        """Results a complete run produces."""
+        ...
+
+    def run(
+        self,
+        request: Request,
+        the_plan: Plan,
+        backend: runner.Backend,
+        run: BenchRun,
+        progress: Callable[[runner.Event], None],
+        stop: threading.Event,
+    ) -> BenchRun: ...
+
+
+class _Base:
+    own_prompts: str | None = None
+    takes_spec = False
+
+    def memory_hint(self, request: Request) -> str | None:
+        return None
+
+    def settings(self, request: Request, settings: dict[str, Any]) -> None:
+        pass
+
+    def planned(self, request: Request, cases: list) -> int:
+        return len(cases)
+
+
+class Tests(_Base):
+    """llama-bench's pp/tg/pg tests, each in a context sized to fit its group (or --ctx-size)."""
+
+    name = "tests"
+
+    def expand(self, request: Request, models: dict[str, ModelSummary], backend: runner.Backend) -> list:
+        cases = expand(request.sweep)
+        runner.context_sizes(cases, models, request.ctx_size)  # every test checked to fit
+        return cases
+
+    def loads(
+        self, request: Request, cases: list, models: dict[str, ModelSummary]
+    ) -> list[tuple[str, EngineOptions]]:
+        sizes = runner.context_sizes(cases, models, request.ctx_size)
+        return [
+            (case.model, EngineOptions(ctx_size=sizes[runner.group_key(case)], gpu_layers=case.n_gpu_layers,
+                                       type_k=case.context.type_k, type_v=case.context.type_v))
+            for case in cases
+        ]  # fmt: skip
+
+    def memory_hint(self, request: Request) -> str | None:
+        if request.ctx_size:
+            return None
+        # the context was sized to fit the tests: smaller tests need less of it
+        return "use a smaller -p, -n or -d or quantization, or --force to load anyway"
+
+    def run(self, request, the_plan, backend, run, progress, stop) -> BenchRun:
+        r = request
+        options = runner.Options(r.reps, r.warmup, r.seed, r.delay_s, r.ctx_size)
+        return runner.run_tests(the_plan.cases, the_plan.models, backend, run, options, progress, stop)
+
+
+class Chat(_Base):
+    """A scripted conversation through the chat template, KV cache reused and not (`chat.py`)."""
+
+    name = "chat"
+    own_prompts = "its prompts are the script's turns"
+
+    def expand(self, request: Request, models: dict[str, ModelSummary], backend: runner.Backend) -> list:
+        return chat.expand(request.sweep)
+
+    def loads(
+        self, request: Request, cases: list, models: dict[str, ModelSummary]
+    ) -> list[tuple[str, EngineOptions]]:
+        return [(case.model, chat.engine_options(case, request.ctx_size)) for case in cases]
+
+    def planned(self, request: Request, cases: list) -> int:
+        return chat.planned(cases, self.options(request))
+
+    def options(self, request: Request) -> chat.ChatOptions:
+        return chat.ChatOptions(request.reps, request.warmup, request.ctx_size)
+
+    def run(self, request, the_plan, backend, run, progress, stop) -> BenchRun:
+        options = self.options(request)
+        return chat.run_chat(the_plan.cases, the_plan.models, backend, run, options, progress, stop)
+
+
+class Spec(_Base):
+    """Speculative decoding of one prompt against plain decoding, per proposer setting (`spec.py`)."""
+
+    name = "spec"
+    own_prompts = "its prompt is --prompt or -f/--file"
+    takes_spec = True
+
+    def expand(self, request: Request, models: dict[str, ModelSummary], backend: runner.Backend) -> list:
+        speculative.check(request.spec, models, backend, request.offline)
+        return speculative.expand(request.sweep, request.spec.points())
+
+    def loads(
+        self, request: Request, cases: list, models: dict[str, ModelSummary]
+    ) -> list[tuple[str, EngineOptions]]:
+        options = self.options(request)
+        return [(case.model, speculative.engine_options(case, options)) for case in cases]
+
+    def settings(self, request: Request, settings: dict[str, Any]) -> None:
+        p = request.spec
+        settings["sweep"].update({
+            "spec_type": p.kinds, "spec_draft_n_max": p.draft_max, "spec_draft_n_min": p.draft_min,
+            "spec_ngram_max": p.ngram_max, "spec_ngram_min": p.ngram_min, "spec_adaptive": p.adaptive,
+            "spec_exact": p.exact, "model_draft": p.model_draft, "model_draft_path": p.model_draft_path,
+            "n_gpu_layers_draft": p.gpu_layers_draft, "n_ctx_draft": p.ctx_size_draft,
+            "type_k_draft": p.type_k_draft, "type_v_draft": p.type_v_draft,
+        })  # fmt: skip
+        settings["prompt"] = request.prompt_source
+        settings["prompt_text"] = request.prompt
+
+    def options(self, request: Request) -> speculative.SpecOptionsRun:
+        return speculative.SpecOptionsRun(request.reps, request.warmup, request.ctx_size, request.prompt,
+                                          request.prompt_source, request.spec.points())  # fmt: skip
+
+    def run(self, request, the_plan, backend, run, progress, stop) -> BenchRun:
+        options = self.options(request)
+        return speculative.run_spec(the_plan.cases, the_plan.models, backend, run, options, progress, stop)
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (Tests(), Chat(), Spec())}

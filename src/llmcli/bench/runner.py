@@ -73,7 +73,7 @@ class Backend(Protocol):
         """Whether a model loads with its weights repacked: as asked, else the build's default."""
 
     def chat_engine(self, model: ModelSummary, options: Any) -> Any:
-        """A full `Engine` for the chat scenario (built from `llmcli.engine.base.EngineOptions`)."""
+        """A full `Engine` for the chat scenario (built from `llmcli.contract.EngineOptions`)."""
 
     def release(self, thing: Any) -> None:
         """Forget a closed chat engine."""

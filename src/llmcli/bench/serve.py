@@ -16,7 +16,11 @@ Per repetition: request throughput (completed / wall time of the repetition) and
 (output tokens of all completed requests / wall time). Reported: throughputs as mean ± sd over
 repetitions (the per-repetition output tokens/s are `samples_ts`, so `bench compare` works), and
 TTFT, TPOT, ITL and latency as mean, median, p90 and p99 over all requests of all repetitions.
-How this relates to `vllm bench serve`: docs/SERVING_BENCHMARK.md.
+How this relates to `vllm bench serve`: docs/SERVED.md.
+
+One client: the endpoints are loaded through the loader, as generate and chat load them, and each
+request is the served engine's own (`ServedEngine.completion`: its request body, its stream reader,
+its figures), many at once on the engine's connection pool.
 """
 
 from __future__ import annotations
@@ -25,11 +29,16 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, cast
 
 from llmcli.bench import stats
-from llmcli.endpoints import short_model
+from llmcli.bench.results import BenchRun
+from llmcli.bench.runner import Event, now_iso
+from llmcli.endpoints import Endpoint, short_model
+
+if TYPE_CHECKING:
+    from llmcli.engine.served import Exchange, Reply, ServedEngine
 
 WORDS = (
     "time person year way day thing man world life hand part child eye woman place work week case "
@@ -183,10 +192,8 @@ class Prompts:
     """Synthetic prompts of an exact token length, each different from its first word on (so no
     request reuses another's cached prefix)."""
 
-    def __init__(self, client, flavour: str, model: str, seed: int) -> None:
-        self.client = client
-        self.flavour = flavour
-        self.model = model
+    def __init__(self, engine: ServedEngine, seed: int) -> None:
+        self.engine = engine
         self.rng = random.Random(seed)
         self.words_per_token: float | None = None
 
@@ -194,25 +201,23 @@ class Prompts:
         return " ".join(self.rng.choice(WORDS) for _ in range(n))
 
     def make(self, n_prompt: int) -> str | list[int]:
-        if self.flavour == "llama-server":
-            text = self._words(n_prompt + 8)
-            data = self.client.post_json("/tokenize", {"content": text, "add_special": False}, root=True)
-            tokens = [int(t) for t in data.get("tokens", [])]
+        if self.engine.flavour == "llama-server":  # the server's own tokenizer cuts it to length
+            tokens = self.engine.tokenize(self._words(n_prompt + 8))
             while len(tokens) < n_prompt:
-                more = self.client.post_json("/tokenize", {"content": " " + self._words(n_prompt)}, root=True)
-                tokens += [int(t) for t in more.get("tokens", [])]
+                tokens += self.engine.tokenize(" " + self._words(n_prompt))
             return tokens[:n_prompt]
         if self.words_per_token is None:
             self.words_per_token = self._calibrate()
         return self._words(max(1, round(n_prompt * self.words_per_token)))
 
     def _calibrate(self) -> float:
-        """Words per token from one short request's usage (0.75 when the server reports none)."""
+        """Words per token from one short request's usage (0.75 when the server reports none). Not
+        streamed: llama-cpp-python's server reports usage only in a whole response."""
         n = 200
         text = self._words(n)
-        body = {"model": self.model, "prompt": text, "max_tokens": 1, "stream": False}
+        body = {"model": self.engine.model, "prompt": text, "max_tokens": 1, "stream": False}
         try:
-            data = self.client.post_json("/completions", body)
+            data = self.engine.client.post_json("/completions", body)
             tokens = (data.get("usage") or {}).get("prompt_tokens")
         except Exception:  # calibration is best effort; the request itself reports its faults
             tokens = None
@@ -223,85 +228,75 @@ class Prompts:
 
 
 def one_request(
-    engine,
+    engine: ServedEngine,
     prompt: str | list[int],
     n_gen: int,
     seed: int,
     cancel: threading.Event,
-    on_open: Callable[[Any], None],
+    on_open: Callable[[Exchange], None],
 ) -> RequestResult:
-    """One streamed completion, timed on the client."""
-    from llmcli.engine.served import read_chunks, server_figures
+    """One streamed completion through the engine's own request and stream reader, timed on the
+    client: greedy, exactly `n_gen` tokens where the server can be told to ignore the end of
+    text, and the whole prompt prefilled (no prompt cache), as for distinct users."""
+    from llmcli.contract import SamplingParams
     from llmcli.errors import LlmcliError
 
-    client = engine.client
-    body: dict[str, Any] = {
-        "model": engine.model,
-        "prompt": prompt,
-        "max_tokens": n_gen,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "temperature": 0.0,
-        "seed": seed,
-    }
-    if engine.flavour in ("llama-server", "vllm"):
-        body["ignore_eos"] = True
-    if engine.flavour == "llama-server":
-        body["cache_prompt"] = False  # every request's prompt is prefilled, as with distinct users
-    started = time.monotonic()
+    # greedy; every other sampling setting is the server's own default
+    others = frozenset({"top_p", "top_k", "min_p", "repeat_penalty", "repeat_last_n"})
+    params = SamplingParams(temperature=0.0, seed=seed, max_tokens=n_gen, defaulted=others)
+    exchange = engine.completion(prompt, params, cache_prompt=False, ignore_eos=True, server_defaults=True)
     try:
-        response = client.open_stream("/completions", body, cancel)
+        if not exchange.open(cancel):
+            return RequestResult(False, "interrupted")
     except LlmcliError as exc:
         return RequestResult(False, exc.message)
-    if response is None:
-        return RequestResult(False, "interrupted")
-    on_open(response)
-    times: list[float] = []
-    usage: dict = {}
-    timings: dict = {}
+    on_open(exchange)
     try:
-        for chunk in read_chunks(response, client.url("/completions"), client.stall_s):
-            data = chunk.data
-            if isinstance(data.get("usage"), dict):
-                usage = data["usage"]
-            if isinstance(data.get("timings"), dict):
-                timings = data["timings"]
-            for choice in data.get("choices") or []:
-                if isinstance(choice, dict) and isinstance(choice.get("text"), str) and choice["text"]:
-                    times.append(chunk.at)
+        for _ in exchange.texts():
+            pass
     except LlmcliError as exc:
         return RequestResult(False, "interrupted" if cancel.is_set() else exc.message)
     finally:
-        response.close()
+        exchange.close()
     end = time.monotonic()
     if cancel.is_set():
         return RequestResult(False, "interrupted")
+    return _measured(exchange.reply, end)
+
+
+def _measured(reply: Reply, end: float) -> RequestResult:
+    """A finished reply's figures: times from its chunks' arrival, counts as the engine reads them."""
+    times = reply.times
     if not times:
         return RequestResult(False, "no text in the answer")
-    counted = usage.get("completion_tokens")
+    figures = reply.stats(0)
     result = RequestResult(
         True,
-        ttft_s=times[0] - started,
-        latency_s=end - started,
+        ttft_s=times[0] - reply.started,
+        latency_s=end - reply.started,
         itl_s=[b - a for a, b in zip(times, times[1:], strict=False)],
+        output_tokens=figures.completion_tokens,
+        tokens_source=figures.sources["completion_tokens"],
     )
-    if isinstance(counted, int):
-        result.output_tokens = counted
-    else:
-        result.output_tokens, result.tokens_source = len(times), "chunks"
-    prompt_tokens = usage.get("prompt_tokens")
-    result.prompt_tokens = prompt_tokens if isinstance(prompt_tokens, int) else None
+    if figures.sources["prompt_tokens"] == "usage":
+        result.prompt_tokens = figures.prompt_tokens
     span = times[-1] - times[0]
     if span > 0 and result.output_tokens > 1:
         result.client_decode_tps = (result.output_tokens - 1) / span
-    result.server_decode_tps = server_figures(timings).get("predicted_per_second")
+    result.server_decode_tps = figures.server.get("predicted_per_second")
     return result
 
 
 def run_case(
-    engine, case: Case, prompts: list[str | list[int]], seed: int, stop: threading.Event, live: set
+    engine: ServedEngine,
+    case: Case,
+    prompts: list[str | list[int]],
+    seed: int,
+    stop: threading.Event,
+    live: set[Exchange],
 ) -> Repetition:
-    """`case.requests` requests through `case.concurrency` workers; returns the repetition."""
+    """`case.requests` requests through `case.concurrency` workers; returns the repetition. Each
+    request in flight is in `live`, so that Ctrl-C can shut them all."""
     results: list[RequestResult | None] = [None] * case.requests
     next_index = [0]
     lock = threading.Lock()
@@ -313,17 +308,17 @@ def run_case(
                 if i >= case.requests:
                     return
                 next_index[0] += 1
-            holder: list[Any] = []
+            holder: list[Exchange] = []
 
-            def opened(response, holder=holder) -> None:
-                holder.append(response)
+            def opened(exchange: Exchange, holder=holder) -> None:
+                holder.append(exchange)
                 with lock:
-                    live.add(response)
+                    live.add(exchange)
 
             results[i] = one_request(engine, prompts[i], case.n_gen, seed + i, stop, opened)
             with lock:
-                for response in holder:
-                    live.discard(response)
+                for exchange in holder:
+                    live.discard(exchange)
 
     started = time.monotonic()
     threads = [
@@ -339,41 +334,28 @@ def run_case(
     return Repetition(wall, [r for r in results if r is not None])
 
 
-@dataclass
-class Progress:
-    index: int
-    total: int
-    name: str
-    phase: str  # "warmup", "run", "done"
-    rep: int = 0
-    reps: int = 0
-    result: ServeResult | None = None
-
-
 def run_serve(
-    engine,
+    engine: ServedEngine,
     cases: list[Case],
-    run,
+    run: BenchRun,
     reps: int,
     warmup: bool,
     seed: int,
     delay_s: float,
-    progress: Callable[[Progress], None],
-) -> Any:
-    """Run every case into `run` (a BenchRun); Ctrl-C stops at once, keeping what finished."""
+    progress: Callable[[Event], None],
+) -> BenchRun:
+    """Run every case into `run`; Ctrl-C stops at once, keeping what finished."""
     from llmcli import signals
-    from llmcli.bench.runner import now_iso
-    from llmcli.engine.served import _shutdown
 
     stop = threading.Event()
-    live: set = set()
+    live: set[Exchange] = set()
 
     def interrupt() -> None:
         stop.set()
-        for response in list(live):
-            _shutdown(response)
+        for exchange in list(live):
+            exchange.shutdown()
 
-    makers = Prompts(engine.client, engine.flavour, engine.model, seed)
+    makers = Prompts(engine, seed)
     with signals.interrupt_on_sigint(interrupt):
         for index, case in enumerate(cases):
             if stop.is_set():
@@ -382,12 +364,12 @@ def run_serve(
                 case, engine.model, engine.endpoint.url, engine.flavour, now_iso(), warmup=warmup
             )
             if warmup:
-                progress(Progress(index, len(cases), case.name, "warmup"))
+                progress(Event(index, len(cases), case.name, "warmup"))
                 one_request(engine, makers.make(case.n_prompt), case.n_gen, seed, stop, lambda r: None)
             for rep in range(1, reps + 1):
                 if stop.is_set():
                     break
-                progress(Progress(index, len(cases), case.name, "run", rep, reps))
+                progress(Event(index, len(cases), case.name, "run", rep, reps))
                 prompts = [makers.make(case.n_prompt) for _ in range(case.requests)]
                 repetition = run_case(engine, case, prompts, seed + 1000 * rep, stop, live)
                 if stop.is_set():
@@ -397,21 +379,96 @@ def run_serve(
                 run.complete, run.interrupted = False, True
                 break
             run.add(result)
-            progress(Progress(index, len(cases), case.name, "done", result=result))
+            progress(Event(index, len(cases), case.name, "done", result=result))
             if delay_s and index + 1 < len(cases):
                 stop.wait(delay_s)
     run.finished_at = now_iso()
     return run
 
 
-def environment(engine) -> dict[str, Any]:
+# -- one invocation ---------------------------------------------------------------------------
+
+
+def served_endpoints(refs: list[str | None], timeout: float | None = None) -> list[Endpoint]:
+    """The endpoints the `-m` references name (with the `--timeout` flag), or [] for local models:
+    the serving benchmark runs when they name served models. A mix of both is refused."""
+    from llmcli import loader
+    from llmcli.errors import UsageError
+
+    found = [loader.served_endpoint(ref) for ref in refs]
+    if any(e is None for e in found) and any(e is not None for e in found):
+        raise UsageError("bench measures local models or served ones, not both in one run")
+    return [replace(e, timeout_flag=timeout) for e in found if e is not None]
+
+
+@dataclass
+class Request:
+    """The serving benchmark's parsed flags: every -p, -n and -c combination, per endpoint."""
+
+    endpoints: list[Endpoint]
+    n_prompt: list[int]
+    n_gen: list[int]
+    concurrency: list[int]
+    requests: int | None = None  # per repetition; None: 4 per unit of concurrency, at least 8
+    reps: int = 5
+    warmup: bool = True
+    seed: int = 1234
+    delay_s: float = 0.0
+
+    def cases(self) -> list[Case]:
+        return [
+            Case(p, n, c, self.requests or max(8, 4 * c))
+            for p in self.n_prompt
+            for n in self.n_gen
+            for c in self.concurrency
+        ]
+
+    def settings(self) -> dict[str, Any]:
+        sweep = {"n_prompt": self.n_prompt, "n_gen": self.n_gen, "concurrency": self.concurrency,
+                 "requests": self.requests}  # fmt: skip
+        return {"scenario": "serve", "repetitions": self.reps, "warmup": self.warmup, "seed": self.seed,
+                "delay_s": self.delay_s, "sweep": sweep}  # fmt: skip
+
+
+def execute(
+    request: Request,
+    progress: Callable[[Event], None] = lambda event: None,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+    *,
+    debug: bool = False,
+) -> BenchRun:
+    """Connect to every endpoint (through the loader, as generate and chat do), then run every case
+    on each in turn; Ctrl-C keeps what finished. `on_record` gets each result's flat record as soon
+    as that result finishes."""
+    from llmcli import loader
+
+    cases = request.cases()
+    engines: list[ServedEngine] = []
+    try:
+        for endpoint in request.endpoints:  # a connection pool as large as the highest concurrency
+            loaded = loader.load_served(endpoint, connections=max(request.concurrency), debug=debug)
+            engines.append(cast("ServedEngine", loaded.engine))
+        run = BenchRun(environment(engines[0]), request.settings(), len(cases) * len(engines), now_iso())
+        run.on_record = on_record
+        for engine in engines:
+            r = request
+            run_serve(engine, cases, run, r.reps, r.warmup, r.seed, r.delay_s, progress)
+            if run.interrupted:
+                break
+    finally:
+        for engine in engines:
+            engine.close()
+    return run
+
+
+def environment(engine: ServedEngine) -> dict[str, Any]:
     """Where the run happened: the server (as it describes itself) and this client."""
     import os
     import platform
 
     from llmcli import __version__
 
-    props = getattr(engine, "props", None) or {}
+    props = engine.props or {}
     return {
         "endpoint": engine.endpoint.url,
         "server": engine.flavour,

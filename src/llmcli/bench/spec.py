@@ -29,7 +29,7 @@ from llmcli import defaults, prompting
 from llmcli.bench.results import BenchRun, ModelSummary, SpecResult, SpecSample
 from llmcli.bench.runner import Backend, Event, Interrupted, now_iso, reraise_second_ctrl_c
 from llmcli.bench.sweep import ContextSpec, Sweep, answer_settings
-from llmcli.engine.base import Done, EngineOptions, SamplingParams, SpecOptions, Token
+from llmcli.contract import Done, EngineOptions, SamplingParams, SpecOptions, Token
 from llmcli.errors import InvalidModelError, LlmcliError, UsageError
 
 # A copy-heavy default: a short source file, then a request to repeat it. Prompt lookup finds most

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from llmcli.errors import UsageError
-from llmcli.gguf_file import FLOAT_KV_TYPES, KV_TYPE_BYTES
+from llmcli.gguf_file import KV_TYPE_BYTES, v_cache_refused
 from llmcli.settings import BOOL_WORDS
 
 DEFAULT_N_PROMPT = [512]
@@ -272,7 +272,7 @@ def parse_models(values: list[str] | None) -> list[str | None]:
 
 def drop_unsupported(contexts: list[ContextSpec]) -> tuple[list[ContextSpec], list[ContextSpec]]:
     """llama.cpp quantizes the V cache only with flash attention: (kept, dropped)."""
-    kept = [c for c in contexts if c.type_v in FLOAT_KV_TYPES or c.flash_attn is not False]
+    kept = [c for c in contexts if not v_cache_refused(c.type_v, c.flash_attn)]
     return kept, [c for c in contexts if c not in kept]
 
 

@@ -1,20 +1,19 @@
 """`llmcli bench`: llama-bench style tokens-per-second reports, the chat scenario, and `bench compare`.
 
-Thin: flags become a `llmcli.bench.run.Request`; progress goes to stderr, the results table (or
-CSV / JSON / JSON lines) to stdout. Measurement lives in `llmcli.bench`.
+Thin: flags become a `llmcli.bench.run.Request` (or, for served models, a `llmcli.bench.serve.Request`);
+progress goes to stderr and the results table (or CSV / JSON / JSON lines) to stdout, both drawn by
+`llmcli.render.bench`. Measurement lives in `llmcli.bench`.
 """
 
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from llmcli import defaults
-from llmcli.bench.cpu_load import NOISY
 from llmcli.cli import options as o
 from llmcli.errors import ExitCode, UsageError
 
@@ -331,23 +330,24 @@ def bench(
     spec_given = [flag for flag, value in spec_flags.items() if value is not None]
     from llmcli import render
     from llmcli.bench import run as session
-    from llmcli.gguf_file import FLOAT_KV_TYPES
+    from llmcli.bench import serve
+    from llmcli.bench import sweep as s
+    from llmcli.gguf_file import QUANTIZED_V, v_cache_refused
     from llmcli.render import bench as formats
 
     _check_choice("--output", output, formats.FORMATS)
-    _check_choice("--scenario", scenario, session.SCENARIOS)
-    served = _served_models(model)
+    _check_choice("--scenario", scenario, tuple(session.SCENARIOS))
+    served = serve.served_endpoints(s.parse_models(model), timeout)
     if served:
         local_only = {"-pg": pg, "-d": depth, "-t": threads, "-ngl": gpu_layers, "-b": batch_size,
                       "-ub": ubatch_size, "-fa": flash_attn, "-ctk": cache_type_k, "-ctv": cache_type_v,
                       "--repack": repack, "--no-repack": no_repack or None, "--roofline": roofline or None,
                       "--busy": busy or None, "--ctx-size": ctx_size,
-                      "--scenario": None if scenario == "tests" else scenario}  # fmt: skip
+                      "--scenario": None if scenario == session.DEFAULT_SCENARIO else scenario}  # fmt: skip
         given = [flag for flag, value in local_only.items() if value] + spec_given
         if given:
             raise UsageError(f"{', '.join(given)}: not for a served model (the serving benchmark takes "
                              "-p, -n, -c, --requests, -r, --no-warmup, --delay, --seed and -o)")  # fmt: skip
-        served = [replace(e, timeout_flag=timeout) for e in served]
         return _bench_served(served, n_prompt, n_gen, concurrency, requests, repetitions, not no_warmup,
                              output, seed, delay)  # fmt: skip
     if concurrency or requests:
@@ -358,21 +358,16 @@ def bench(
     sweep = _sweep(model, n_prompt, n_gen, pg, depth, threads, gpu_layers, batch_size, ubatch_size,
                    flash_attn, cache_type_k, cache_type_v)  # fmt: skip
     sweep.repack = _repack(repack, no_repack)
-    if scenario == "chat" and (n_prompt or pg or depth):
-        raise UsageError(
-            "-p, -pg and -d do not apply to --scenario chat (its prompts are the script's turns)"
-        )
-    if scenario != "spec" and spec_given:
+    kind = session.SCENARIOS[scenario]
+    if kind.own_prompts and (n_prompt or pg or depth):
+        raise UsageError(f"-p, -pg and -d do not apply to --scenario {scenario} ({kind.own_prompts})")
+    if not kind.takes_spec and spec_given:
         raise UsageError(f"{', '.join(spec_given)}: only for --scenario spec (speculative decoding)")
     request = session.Request(
         sweep, scenario, repetitions, not no_warmup, roofline, ctx_size, delay, seed, offline, busy,
         force=force,
     )  # fmt: skip
-    if scenario == "spec":
-        if n_prompt or pg or depth:
-            raise UsageError(
-                "-p, -pg and -d do not apply to --scenario spec (its prompt is --prompt or -f/--file)"
-            )
+    if kind.takes_spec:
         request.spec = _spec_sweep(
             spec_type, spec_draft_n_max, spec_draft_n_min, spec_ngram_max, spec_ngram_min,
             _bools("--spec-adaptive", spec_adaptive, no_spec_adaptive),
@@ -380,30 +375,28 @@ def bench(
             cache_type_k_draft, cache_type_v_draft,
         )  # fmt: skip
         draft_v = request.spec.type_v_draft
-        if draft_v and draft_v not in FLOAT_KV_TYPES and False in sweep.flash_attn:
-            raise UsageError(f"-ctvd {draft_v}: a quantized V cache needs flash attention, and -fa lists 0")
+        if False in sweep.flash_attn and v_cache_refused(draft_v, False):
+            raise UsageError(f"-ctvd {draft_v}: {QUANTIZED_V}, and -fa lists 0")
         request.prompt, request.prompt_source = _spec_prompt(prompt, prompt_file)
     from llmcli import environment
+    from llmcli.bench.llama_backend import LlamaBackend
+    from llmcli.bench.runner import Backend
 
-    backend = environment.current().bench_backend(debug=render.debug())
+    backend: Backend = (environment.current().bench_backend or LlamaBackend)(debug=render.debug())
     if True in sweep.repack and backend.weight_repack(None) is False:
         render.warn(o.AMX_REPACK_WARNING)
     plan = session.plan(request, backend)
     _warn_dropped(plan.dropped)
     if roofline:
         render.info("llmcli bench: measuring memory bandwidth ...")
-    run = session.execute(request, plan, backend, Progress(), on_record=_streamer(output))
+    run = session.execute(request, plan, backend, formats.Progress(), on_record=_streamer(output))
     _write_results(run, output)
     if run.error is not None:
         render.warn(
             f"stopped: {len(run.results)} of {run.planned} results finished; they are marked incomplete"
         )
         raise run.error
-    if run.interrupted:
-        render.warn(
-            f"interrupted: {len(run.results)} of {run.planned} results finished; they are marked incomplete"
-        )
-        raise typer.Exit(int(ExitCode.INTERRUPTED))
+    _exit_if_interrupted(run)
 
 
 @bench_app.command("compare")
@@ -438,48 +431,28 @@ def compare(
         sys.stdout.write(comparison(result))
 
 
-def _served_models(model: list[str] | None):
-    """The endpoints `-m` names, or [] for local models; a mix of both is refused."""
-    from llmcli import endpoints, settings
-    from llmcli.bench import sweep as s
-
-    refs = s.parse_models(model)
-    found = [endpoints.lookup(ref or settings.resolve("model") or None) for ref in refs]
-    if any(e is None for e in found) and any(e is not None for e in found):
-        raise UsageError("bench measures local models or served ones, not both in one run")
-    return [e for e in found if e is not None]
-
-
 def _bench_served(found, n_prompt, n_gen, concurrency, requests, reps, warmup, output, seed, delay) -> None:
     """The serving benchmark (llmcli.bench.serve): every -p, -n and -c combination, per endpoint."""
     from llmcli import render
     from llmcli.bench import serve
     from llmcli.bench import sweep as s
-    from llmcli.bench.results import BenchRun
-    from llmcli.bench.runner import now_iso
-    from llmcli.engine.served import ServedEngine
+    from llmcli.render import bench as formats
 
-    prompts = s.parse_ints("-p", n_prompt, s.DEFAULT_N_PROMPT, minimum=1)
-    gens = s.parse_ints("-n", n_gen, s.DEFAULT_N_GEN, minimum=1)
-    levels = s.parse_ints("-c", concurrency, [1], minimum=1)
-    cases = [serve.Case(p, n, c, requests or max(8, 4 * c)) for p in prompts for n in gens for c in levels]
-    engines: list[ServedEngine] = []
-    try:
-        for endpoint in found:  # a connection pool as large as the highest concurrency
-            engines.append(ServedEngine(endpoint, connections=max(levels), debug=render.debug()))
-        settings = {"scenario": "serve", "repetitions": reps, "warmup": warmup, "seed": seed,
-                    "delay_s": delay, "sweep": {"n_prompt": prompts, "n_gen": gens, "concurrency": levels,
-                                                "requests": requests}}  # fmt: skip
-        run = BenchRun(serve.environment(engines[0]), settings, len(cases) * len(engines), now_iso())
-        run.on_record = _streamer(output)
-        for engine in engines:
-            serve.run_serve(engine, cases, run, reps, warmup, seed, delay, ServeProgress())
-            if run.interrupted:
-                break
-    finally:
-        for engine in engines:
-            engine.close()
+    request = serve.Request(
+        found,
+        s.parse_ints("-p", n_prompt, s.DEFAULT_N_PROMPT, minimum=1),
+        s.parse_ints("-n", n_gen, s.DEFAULT_N_GEN, minimum=1),
+        s.parse_ints("-c", concurrency, [1], minimum=1),
+        requests, reps, warmup, seed, delay,
+    )  # fmt: skip
+    run = serve.execute(request, formats.ServeProgress(), _streamer(output), debug=render.debug())
     _write_results(run, output)
+    _exit_if_interrupted(run)
+
+
+def _exit_if_interrupted(run) -> None:
+    from llmcli import render
+
     if run.interrupted:
         render.warn(
             f"interrupted: {len(run.results)} of {run.planned} results finished; they are marked incomplete"
@@ -640,58 +613,8 @@ def _spec_prompt(prompt: str | None, file: Path | None) -> tuple[str, str]:
 
 def _warn_dropped(dropped) -> None:
     from llmcli import render
+    from llmcli.gguf_file import QUANTIZED_V
 
     for c in dropped:
         label = f"-fa {c.flash_attn_label} with -ctv {c.type_v}"
-        render.warn(f"skipping {label}: a quantized V cache needs flash attention")
-
-
-class Progress:
-    """Progress on stderr: a live line on a terminal, one line per finished test otherwise."""
-
-    def __init__(self) -> None:
-        self.tty = sys.stderr.isatty()
-
-    def __call__(self, event) -> None:
-        from llmcli import render
-
-        if render.quiet():
-            return
-        where = f"[{event.index + 1}/{event.total}] {event.name}"
-        if event.phase == "done" and event.result is not None:
-            self._line(f"llmcli bench: {where}: {self.finished(event.result)}")
-        elif event.phase == "done":
-            self._line(f"llmcli bench: {where}: done")
-        elif self.tty:
-            step = "warm-up" if event.phase == "warmup" else f"run {event.rep}/{event.reps}"
-            sys.stderr.write(f"\r\033[K{where}: {step}")
-            sys.stderr.flush()
-
-    def finished(self, result) -> str:
-        busy = result.other_load or 0.0
-        note = f" (other processes used {busy:.0%} of the CPU)" if busy > NOISY else ""
-        if not hasattr(result, "timing"):  # --scenario spec
-            r = result.record()
-            line = f"{r['avg_ts']:.2f} ± {r['stddev_ts']:.2f} t/s" if r["samples_ts"] else "n/a t/s"
-            if r["vs_plain"] is not None:
-                line += f" ({r['vs_plain']:.2f}x plain)"
-            if r["spec_type"] != "none":
-                drafted, accepted = sum(r["drafted"]), sum(r["accepted"])
-                share = f" ({accepted / drafted:.0%})" if drafted else ""
-                line += f", accepted {accepted}/{drafted}{share}"
-            return line + note
-        t = result.timing
-        return f"{t.avg_ts:.2f} ± {t.stddev_ts:.2f} t/s{note}"
-
-    def _line(self, text: str) -> None:
-        sys.stderr.write(("\r\033[K" if self.tty else "") + text + "\n")
-        sys.stderr.flush()
-
-
-class ServeProgress(Progress):
-    """The serving benchmark's progress: the same lines, a finished case in requests and tokens."""
-
-    def finished(self, result) -> str:
-        r = result.record()
-        errors = f", {r['errors']} errors" if r["errors"] else ""
-        return f"{r['request_throughput']:.2f} req/s, {r['output_throughput']:.1f} output tok/s{errors}"
+        render.warn(f"skipping {label}: {QUANTIZED_V}")

@@ -10,6 +10,7 @@ import typer
 from llmcli.cli import options as o
 
 
+@o.run_flags
 def chat(
     ctx: typer.Context,
     model: o.Model = None,
@@ -46,36 +47,7 @@ def chat(
             show_default=False,
         ),
     ] = None,
-    ctx_size: o.CtxSize = None,
-    gpu_layers: o.GpuLayers = None,
-    threads: o.Threads = None,
-    batch_size: o.BatchSize = None,
-    flash_attn: o.FlashAttn = None,
-    repack: o.Repack = None,
-    cache_type_k: o.CacheTypeK = None,
-    cache_type_v: o.CacheTypeV = None,
-    temperature: o.Temperature = None,
-    top_k: o.TopK = None,
-    top_p: o.TopP = None,
-    min_p: o.MinP = None,
-    repeat_penalty: o.RepeatPenalty = None,
-    seed: o.Seed = None,
-    max_tokens: o.MaxTokens = None,
-    stop: o.Stop = None,
-    grammar_file: o.GrammarFile = None,
-    json_schema: o.JsonSchema = None,
-    spec_type: o.SpecType = None,
-    spec_draft_n_max: o.SpecDraftNMax = None,
-    spec_draft_n_min: o.SpecDraftNMin = None,
-    spec_ngram_max: o.SpecNgramMax = None,
-    spec_ngram_min: o.SpecNgramMin = None,
-    spec_adaptive: o.SpecAdaptive = None,
-    spec_exact: o.SpecExact = None,
-    model_draft: o.ModelDraft = None,
-    gpu_layers_draft: o.GpuLayersDraft = None,
-    ctx_size_draft: o.CtxSizeDraft = None,
-    cache_type_k_draft: o.CacheTypeKDraft = None,
-    cache_type_v_draft: o.CacheTypeVDraft = None,
+    flags: o.RunFlags = None,  # type: ignore[assignment]  # run_flags: ctx_size ... cache_type_v_draft
     fallback_template: o.FallbackTemplate = False,
     timeout: o.Timeout = None,
     offline: o.Offline = False,
@@ -96,32 +68,14 @@ def chat(
     policy = settings.resolve("on_overflow", on_overflow)
     if policy not in OVERFLOW_POLICIES:
         raise UsageError(f"--on-overflow must be one of {', '.join(OVERFLOW_POLICIES)}, got {policy!r}")
-    params = o.sampling_params(
-        temperature, top_k, top_p, min_p, repeat_penalty, seed, max_tokens, stop, grammar_file, json_schema
-    )
+    params = flags.sampling()
     name, saved = _session_to_continue(session, resume)
     if saved and model is None:
         model = saved.get("model")
     if saved and model == saved.get("model") and saved.get("fallback_template") is True:
         fallback_template = True  # the session's own model, chatted with in its fallback turn format
-    spec = o.spec_options(
-        spec_type,
-        spec_draft_n_max,
-        spec_draft_n_min,
-        spec_ngram_max,
-        spec_ngram_min,
-        spec_adaptive,
-        spec_exact,
-        model_draft,
-        gpu_layers_draft,
-        ctx_size_draft,
-        ctx,
-        cache_type_k_draft,
-        cache_type_v_draft,
-    )
-    engine_opts = o.engine_options(
-        ctx_size, gpu_layers, threads, batch_size, flash_attn, spec, repack, cache_type_k, cache_type_v
-    )
+    engine_opts = flags.engine(ctx)
+    cache_type_k, cache_type_v = flags.cache_type_k, flags.cache_type_v
     if saved and (kv := _saved_cache_types(saved, engine_opts, cache_type_k, cache_type_v)):
         from dataclasses import replace
 
@@ -137,16 +91,13 @@ def chat(
 
         changes = kv if speculative is None else {**kv, "speculative": speculative}
         opts = replace(engine_opts, **changes)
-        return load_engine(ref, opts, offline=offline, force=force, debug=render.debug(),
-                           timeout=timeout)  # fmt: skip
+        env = environment.current()
+        return load_engine(ref, opts, offline=offline, force=force, debug=render.debug(), timeout=timeout,
+                           factory=env.engine_factory, check_files=env.checks_model_files)  # fmt: skip
 
     loaded = load(model)
-    o.warn_amx_repack(repack, loaded)
-    if loaded.path is None:  # a served model
-        o.warn_local_only(ctx_size=ctx_size, gpu_layers=gpu_layers, threads=threads, batch_size=batch_size,
-                          flash_attn=flash_attn, repack=repack, cache_type_k=cache_type_k,
-                          cache_type_v=cache_type_v)  # fmt: skip
-    constraint = "json_schema" if json_schema is not None else "grammar" if grammar_file else None
+    flags.after_load(loaded)
+    constraint = flags.constraint
     chat_session = ChatSession(loaded, params, on_overflow=policy, session_name=name, load_model=load,
                                allow_base=fallback_template, constraint=constraint,
                                kv_cap_mb=kv_cache_max_mb)  # fmt: skip

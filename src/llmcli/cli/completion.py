@@ -47,25 +47,6 @@ def complete(
     print_candidates(ctx.find_root().command, path, param, incomplete)
 
 
-def fast_complete(argv: list[str]) -> int:
-    """`llmcli __complete [--] PATH PARAM [WORD]` without Typer's parsing of the command line.
-
-    Same answers as the hidden command, about 150 ms sooner per Tab (Typer's value conversion
-    imports pydantic); `app.main()` may call it when argv[1] is `__complete`.
-    """
-    args = argv[1:] if argv[:1] == ["--"] else argv
-    if len(args) not in (2, 3):
-        from llmcli.errors import ExitCode
-
-        return int(ExitCode.USAGE)
-    import typer
-
-    from llmcli.cli.app import app
-
-    print_candidates(typer.main.get_command(app), *args)
-    return 0
-
-
 def print_candidates(root, path: str, param: str, incomplete: str = "") -> None:
     try:
         values = complete_values(root, path, param, incomplete)

@@ -30,11 +30,12 @@ def doctor(
     """
     from llmcli import doctor as checks
     from llmcli.errors import ExitCode
+    from llmcli.render.doctor import format_text
 
     report = checks.collect(network=not offline)
     if as_json:
         render.out_json(report)
     else:
-        render.out_text(checks.format_text(report))
+        render.out_text(format_text(report))
     if any(problem["level"] == "error" for problem in report["problems"]):
         raise typer.Exit(int(ExitCode.ERROR))

@@ -11,6 +11,7 @@ from llmcli.cli import options as o
 from llmcli.errors import ExitCode, UsageError
 
 
+@o.run_flags
 def generate(
     ctx: typer.Context,
     prompt: Annotated[
@@ -26,36 +27,7 @@ def generate(
     ] = None,
     raw: Annotated[bool, typer.Option("--raw", help="Plain text completion: no chat template.")] = False,
     fallback_template: o.FallbackTemplate = False,
-    ctx_size: o.CtxSize = None,
-    gpu_layers: o.GpuLayers = None,
-    threads: o.Threads = None,
-    batch_size: o.BatchSize = None,
-    flash_attn: o.FlashAttn = None,
-    repack: o.Repack = None,
-    cache_type_k: o.CacheTypeK = None,
-    cache_type_v: o.CacheTypeV = None,
-    temperature: o.Temperature = None,
-    top_k: o.TopK = None,
-    top_p: o.TopP = None,
-    min_p: o.MinP = None,
-    repeat_penalty: o.RepeatPenalty = None,
-    seed: o.Seed = None,
-    max_tokens: o.MaxTokens = None,
-    stop: o.Stop = None,
-    grammar_file: o.GrammarFile = None,
-    json_schema: o.JsonSchema = None,
-    spec_type: o.SpecType = None,
-    spec_draft_n_max: o.SpecDraftNMax = None,
-    spec_draft_n_min: o.SpecDraftNMin = None,
-    spec_ngram_max: o.SpecNgramMax = None,
-    spec_ngram_min: o.SpecNgramMin = None,
-    spec_adaptive: o.SpecAdaptive = None,
-    spec_exact: o.SpecExact = None,
-    model_draft: o.ModelDraft = None,
-    gpu_layers_draft: o.GpuLayersDraft = None,
-    ctx_size_draft: o.CtxSizeDraft = None,
-    cache_type_k_draft: o.CacheTypeKDraft = None,
-    cache_type_v_draft: o.CacheTypeVDraft = None,
+    flags: o.RunFlags = None,  # type: ignore[assignment]  # run_flags: ctx_size ... cache_type_v_draft
     stats: Annotated[
         bool, typer.Option("--stats", help="Print speed figures on stderr after the text.")
     ] = False,
@@ -84,44 +56,21 @@ def generate(
 
     Example: cat notes.txt | llmcli generate "Summarize:" --max-tokens 200
     """
-    from llmcli import render, settings
+    from llmcli import environment, render, settings
 
     if prompt_cache_ro and prompt_cache is None:
         raise UsageError("--prompt-cache-ro needs --prompt-cache FILE")
     text = read_prompt(prompt, file)
-    params = o.sampling_params(
-        temperature, top_k, top_p, min_p, repeat_penalty, seed, max_tokens, stop, grammar_file, json_schema
-    )
+    params = flags.sampling()
     system = settings.resolve("system", system) or None
     from llmcli.loader import load_engine
 
-    spec = o.spec_options(
-        spec_type,
-        spec_draft_n_max,
-        spec_draft_n_min,
-        spec_ngram_max,
-        spec_ngram_min,
-        spec_adaptive,
-        spec_exact,
-        model_draft,
-        gpu_layers_draft,
-        ctx_size_draft,
-        ctx,
-        cache_type_k_draft,
-        cache_type_v_draft,
-    )
-    engine_opts = o.engine_options(
-        ctx_size, gpu_layers, threads, batch_size, flash_attn, spec, repack, cache_type_k, cache_type_v
-    )
-    loaded = load_engine(model, engine_opts, offline=offline, force=force, debug=render.debug(),
-                         timeout=timeout)  # fmt: skip
-    o.warn_amx_repack(repack, loaded)
-    if loaded.path is None:  # a served model
-        if prompt_cache is not None:
-            raise UsageError("--prompt-cache needs a local model: a served model's cache lives on its server")
-        o.warn_local_only(ctx_size=ctx_size, gpu_layers=gpu_layers, threads=threads, batch_size=batch_size,
-                          flash_attn=flash_attn, repack=repack, cache_type_k=cache_type_k,
-                          cache_type_v=cache_type_v)  # fmt: skip
+    env = environment.current()
+    loaded = load_engine(model, flags.engine(ctx), offline=offline, force=force, debug=render.debug(),
+                         timeout=timeout, factory=env.engine_factory, check_files=env.checks_model_files)  # fmt: skip
+    if loaded.served and prompt_cache is not None:
+        raise UsageError("--prompt-cache needs a local model: a served model's cache lives on its server")
+    flags.after_load(loaded)
     from llmcli.generation import run_generate
     from llmcli.prompting import generate_format
     from llmcli.sampling import apply_recommended
@@ -134,7 +83,7 @@ def generate(
         ignored = " (--system does not apply to plain text and is ignored)" if system else ""
         render.info(f"{loaded.ref}: {notice}{ignored}")
     raw = how == "raw"
-    constraint = "json_schema" if json_schema is not None else "grammar" if grammar_file else None
+    constraint = flags.constraint
     from llmcli.errors import StreamBrokenError
 
     try:
@@ -144,8 +93,10 @@ def generate(
         )  # fmt: skip
     except StreamBrokenError as exc:  # a served model broke off: the partial text was printed
         if as_json:
-            render.out_json({"text": exc.text, "finish_reason": "error", "error": exc.message,
-                             "model": {"ref": loaded.ref, "endpoint": loaded.engine.info.path}})  # fmt: skip
+            from llmcli import record
+
+            render.out_json(record.build(ref=loaded.ref, info=loaded.engine.info, params=params, done=None,
+                                         prompt_format=None, error=exc.message, partial_text=exc.text))  # fmt: skip
         raise
     if as_json:
         render.out_json(result.record())

@@ -76,12 +76,12 @@ def list_models(
 
 
 def _list_served(text: str, as_json: bool) -> None:
-    from llmcli import endpoints
+    from llmcli import endpoint_config, endpoints
     from llmcli.engine.served import Client
 
     if "/" in text and not endpoints.is_url(text):
         raise UsageError(f"--endpoint takes a URL or an endpoint name, got {text!r}")
-    endpoint = endpoints.lookup(text, aliases=False)
+    endpoint = endpoint_config.lookup(text)
     if endpoint is None:
         raise UsageError(
             f"no endpoint named {text!r} in the config file",
@@ -300,11 +300,12 @@ def verify(
 
     Example: llmcli models verify llama1b
     """
-    from llmcli.hub import progress, store
+    from llmcli import reporting
+    from llmcli.hub import store
 
     models = [store.lookup(ref)] if ref else store.hub_models()
     failed = []
-    with progress.progress() as prog:
+    with reporting.progress() as prog:
         for model in models:
             for result in store.verify(model, prog):
                 status = "ok" if result.ok else "FAILED"

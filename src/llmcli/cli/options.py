@@ -7,6 +7,11 @@ flag > LLMCLI_* variable > config file > built-in default is resolved in one pla
 
 from __future__ import annotations
 
+import functools
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -15,7 +20,7 @@ import typer
 from llmcli import defaults
 
 if TYPE_CHECKING:  # imported where used: `--help` need not build the engine's dataclasses
-    from llmcli.engine.base import EngineOptions, SamplingParams, SpecOptions
+    from llmcli.contract import EngineOptions, SamplingParams, SpecOptions
 
 MODEL_PANEL = "Model"
 SAMPLING_PANEL = "Sampling"
@@ -326,7 +331,7 @@ def spec_options(
     """Speculative decoding's settings, resolved (flag > env > config > default) and checked. The
     draft model reference is resolved to a file by the loader, like -m."""
     from llmcli import settings
-    from llmcli.engine.base import SpecOptions
+    from llmcli.contract import SpecOptions
     from llmcli.engine.spec import kind_of
     from llmcli.errors import UsageError
 
@@ -435,15 +440,15 @@ def engine_options(
     cache_type_v: str | None = None,
 ) -> EngineOptions:
     from llmcli import settings
-    from llmcli.engine.base import EngineOptions, SpecOptions
+    from llmcli.contract import EngineOptions, SpecOptions
     from llmcli.errors import UsageError
-    from llmcli.gguf_file import FLOAT_KV_TYPES
+    from llmcli.gguf_file import v_cache_refused
 
     gpu = settings.resolve("gpu_layers", gpu_layers)
     type_k, type_v = _cache_type("k", cache_type_k), _cache_type("v", cache_type_v)
     draft_v = speculative.type_v_draft if speculative is not None else None
     for v, flag in ((type_v, "-ctv"), (draft_v, "-ctvd")):  # the target's V cache, the draft's
-        if v and v not in FLOAT_KV_TYPES and flash_attn is False:
+        if v_cache_refused(v, flash_attn):
             raise UsageError(
                 f"a quantized V cache ({v}) needs flash attention, and -nfa turns it off",
                 hint=f"drop -nfa/--no-flash-attn, or use {flag} f16",
@@ -495,7 +500,7 @@ def sampling_params(
 ) -> SamplingParams:
     """Sampling settings resolved and validated, with the grammar text loaded."""
     from llmcli import settings
-    from llmcli.engine.base import SamplingParams
+    from llmcli.contract import SamplingParams
 
     flags = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p,
              "repeat_penalty": repeat_penalty, "max_tokens": max_tokens}  # fmt: skip
@@ -581,7 +586,7 @@ def _reason(exc: Exception) -> str:
 def warn_amx_repack(repack: bool | None, loaded) -> None:
     """`--repack` typed on a build that hands repacked weights to llama.cpp's AMX kernels: honoured,
     with a warning, since those kernels crash some hosts (virtual machines) at the first batch."""
-    if repack is not True or loaded.path is None:
+    if repack is not True or loaded.served:
         return
     from llmcli import render
     from llmcli.engine import backend
@@ -603,3 +608,96 @@ def warn_local_only(**flags) -> None:
     given = ["--" + name.replace("_", "-") for name, value in flags.items() if value is not None]
     if given:
         render.warn(f"{', '.join(given)}: ignored for a served model (its server decides)")
+
+
+@dataclass
+class RunFlags:
+    """The flags of every command that runs a model (generate, chat), declared once: how the model is
+    loaded, how it samples, and speculative decoding. `run_flags` adds them to a command, in this
+    order, where it takes `flags: RunFlags`; `resolve` turns them into what the request runs with."""
+
+    ctx_size: CtxSize = None
+    gpu_layers: GpuLayers = None
+    threads: Threads = None
+    batch_size: BatchSize = None
+    flash_attn: FlashAttn = None
+    repack: Repack = None
+    cache_type_k: CacheTypeK = None
+    cache_type_v: CacheTypeV = None
+    temperature: Temperature = None
+    top_k: TopK = None
+    top_p: TopP = None
+    min_p: MinP = None
+    repeat_penalty: RepeatPenalty = None
+    seed: Seed = None
+    max_tokens: MaxTokens = None
+    stop: Stop = None
+    grammar_file: GrammarFile = None
+    json_schema: JsonSchema = None
+    spec_type: SpecType = None
+    spec_draft_n_max: SpecDraftNMax = None
+    spec_draft_n_min: SpecDraftNMin = None
+    spec_ngram_max: SpecNgramMax = None
+    spec_ngram_min: SpecNgramMin = None
+    spec_adaptive: SpecAdaptive = None
+    spec_exact: SpecExact = None
+    model_draft: ModelDraft = None
+    gpu_layers_draft: GpuLayersDraft = None
+    ctx_size_draft: CtxSizeDraft = None
+    cache_type_k_draft: CacheTypeKDraft = None
+    cache_type_v_draft: CacheTypeVDraft = None
+
+    def sampling(self) -> SamplingParams:
+        """Sampling settings resolved (flag > LLMCLI_* > config > default) and checked."""
+        return sampling_params(self.temperature, self.top_k, self.top_p, self.min_p, self.repeat_penalty,
+                               self.seed, self.max_tokens, self.stop, self.grammar_file, self.json_schema)  # fmt: skip
+
+    def engine(self, ctx: typer.Context) -> EngineOptions:
+        """How the model is loaded, speculative decoding included, resolved and checked."""
+        spec = spec_options(
+            self.spec_type, self.spec_draft_n_max, self.spec_draft_n_min, self.spec_ngram_max,
+            self.spec_ngram_min, self.spec_adaptive, self.spec_exact, self.model_draft,
+            self.gpu_layers_draft, self.ctx_size_draft, ctx, self.cache_type_k_draft, self.cache_type_v_draft,
+        )  # fmt: skip
+        return engine_options(self.ctx_size, self.gpu_layers, self.threads, self.batch_size, self.flash_attn,
+                              spec, self.repack, self.cache_type_k, self.cache_type_v)  # fmt: skip
+
+    @property
+    def constraint(self) -> str | None:
+        """"json_schema" or "grammar" when the answer is constrained, else None."""
+        return "json_schema" if self.json_schema is not None else "grammar" if self.grammar_file else None
+
+    def after_load(self, loaded) -> None:
+        """What the loaded model makes of the flags: a warning for --repack on an AMX build, and one
+        for the flags a served model ignores."""
+        warn_amx_repack(self.repack, loaded)
+        if loaded.served:
+            warn_local_only(ctx_size=self.ctx_size, gpu_layers=self.gpu_layers, threads=self.threads,
+                            batch_size=self.batch_size, flash_attn=self.flash_attn, repack=self.repack,
+                            cache_type_k=self.cache_type_k, cache_type_v=self.cache_type_v)  # fmt: skip
+
+
+def run_flags(command: Callable) -> Callable:
+    """Give `command` the flags of `RunFlags` in place of its `flags` parameter (so `--help`, the man
+    page and the completions list them where it is), and call it with them as one `RunFlags`."""
+    hints = typing.get_type_hints(RunFlags, include_extras=True)
+    own = typing.get_type_hints(command, include_extras=True)  # resolved in the command's module
+    names = [f.name for f in fields(RunFlags)]
+    signature = inspect.signature(command)
+    parameters: list[inspect.Parameter] = []
+    for parameter in signature.parameters.values():
+        if parameter.name != "flags":
+            parameters.append(parameter.replace(annotation=own[parameter.name]))
+            continue
+        parameters += [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
+                                         annotation=hints[name]) for name in names]  # fmt: skip
+
+    @functools.wraps(command)
+    def with_flags(*args, **kwargs):
+        flags = RunFlags(**{name: kwargs.pop(name) for name in names})
+        return command(*args, flags=flags, **kwargs)
+
+    with_flags.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    with_flags.__annotations__ = {**{k: v for k, v in own.items() if k != "flags"},
+                                  **{name: hints[name] for name in names}}  # fmt: skip
+    return with_flags

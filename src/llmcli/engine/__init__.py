@@ -1,19 +1,18 @@
-"""Engines: the only code that runs a model. `base` defines the protocol and events."""
+"""Engines: the only code that runs a model. The contract they implement is `llmcli.contract`."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the contract, checked by mypy (tests/test_types.py): each engine is an Engine
-    from llmcli.engine.base import Engine
+    from llmcli.contract import Engine
     from llmcli.engine.fake import FakeEngine
     from llmcli.engine.llama import LlamaEngine
 
     def _every_engine_is_an_engine(llama: LlamaEngine, fake: FakeEngine) -> tuple[Engine, Engine]:
         return llama, fake
 
-    from llmcli.engine.base import MessagesEngine
     from llmcli.engine.served import ServedEngine
 
-    def _a_served_model_is_an_engine(served: ServedEngine) -> tuple[Engine, MessagesEngine]:
-        return served, served
+    def _a_served_model_is_an_engine(served: ServedEngine) -> Engine:
+        return served

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Generator, Iterator
 from typing import Protocol
 
-from llmcli.engine.base import (
+from llmcli.contract import (
     Done,
     Event,
     FinishReason,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmcli.engine.base import EngineOptions
+from llmcli.contract import EngineOptions
 from llmcli.engine.native import AbortFlag, ggml_type, raise_for, set_attention
 from llmcli.engine.sampler import penalty_sampler, pick
 from llmcli.errors import InvalidModelError, LlmcliError, UsageError

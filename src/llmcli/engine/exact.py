@@ -16,8 +16,8 @@ import ctypes
 import json
 from pathlib import Path
 
+from llmcli.contract import EngineOptions, SpecOptions
 from llmcli.engine.backend import llama_cpp_version
-from llmcli.engine.base import EngineOptions, SpecOptions
 from llmcli.engine.kvcache import KVCache
 from llmcli.engine.vocab import Tokenizer
 

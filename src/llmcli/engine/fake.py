@@ -10,18 +10,20 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from llmcli.engine.base import (
+from llmcli.contract import (
     Done,
     EngineOptions,
     Event,
     FinishReason,
     ModelInfo,
     PrefillProgress,
+    Request,
     SamplingParams,
     Stats,
     Token,
     check_prompt,
 )
+from llmcli.engine import local
 from llmcli.engine.text import TextStream
 
 BOS = 0x10FFFF  # a code point no test text uses
@@ -146,6 +148,9 @@ class FakeEngine:
 
     def close(self) -> None:
         pass
+
+    def respond(self, request: Request) -> Iterator[Event]:
+        return local.respond(self, request)
 
     def stream(self, prompt: str | list[int], params: SamplingParams) -> Iterator[Event]:
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)

@@ -32,8 +32,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from llmcli import defaults
+from llmcli.contract import (
+    EngineOptions,
+    Event,
+    ModelInfo,
+    Request,
+    SamplingParams,
+    SpecOptions,
+    check_prompt,
+)
+from llmcli.engine import local
 from llmcli.engine.backend import backend_name, llama_cpp_version, weight_repack
-from llmcli.engine.base import EngineOptions, Event, ModelInfo, SamplingParams, SpecOptions, check_prompt
 from llmcli.engine.decoding import MIN_PREFILL_SAMPLE, Generation
 from llmcli.engine.draft import SPEC_VOCAB_MAX_DIFFERENCE, DraftModel, check_draft_vocab, vocab_difference
 from llmcli.engine.exact import ExactLimits, ExactProbe, MeasuredStore
@@ -423,6 +432,9 @@ class LlamaEngine:
     def interrupt(self) -> None:
         """Stop the running request soon; safe from a signal handler."""
         self._abort.set()
+
+    def respond(self, request: Request) -> Iterator[Event]:
+        return local.respond(self, request)
 
     def stream(self, prompt: str | list[int], params: SamplingParams) -> Iterator[Event]:
         """Prefill `prompt`, then decode; yields PrefillProgress, Token..., and one Done.

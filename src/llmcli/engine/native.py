@@ -10,7 +10,7 @@ import ctypes
 import threading
 from contextlib import contextmanager
 
-from llmcli.engine.base import EngineOptions
+from llmcli.contract import EngineOptions
 from llmcli.errors import ContextOverflowError, LlmcliError, UsageError
 
 _log_callback = None  # keeps the ctypes callback alive for the life of the process

@@ -9,7 +9,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from llmcli.engine.base import SamplingParams
+from llmcli.contract import SamplingParams
 from llmcli.engine.vocab import Tokenizer
 from llmcli.errors import UsageError
 

@@ -1,5 +1,5 @@
 """`ServedEngine`: a model on an OpenAI-compatible server (llama-server, vLLM, Ollama, LM Studio, a
-hosted API), the second real engine behind the contract in `engine/base.py`.
+hosted API), the second real engine behind the contract in `contract.py`.
 
 The server owns the model, its chat template and its KV cache, so this engine sends what the user
 meant, not tokens: `stream_messages` posts the conversation to `/chat/completions` (the whole
@@ -39,9 +39,10 @@ from collections.abc import Iterator
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
-from llmcli import render
-from llmcli.endpoints import Endpoint, stall_timeout
-from llmcli.engine.base import Done, Event, ModelInfo, SamplingParams, Stats, Token
+from llmcli import reporting
+from llmcli.contract import Done, Event, ModelInfo, Prepared, Request, SamplingParams, Stats, Token
+from llmcli.endpoint_config import stall_timeout
+from llmcli.endpoints import Endpoint
 from llmcli.errors import (
     ContextOverflowError,
     LlmcliError,
@@ -131,7 +132,7 @@ class Client:
 
         url = self.url(path)
         if self.debug:
-            render.debug_log(f"POST {url} {json.dumps(_loggable(body))[:2000]}")
+            reporting.debug(f"POST {url} {json.dumps(_loggable(body))[:2000]}")
         for attempt in range(MAX_RETRIES + 1):
             request = self._http.build_request(
                 "POST", url, json=body, headers={"Accept": "text/event-stream"}
@@ -166,7 +167,7 @@ class Client:
                         f"{url}: HTTP {status} ({_reason(status)}); the server asks to retry in {wait:.0f} s",
                         hint="try again later",
                     )
-                render.debug_log(
+                reporting.debug(
                     f"HTTP {status} from {url}; retry {attempt + 1}/{MAX_RETRIES} in {wait:.1f} s"
                 )
                 if cancel.wait(wait):
@@ -224,15 +225,66 @@ def read_chunks(response: httpx.Response, url: str, stall_s: float) -> Iterator[
         raise NetworkError(f"{url}: the connection broke mid-stream ({_short(exc)})") from None
 
 
+class Exchange:
+    """One streamed request on a `Client`: opened, read into a `Reply` as its text arrives, and shut
+    from any thread. `ServedEngine` runs one per answer; the serving benchmark runs many at once
+    on one engine's client, so each holds its own response rather than the engine holding one."""
+
+    def __init__(self, client: Client, path: str, body: dict, *, chat: bool) -> None:
+        self.client = client
+        self.path = path
+        self.body = body
+        self.chat = chat
+        self.url = client.url(path)
+        self.reply = Reply(time.monotonic())
+        self._response: httpx.Response | None = None
+        self._lock = threading.Lock()
+
+    def open(self, cancel: threading.Event) -> bool:
+        """Send the request; False when `cancel` was set before the server accepted it. The reply's
+        clock starts here: its time to first text counts from the request being sent."""
+        self.reply = Reply(time.monotonic())
+        response = self.client.open_stream(self.path, self.body, cancel)
+        if response is None:
+            return False
+        with self._lock:
+            self._response = response
+        if cancel.is_set():  # interrupted while the request was being accepted
+            self.shutdown()
+        return True
+
+    def texts(self) -> Iterator[str]:
+        """Each chunk's text as it arrives (the reply keeps it, with usage, timings and arrival
+        times). Raises NetworkError as `read_chunks` does."""
+        assert self._response is not None, "open() first"
+        for chunk in read_chunks(self._response, self.url, self.client.stall_s):
+            text = self.reply.add(chunk, chat=self.chat)
+            if text:
+                yield text
+
+    def shutdown(self) -> None:
+        """End the blocked read now (any thread): the socket is shut down under it."""
+        with self._lock:
+            response = self._response
+        if response is not None:
+            _shutdown(response)
+
+    def close(self) -> None:
+        with self._lock:
+            response, self._response = self._response, None
+        if response is not None:
+            response.close()
+
+
 class ServedEngine:
-    """A served model: the `Engine` contract over an OpenAI-compatible HTTP API (plus
-    `stream_messages`, see `base.MessagesEngine`)."""
+    """A served model: the `Engine` contract over an OpenAI-compatible HTTP API. `respond` sends the
+    conversation to `/chat/completions` (`stream_messages`) and plain text to `/completions`."""
 
     def __init__(self, endpoint: Endpoint, *, connections: int = 4, debug: bool = False) -> None:
         self.endpoint = endpoint
         self.client = Client(endpoint, connections=connections, debug=debug)
         self._cancel = threading.Event()
-        self._response: httpx.Response | None = None
+        self._exchange: Exchange | None = None
         self._lock = threading.Lock()
         try:
             self.model, self.flavour, listed = probe(self.client, endpoint)
@@ -259,6 +311,7 @@ class ServedEngine:
             chat_template=None,
             name=self.model,
             backend="server",
+            server=self.flavour,
         )
 
     # -- the contract -----------------------------------------------------------------------
@@ -287,22 +340,52 @@ class ServedEngine:
     def stream(self, prompt: str | list[int], params: SamplingParams) -> Iterator[Event]:
         """A plain-text completion (`/completions`): the prompt as text, or token ids (which
         llama-server and vLLM take)."""
-        body = request_body(params, self.model, self.flavour, chat=False)
-        body["prompt"] = prompt
-        return self._run("/completions", body, params, chat=False)
+        return self._run(self.completion(prompt, params), params)
+
+    def respond(self, request: Request) -> Iterator[Event]:
+        """The conversation goes to `/chat/completions` as it is, the whole history every turn (the
+        server applies the template and reuses its cached prefix; a context overflow is its to
+        report, exit 4); plain text to `/completions`. `request.fit` and `before_prefill` are
+        the server's business: there is no client-side fitting and no cache here to load."""
+        if request.text is not None:
+            yield Prepared("raw")
+            yield from self.stream(request.text, request.params)
+            return
+        assert request.messages is not None
+        yield Prepared("server")
+        yield from self.stream_messages(request.messages, request.params)
 
     def stream_messages(self, messages: list[dict[str, str]], params: SamplingParams) -> Iterator[Event]:
+        """A chat completion of `messages` (`/chat/completions`): Token..., one Done."""
         body = request_body(params, self.model, self.flavour, chat=True)
         body["messages"] = messages
-        return self._run("/chat/completions", body, params, chat=True)
+        return self._run(Exchange(self.client, "/chat/completions", body, chat=True), params)
+
+    def completion(
+        self,
+        prompt: str | list[int],
+        params: SamplingParams,
+        *,
+        cache_prompt: bool = True,
+        ignore_eos: bool = False,
+        server_defaults: bool = False,
+    ) -> Exchange:
+        """A `/completions` request, not yet sent: what `stream` runs, and what the serving
+        benchmark runs many of at once (see `request_body` for the switches)."""
+        body = request_body(
+            params, self.model, self.flavour, chat=False,
+            cache_prompt=cache_prompt, ignore_eos=ignore_eos, server_defaults=server_defaults,
+        )  # fmt: skip
+        body["prompt"] = prompt
+        return Exchange(self.client, "/completions", body, chat=False)
 
     def interrupt(self) -> None:
         """Stop the running stream now: set the flag and shut the socket down (any thread)."""
         self._cancel.set()
         with self._lock:
-            response = self._response
-        if response is not None:
-            _shutdown(response)
+            exchange = self._exchange
+        if exchange is not None:
+            exchange.shutdown()
 
     def reset(self) -> None:
         """Nothing to forget here: the server keeps its own cache (and reuses it by prefix)."""
@@ -321,25 +404,26 @@ class ServedEngine:
 
     # -- one request ------------------------------------------------------------------------
 
-    def _run(self, path: str, body: dict, params: SamplingParams, *, chat: bool) -> Iterator[Event]:
+    def _run(self, exchange: Exchange, params: SamplingParams) -> Iterator[Event]:
         self._cancel.clear()
-        started = time.monotonic()
-        response = self.client.open_stream(path, body, self._cancel)
-        if response is None:
-            yield Done("", "interrupted", Stats(total_ms=(time.monotonic() - started) * 1000), body["seed"])
-            return
         with self._lock:
-            self._response = response
-        if self._cancel.is_set():
-            _shutdown(response)
-        reply = Reply(started)
-        url = self.client.url(path)
+            self._exchange = exchange  # before it opens: an interrupt() then shuts it as it opens
+        try:
+            opened = exchange.open(self._cancel)
+        except BaseException:
+            self._forget()
+            raise
+        seed = exchange.body["seed"]
+        if not opened:
+            self._forget()
+            waited_ms = (time.monotonic() - exchange.reply.started) * 1000
+            yield Done("", "interrupted", Stats(total_ms=waited_ms), seed)
+            return
+        reply, url = exchange.reply, exchange.url
         try:
             try:
-                for chunk in read_chunks(response, url, self.client.stall_s):
-                    text = reply.add(chunk, chat=chat)
-                    if text:
-                        yield Token(text, reply.n_chunks)
+                for text in exchange.texts():
+                    yield Token(text, reply.n_chunks)
             except NetworkError as exc:
                 if not self._cancel.is_set():
                     if reply.pieces:
@@ -360,17 +444,20 @@ class ServedEngine:
                 elif reply.finish is None:
                     raise NetworkError(f"{url}: the stream ended without an answer")
         finally:
-            with self._lock:
-                self._response = None
-            response.close()
+            self._forget()
+            exchange.close()
         stats = reply.stats(self.n_ctx)
         yield Done(
             reply.text,
             reply.finish_reason,
             stats,
-            body["seed"],
+            seed,
             constraint_complete=_constraint_complete(reply, params),
         )
+
+    def _forget(self) -> None:
+        with self._lock:
+            self._exchange = None
 
 
 class Reply:
@@ -678,33 +765,52 @@ def probe(client: Client, endpoint: Endpoint) -> tuple[str, str, dict]:
     )
 
 
-def request_body(params: SamplingParams, model: str, flavour: str, *, chat: bool) -> dict:
+def request_body(
+    params: SamplingParams,
+    model: str,
+    flavour: str,
+    *,
+    chat: bool,
+    cache_prompt: bool = True,
+    ignore_eos: bool = False,
+    server_defaults: bool = False,
+) -> dict:
     """The sampling settings as the API takes them. Standard fields always; llama.cpp's own
     (top_k, min_p, repeat_penalty, grammar) to servers known to take them, and to other servers
     only when the user set them (an unknown field the server refuses is then its clear error);
-    a setting that cannot be expressed is an error, never dropped."""
+    a setting that cannot be expressed is an error, never dropped.
+
+    `cache_prompt=False` asks llama-server to prefill the whole prompt (as for a distinct user);
+    `ignore_eos` asks the servers that take it (llama-server, vLLM) for exactly `max_tokens`;
+    `server_defaults` leaves out the settings in `params.defaulted` (top_p, top_k, min_p,
+    repeat_penalty, repeat_last_n), so the server's own defaults apply (the serving benchmark)."""
     seed = params.seed if params.seed is not None else random.randint(0, 2**31 - 1)
     body: dict[str, Any] = {
         "model": model,
         "stream": True,
         "stream_options": {"include_usage": True},
         "temperature": params.temperature,
-        "top_p": params.top_p,
         "seed": seed,
     }
+    set_by_user = lambda name: name not in params.defaulted  # noqa: E731
+    sent = set_by_user if server_defaults else (lambda name: True)
+    if sent("top_p"):
+        body["top_p"] = params.top_p
     if params.max_tokens:
         body["max_tokens"] = params.max_tokens
     if params.stop:
         body["stop"] = list(params.stop)
     llama_like = flavour in ("llama-server", "llama-cpp-python")
-    set_by_user = lambda name: name not in params.defaulted  # noqa: E731
     for name in ("top_k", "min_p", "repeat_penalty"):
-        if llama_like or set_by_user(name):
+        if (llama_like or set_by_user(name)) and sent(name):
             key = "repetition_penalty" if (name == "repeat_penalty" and flavour == "vllm") else name
             body[key] = getattr(params, name)
+    if ignore_eos and flavour in ("llama-server", "vllm"):
+        body["ignore_eos"] = True
     if flavour == "llama-server":
-        body["repeat_last_n"] = params.repeat_last_n
-        body["cache_prompt"] = True
+        if sent("repeat_last_n"):
+            body["repeat_last_n"] = params.repeat_last_n
+        body["cache_prompt"] = cache_prompt
         body["timings_per_token"] = False
     if params.json_schema is not None:
         schema = params.json_schema if isinstance(params.json_schema, dict) else {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-from llmcli.engine.base import SamplingParams, SpecOptions, Stats
+from llmcli.contract import SamplingParams, SpecOptions, Stats
 from llmcli.engine.draft import DraftModel
 from llmcli.engine.exact import EXACT_SHORT_CELLS, ExactLimits, MeasuredStore
 from llmcli.engine.kvcache import KVCache

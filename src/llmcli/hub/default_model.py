@@ -46,11 +46,7 @@ DEFAULT = SMOLLM2
 DEFAULT_REF = DEFAULT.name  # the name users see for the default model
 PACKAGE = DEFAULT.package
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-# Sampling recommended for a bundled model whose file carries no `general.sampling.*` keys (see
-# llmcli.sampling). SmolLM2-135M at the built-in defaults (temperature 0.8, no repeat penalty) loops
-# until the token cap on about one seed in ten for a short creative prompt; with llama.cpp's
-# classic repeat penalty of 1.1 it stopped by itself on every seed tried (20 of 20).
-RECOMMENDED: dict[str, dict[str, float]] = {SMOLLM2.name: {"repeat_penalty": 1.1}}
+# The sampling recommended for a bundled model whose file carries none is `defaults.BUNDLED_SAMPLING`.
 
 
 def installed(name: str = DEFAULT_REF) -> bool:

@@ -19,12 +19,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmcli import reporting as report
 from llmcli.errors import InvalidModelError, LlmcliError, NetworkError, TerminatedError
 from llmcli.hub import cache, env, hashing, records, remote
-from llmcli.hub import progress as report
 from llmcli.hub.hashing import Expected, Hasher
-from llmcli.hub.progress import Progress, Task
 from llmcli.hub.quants import is_gguf
+from llmcli.reporting import Progress, Task
 from llmcli.units import human_size
 
 ATTEMPTS = 3  # transfers per file before giving up (each resumes the last)

@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmcli import reporting
 from llmcli.errors import ModelNotFoundError
-from llmcli.hub import cache, download, fit, progress, quants, remote
+from llmcli.hub import cache, download, fit, quants, remote
 from llmcli.hub.quants import Group
 from llmcli.hub.refs import HubRef
 
@@ -48,7 +49,7 @@ def pull(ref: HubRef, *, force: bool = False) -> Pulled:
         cache.ensure_writable(ref.repo_id)
         _check_space(ref, [f for f in files if not linked[f.path]])
     fetched = False
-    with progress.progress() as prog:
+    with reporting.progress() as prog:
         for rfile in files:
             pointer = cache.pointer_path(ref.repo_id, repo.commit, rfile.path)
             if linked[rfile.path] and download.check_blob(
@@ -57,7 +58,7 @@ def pull(ref: HubRef, *, force: bool = False) -> Pulled:
                 continue
             bad = linked[rfile.path]
             if bad:
-                progress.warn(f"the cached {rfile.path} does not match its hash; downloading it again")
+                reporting.warn(f"the cached {rfile.path} does not match its hash; downloading it again")
             source = download.source_for(ref, repo.commit, rfile)
             blob = download.ensure_blob(source, prog, force=force or bad)
             cache.link(blob, pointer)

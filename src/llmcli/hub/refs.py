@@ -18,10 +18,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from llmcli.errors import UsageError
+from llmcli.names import NAME as _NAME
+from llmcli.names import is_alias_name
 
 SYNTAX_HINT = "use org/repo, org/repo:QUANT, org/repo/file.gguf, add @REVISION, or a path to a .gguf file"
 
-_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?$")
 _QUANT = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?$")
 _REVISION = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_./-]*$")
 _PREFIXES = ("https://huggingface.co/", "http://huggingface.co/", "https://hf.co/", "http://hf.co/",
@@ -107,11 +108,6 @@ def parse_hub(text: str, *, original: str | None = None) -> HubRef:
     if filename and quant:
         raise _malformed(original, "name a file or a quantization, not both")
     return HubRef(f"{org}/{repo}", quant, filename, revision)
-
-
-def is_alias_name(name: str) -> bool:
-    """Alias names: letters, digits, '.', '_' and '-', no slash or colon, not ending in .gguf."""
-    return bool(_NAME.match(name)) and not name.lower().endswith(".gguf") and len(name) <= 64
 
 
 def _looks_like_path(text: str) -> bool:

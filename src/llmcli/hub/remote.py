@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from llmcli import __version__
+from llmcli import __version__, reporting
 from llmcli.errors import LlmcliError, ModelNotFoundError, NetworkError
-from llmcli.hub import env, hashing, progress
+from llmcli.hub import env, hashing
 from llmcli.hub.refs import HubRef
 
 T = TypeVar("T")
@@ -55,12 +55,14 @@ class RemoteRepo:
 
 
 def http():
-    """The HTTP library huggingface_hub uses (httpx2 in huggingface_hub 2.x, httpx in 1.x)."""
-    try:
-        import httpx2 as module
-    except ImportError:  # pragma: no cover - huggingface_hub 1.x
-        import httpx as module
-    return module
+    """The HTTP library huggingface_hub talks through (httpx2 in huggingface_hub 2.x, httpx in 1.x),
+    found from its own session: the hub names that library's errors and timeouts but imports no
+    HTTP client of its own (the served engine's is llmcli's one)."""
+    import importlib
+
+    from huggingface_hub.utils import get_session
+
+    return importlib.import_module(type(get_session()).__module__.partition(".")[0])
 
 
 def api():
@@ -149,7 +151,7 @@ def call(fn: Callable[[], T], ref: HubRef, *, filename: str | None = None) -> T:
             reason = describe(exc)
         except OfflineModeIsEnabled:
             raise offline_refusal(ref) from None
-        progress.info(f"{env.endpoint()}: {reason}; retrying ({attempt + 1}/{ATTEMPTS})")
+        reporting.info(f"{env.endpoint()}: {reason}; retrying ({attempt + 1}/{ATTEMPTS})")
         time.sleep(BACKOFF_S * 2 ** (attempt - 1))
     raise AssertionError("unreachable")  # pragma: no cover
 

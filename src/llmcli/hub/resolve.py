@@ -75,17 +75,18 @@ def _resolve_alias(name: str, offline: bool) -> ResolvedModel:
 
 
 def _resolve_hub(ref, offline: bool) -> ResolvedModel:
-    from llmcli.hub import progress, pull, remote, store
+    from llmcli import reporting
+    from llmcli.hub import pull, remote, store
 
     local = store.find_local(ref)
     if local is not None:
-        with progress.progress() as prog:
+        with reporting.progress() as prog:
             store.check(local, prog)
         quant = local.group.label if local.group else None
         return ResolvedModel(local.path, str(ref), local.paths, ref.repo_id, local.commit, quant)
     if offline:
         raise remote.offline_refusal(ref)
-    progress.info(f"{ref} is not downloaded yet; pulling it")
+    reporting.info(f"{ref} is not downloaded yet; pulling it")
     pulled = pull.pull(ref)
     return ResolvedModel(
         pulled.paths[0], str(ref), pulled.paths, ref.repo_id, pulled.commit, pulled.group.label

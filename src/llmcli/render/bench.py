@@ -1,6 +1,8 @@
 """Benchmark results as text: a Markdown table (the default), CSV, one JSON document, or JSON lines;
 and the `bench compare` table. The bench package measures; this module presents.
 
+Also the progress lines a run writes on stderr while it measures (`Progress`, `ServeProgress`).
+
 The Markdown table follows llama-bench's layout (model, size, params, backend, threads, test, t/s),
 adding the columns that were swept or changed from the default, the effective memory traffic of
 decode tests, and with --roofline its fraction of the measured memory bandwidth. Every sample is
@@ -12,13 +14,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmcli import defaults
 from llmcli.bench import stats, sweep
 from llmcli.bench.cpu_load import NOISY
-from llmcli.bench.results import BenchRun
+from llmcli.bench.results import BenchRun, SpecResult
 from llmcli.render import tables
 from llmcli.units import human_size
 
@@ -371,3 +374,58 @@ def comparison(result: Comparison) -> str:
 
 def _mean_sd(values: list[float]) -> str:
     return f"{stats.mean(values):.2f} ± {stats.stdev(values):.2f}"
+
+
+# -- progress on stderr ----------------------------------------------------------------------
+
+
+class Progress:
+    """A bench run's progress (`runner.Event`s) on stderr: a live line on a terminal, one line per
+    finished test otherwise."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, event) -> None:
+        from llmcli import render
+
+        if render.quiet():
+            return
+        where = f"[{event.index + 1}/{event.total}] {event.name}"
+        if event.phase == "done" and event.result is not None:
+            self._line(f"llmcli bench: {where}: {self.finished(event.result)}")
+        elif event.phase == "done":
+            self._line(f"llmcli bench: {where}: done")
+        elif self.tty:
+            step = "warm-up" if event.phase == "warmup" else f"run {event.rep}/{event.reps}"
+            sys.stderr.write(f"\r\033[K{where}: {step}")
+            sys.stderr.flush()
+
+    def finished(self, result) -> str:
+        busy = result.other_load or 0.0
+        note = f" (other processes used {busy:.0%} of the CPU)" if busy > NOISY else ""
+        if isinstance(result, SpecResult):
+            r = result.record()
+            line = f"{r['avg_ts']:.2f} ± {r['stddev_ts']:.2f} t/s" if r["samples_ts"] else "n/a t/s"
+            if r["vs_plain"] is not None:
+                line += f" ({r['vs_plain']:.2f}x plain)"
+            if r["spec_type"] != "none":
+                drafted, accepted = sum(r["drafted"]), sum(r["accepted"])
+                share = f" ({accepted / drafted:.0%})" if drafted else ""
+                line += f", accepted {accepted}/{drafted}{share}"
+            return line + note
+        t = result.timing
+        return f"{t.avg_ts:.2f} ± {t.stddev_ts:.2f} t/s{note}"
+
+    def _line(self, text: str) -> None:
+        sys.stderr.write(("\r\033[K" if self.tty else "") + text + "\n")
+        sys.stderr.flush()
+
+
+class ServeProgress(Progress):
+    """The serving benchmark's progress: the same lines, a finished case in requests and tokens."""
+
+    def finished(self, result) -> str:
+        r = result.record()
+        errors = f", {r['errors']} errors" if r["errors"] else ""
+        return f"{r['request_throughput']:.2f} req/s, {r['output_throughput']:.1f} output tok/s{errors}"

@@ -1,4 +1,4 @@
-"""The hub's progress and notices on stderr: a live bar on a terminal, plain lines otherwise.
+"""The lower layers' progress and notices on stderr: a live bar on a terminal, plain lines otherwise.
 
 On a terminal the bar shows bytes done of the total, speed and time left. When stderr is not a
 terminal (a log file, CI), a line is written when each file starts and ends, and nothing else.
@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from llmcli import render
-from llmcli.hub.progress import Progress, Reporter, Task
+from llmcli.reporting import Progress, Reporter, Task
 from llmcli.units import human_size
 
 
@@ -24,6 +24,9 @@ class StderrReporter(Reporter):
 
     def warn(self, message: str) -> None:
         render.warn(message)
+
+    def debug(self, message: str) -> None:
+        render.debug_log(message)
 
     @contextmanager
     def progress(self) -> Iterator[Progress]:

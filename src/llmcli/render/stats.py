@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from llmcli.engine.base import Stats
+    from llmcli.contract import Stats
 
 
 def stats_line(s: Stats, *, context: int | None = None, ttft: bool = True, load: bool = False) -> str:

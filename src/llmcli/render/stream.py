@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from llmcli.engine.base import Event, Token
+from llmcli.contract import Event, Token
 
 
 class PlainSink:

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from llmcli import prompting, templates
+from llmcli.contract import Done, Event, Fit, Request, SamplingParams, Stats
 from llmcli.conversation import Conversation
-from llmcli.engine.base import Done, Event, SamplingParams, Stats, takes_messages
 from llmcli.errors import StreamBrokenError
 from llmcli.loader import Loaded
 
@@ -183,49 +183,36 @@ class ChatSession:
 
     @property
     def served(self) -> bool:
-        """A served model: the server applies the template and keeps the cache (engine/served.py)."""
-        return takes_messages(self.engine)
-
-    def _answer_served(self, sink: Sink) -> TurnResult:
-        """The whole history as messages, every turn (the server reuses its cached prefix and says
-        how much in its usage); a context overflow is the server's to report."""
-        from llmcli.generation import drive
-
-        try:
-            done = drive(self.engine, [], self.params, sink, messages=self.conversation.template_messages())
-        except StreamBrokenError as exc:
-            self.conversation.add_assistant(exc.text, interrupted=True)
-            raise
-        recorded = self._record(done)
-        self.last = done.stats
-        self.totals.add(done.stats)
-        return TurnResult(done, recorded=recorded)
+        """A served model (decided by the loader): for what the REPL says, never for how a turn runs."""
+        return self.loaded.served
 
     def _answer(self, sink: Sink) -> TurnResult:
-        if self.served:
-            return self._answer_served(sink)
-        fitted = self.conversation.fit(
-            self.render_tokens, self.engine.n_ctx, self.answer_reserve(), self.on_overflow
-        )
-        restore_ms = self._restore_kv(fitted.tokens)
+        """One turn: the whole history as one request (a local engine fits it to the context by the
+        overflow policy and reuses its cached prefix; a server does its own)."""
         from llmcli.generation import drive
 
-        done = drive(self.engine, fitted.tokens, self.params, sink)
-        stats = done.stats
-        stats.ttft_ms += restore_ms  # the wait for the first token includes reading the state
-        stats.total_ms += restore_ms
-        recorded = self._record(done)
-        self.last = stats
-        self.totals.add(stats)
-        return TurnResult(done, fitted.dropped_messages, fitted.dropped_tokens, recorded=recorded)
+        request = Request(
+            self.params, messages=self.conversation.template_messages(),
+            fit=Fit(self.answer_reserve(), self.on_overflow), before_prefill=self._restore_kv,
+        )  # fmt: skip
+        try:
+            done, prepared = drive(self.engine, request, sink)
+        except StreamBrokenError as exc:  # a served model broke off: its partial answer is kept
+            self.conversation.add_assistant(exc.text, interrupted=True)
+            raise
+        del self.conversation.messages[: prepared.dropped_messages]  # what the overflow policy dropped
+        recorded = self._record(done, prepared.prompt_format)
+        self.last = done.stats
+        self.totals.add(done.stats)
+        return TurnResult(done, prepared.dropped_messages, prepared.dropped_tokens, recorded=recorded)
 
-    def _record(self, done: Done) -> bool:
+    def _record(self, done: Done, prompt_format: str) -> bool:
         """Add the answer to the history, marked if interrupted; one stopped before its first token
         is not an answer: returns False and adds nothing."""
         interrupted = done.finish_reason == "interrupted"
         if interrupted and not done.text:
             return False
-        self.conversation.add_assistant(done.text, interrupted=interrupted, stats=stats_record(done))
+        self.conversation.add_assistant(done.text, interrupted=interrupted, stats=stats_record(self.loaded, self.params, done, prompt_format))
         return True
 
     def _restore_kv(self, prompt: list[int]) -> float:
@@ -237,8 +224,6 @@ class ChatSession:
         from llmcli import kvstore
 
         path, self.kv_restore = self.kv_restore, None
-        if self.served:
-            return 0.0
         started = time.perf_counter()
         kvstore.restore(self.engine, path, prompt, what=f"session {self.session_name!r}")
         return (time.perf_counter() - started) * 1000
@@ -315,7 +300,7 @@ class ChatSession:
 
     @property
     def spec(self):
-        from llmcli.engine.base import SpecOptions
+        from llmcli.contract import SpecOptions
 
         options = getattr(self.engine, "options", None)
         return options.speculative if options is not None else SpecOptions()
@@ -408,11 +393,11 @@ class ChatSession:
         model, which drafts and keeps its cache on its server. `kv`: type_k/type_v to change.
         Returns the cached tokens the new engine took over (`carry_kv`; 0: the next turn prefills
         the conversation again)."""
-        from llmcli import endpoints
-        from llmcli.engine.base import SpecOptions
+        from llmcli.contract import SpecOptions
+        from llmcli.hub import aliases
 
         assert self.load_model is not None
-        served = endpoints.lookup(ref) is not None
+        served = aliases.endpoint(ref) is not None
         if speculative is None:
             speculative = SpecOptions() if served else self.spec
         options = getattr(self.engine, "options", None)
@@ -501,39 +486,25 @@ def check_kv_type(name: str, value: str, is_v: bool, flash_attn: bool | None) ->
     """`value` lowercased if it is a KV cache type `name` can take (`is_v`: a V cache, which is
     quantized only with flash attention), else a UsageError naming the setting."""
     from llmcli.errors import UsageError
-    from llmcli.gguf_file import FLOAT_KV_TYPES, KV_TYPE_BYTES
+    from llmcli.gguf_file import KV_TYPE_BYTES, v_cache_refused
 
     parsed = value.strip().lower()
     if parsed not in KV_TYPE_BYTES:
         raise UsageError(f"{name}: unknown KV cache type {value!r} (one of {', '.join(KV_TYPE_BYTES)})")
-    if is_v and parsed not in FLOAT_KV_TYPES and flash_attn is False:
+    if is_v and v_cache_refused(parsed, flash_attn):
         raise UsageError(
             f"a quantized V cache ({parsed}) needs flash attention, and this chat runs without it (-nfa)"
         )
     return parsed
 
 
-def stats_record(done: Done) -> dict[str, Any]:
-    s = done.stats
-    return {
-        "finish_reason": done.finish_reason,
-        "seed": done.seed,
-        "prompt_tokens": s.prompt_tokens,
-        "cached_tokens": s.cached_tokens,
-        "completion_tokens": s.completion_tokens,
-        "prefill_ms": round(s.prefill_ms, 3),
-        "decode_ms": round(s.decode_ms, 3),
-        "ttft_ms": round(s.ttft_ms, 3),
-        **(
-            {
-                "drafted_tokens": s.drafted_tokens,
-                "accepted_tokens": s.accepted_tokens,
-                "target_passes": s.target_passes,
-            }
-            if s.speculative
-            else {}
-        ),  # fmt: skip
-    }
+def stats_record(loaded: Loaded, params: SamplingParams, done: Done, prompt_format: str) -> dict[str, Any]:
+    """What the saved session keeps of a turn: the turn's record (llmcli.record), in brief."""
+    from llmcli import record
+
+    full = record.build(ref=loaded.ref, info=loaded.engine.info, params=params, done=done,
+                        prompt_format=prompt_format)  # fmt: skip
+    return record.turn(full)
 
 
 def _param_value(name: str, value: object) -> bool:

@@ -9,13 +9,31 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from llmcli.endpoints import display_ref
 from llmcli.errors import LlmcliError, TerminatedError, UsageError
 
 if TYPE_CHECKING:
-    from llmcli.repl.loop import Repl
+    from llmcli.repl.chat_session import ChatSession
+
+
+class Repl(Protocol):
+    """What a command may use of the REPL that runs it (`repl.loop.Repl`, which dispatches here:
+    the commands sit below the loop, not beside it)."""
+
+    session: ChatSession
+
+    def info(self, text: str) -> None: ...
+
+    def error(self, text: str) -> None: ...
+
+    def run_turn(self, text: str | None) -> None: ...
+
+    def save(self, name: str) -> Path: ...
+
+    def load(self, name: str) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import TextIO
 
-from llmcli.engine.base import Done, Event, PrefillProgress, Token
+from llmcli.contract import Done, Event, PrefillProgress, Token
 
 REFRESH_S = 0.2
 

@@ -8,17 +8,16 @@ with its path and left exactly as it is.
 from __future__ import annotations
 
 import json
-import re
 import time
 from pathlib import Path
 from typing import Any
 
 from llmcli import paths
 from llmcli.atomic import write_json
-from llmcli.errors import LlmcliError, UsageError
+from llmcli.errors import LlmcliError
+from llmcli.names import session_name
 
 FORMAT = 1
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
 class SessionError(LlmcliError):
@@ -30,9 +29,7 @@ def sessions_dir() -> Path:
 
 
 def session_path(name: str) -> Path:
-    if not _NAME.match(name):
-        raise UsageError(f"bad session name {name!r}: use letters, digits, '.', '_' and '-'")
-    return sessions_dir() / f"{name}.json"
+    return sessions_dir() / f"{session_name(name)}.json"
 
 
 def save(name: str, doc: dict[str, Any]) -> Path:

@@ -1,4 +1,4 @@
-"""The Engine protocol and the events every front end consumes.
+"""The engine contract: the request a front end sends an engine, its options, and the events back.
 
 Inference is one loop: prefill the prompt, then decode one token at a time. `Engine.stream`
 yields `PrefillProgress` while the prompt is evaluated, `Token` for each piece of text, and one
@@ -9,7 +9,7 @@ all consume this one stream; non-streaming output is the joined stream.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Literal, Protocol
 
@@ -247,6 +247,67 @@ class Done:
 
 
 @dataclass
+class Fit:
+    """How a local engine fits a long conversation into its context (chat): room kept for the answer,
+    and the overflow policy ("drop-oldest" drops the oldest exchanges, "error" refuses)."""
+
+    reserve: int
+    policy: str = "drop-oldest"
+
+
+@dataclass
+class Request:
+    """One request, as every front end sends it: a conversation (chat, a templated `generate`) or
+    plain text to continue (`--raw`), and how to sample.
+
+    Beneath `Engine.respond` a local engine renders the model's chat template (or its fallback),
+    tokenizes, fits the history (`fit`) and prefills; a served engine sends the messages and its
+    server does all of that. Callers never ask which."""
+
+    params: SamplingParams
+    messages: list[dict[str, str]] | None = None  # system (optional) first, ending with the user's turn
+    text: str | None = None  # plain text to continue, with no template
+    fit: Fit | None = None  # None: a conversation longer than the context is refused
+    # Called by an engine that prefills here, with the prompt's tokens, before the prefill: the
+    # caller may load a saved KV state for them (kvstore). Returns the ms it took, which count toward
+    # the time to the first token. An engine whose cache lives elsewhere (a server) never calls it.
+    before_prefill: Callable[[list[int]], float] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.messages is None) == (self.text is None):
+            raise ValueError("a request is either messages or text")
+
+
+@dataclass
+class Prepared:
+    """The first event of `Engine.respond`: how the prompt was built. `prompt_format` is "raw", the
+    template's source ("model", "fallback:NAME") or "server" (the server applied its own);
+    `dropped_*`: what the overflow policy took out of the conversation's oldest turns."""
+
+    prompt_format: str
+    dropped_messages: int = 0
+    dropped_tokens: int = 0
+
+
+@dataclass
+class Reasoning:
+    """Reasoning text (a thinking model's thoughts), streamed apart from the answer's `Token`s.
+    Reserved in the contract: no engine emits it yet."""
+
+    text: str
+
+
+@dataclass
+class ToolCall:
+    """A call of a tool the model asked for, parsed from its output (or a server's `tool_calls`).
+    Reserved in the contract: no engine emits it yet."""
+
+    id: str
+    name: str
+    arguments: dict
+
+
+@dataclass
 class ThreadsChanged:
     """The adaptive thread policy changed a phase's thread count (see engine/threads.py)."""
 
@@ -255,7 +316,7 @@ class ThreadsChanged:
     reason: str  # "probe", "drift", "recheck" (measuring) or "settled" (the choice)
 
 
-Event = PrefillProgress | Token | ThreadsChanged | Done
+Event = Prepared | PrefillProgress | Token | Reasoning | ToolCall | ThreadsChanged | Done
 
 
 @dataclass
@@ -277,6 +338,7 @@ class ModelInfo:
     type_v: str = "f16"
     model_type: str = "instruct"  # or "base": see templates.model_type
     sampling: dict = field(default_factory=dict)  # recommended settings from general.sampling.*
+    server: str | None = None  # a served model: the engine serving it ("llama-server", "vLLM", ...)
 
 
 def check_prompt(tokens: list[int], n_ctx: int) -> None:
@@ -290,22 +352,6 @@ def check_prompt(tokens: list[int], n_ctx: int) -> None:
             f"the prompt is {len(tokens)} tokens but the context holds {n_ctx}",
             hint="shorten the prompt or raise --ctx-size",
         )
-
-
-class MessagesEngine(Protocol):
-    """What an engine behind a server adds (engine/served.py): the server applies the model's chat
-    template, so a chat turn or a templated `generate` sends the messages themselves, the whole
-    history each time, and `Engine.stream` is a plain-text completion. Callers ask
-    `takes_messages(engine)` and then use `stream_messages` instead of building tokens."""
-
-    def stream_messages(self, messages: list[dict[str, str]], params: SamplingParams) -> Iterator[Event]:
-        """Like `Engine.stream`, for a conversation: Token..., one Done."""
-        ...
-
-
-def takes_messages(engine: object) -> bool:
-    """Whether `engine` wants messages rather than tokens (a served model)."""
-    return callable(getattr(engine, "stream_messages", None))
 
 
 class Engine(Protocol):
@@ -340,9 +386,16 @@ class Engine(Protocol):
         """The EOS control token's text, for chat templates ("" when there is none)."""
         ...
 
+    def respond(self, request: Request) -> Iterator[Event]:
+        """The request-level entry every front end uses: Prepared, then what `stream` yields.
+        A local engine builds the prompt when called (so a context overflow raises here); closing
+        the iterator early stops the request and leaves the engine usable."""
+        ...
+
     def stream(self, prompt: str | list[int], params: SamplingParams) -> Iterator[Event]:
         """Prefill `prompt` (reusing the cached prefix), then decode: PrefillProgress, Token..., one
-        Done. Closing the generator early leaves the cache consistent with what was evaluated."""
+        Done. Closing the generator early leaves the cache consistent with what was evaluated.
+        The token level beneath `respond` (and bench's): text or token ids, no template."""
         ...
 
     def interrupt(self) -> None:
