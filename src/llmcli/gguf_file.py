@@ -423,12 +423,14 @@ class GGUFHeader:
         return int(round(n_ctx * per_token))
 
 
-# Bytes per element of each KV cache type llama.cpp takes (-ctk/-ctv; bench's list of them): a
-# quantized block's size over its 32 elements.
-KV_TYPE_BYTES = {
-    "f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
-    "iq4_nl": 18 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32,
+# The KV cache types llama.cpp takes (-ctk/-ctv; bench's list of them), the one table of them:
+# ggml's type number (ggml.h's `enum ggml_type`, fixed by the GGUF format; the engine uses it where
+# the binding exports none) and the bytes per element (a quantized block's size over its 32).
+KV_TYPES: dict[str, tuple[int, float]] = {
+    "f32": (0, 4.0), "f16": (1, 2.0), "bf16": (30, 2.0), "q8_0": (8, 34 / 32), "q4_0": (2, 18 / 32),
+    "q4_1": (3, 20 / 32), "iq4_nl": (20, 18 / 32), "q5_0": (6, 22 / 32), "q5_1": (7, 24 / 32),
 }  # fmt: skip
+KV_TYPE_BYTES = {name: size for name, (_, size) in KV_TYPES.items()}
 FLOAT_KV_TYPES = ("f32", "f16", "bf16")  # the V types attention reads without flash attention
 QUANTIZED_V = "a quantized V cache needs flash attention"
 

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 
 from llmcli.contract import EngineOptions
 from llmcli.errors import ContextOverflowError, LlmcliError, UsageError
+from llmcli.gguf_file import KV_TYPES
 
 _log_callback = None  # keeps the ctypes callback alive for the life of the process
 
@@ -105,10 +106,9 @@ def set_attention(L, params, opts: EngineOptions) -> None:
             setattr(params, field, ggml_type(L, name))
 
 
-# ggml's type numbers for the KV cache types (ggml.h's `enum ggml_type`, fixed by the GGUF format),
-# for those the binding does not export: llama-cpp-python 0.3.36 has no GGML_TYPE_BF16
-GGML_KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20,
-                 "bf16": 30}  # fmt: skip
+# ggml's type numbers for the KV cache types (gguf_file's one table of them), for those the binding
+# does not export: llama-cpp-python 0.3.36 has no GGML_TYPE_BF16
+GGML_KV_TYPES = {name: number for name, (number, _) in KV_TYPES.items()}
 
 
 def ggml_type(L, name: str) -> int:
