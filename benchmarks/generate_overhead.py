@@ -5,8 +5,9 @@ rotating order (each runner goes first as often as the others):
 - bare: a minimal llama-cpp-python low-level loop (llama_decode in batches for the prompt, then
   greedy sampling and one llama_decode per token) on its own context, created once with the same
   parameters as llmcli's and cleared before each run, timed by wall clock;
-- llmcli: what `generate` runs: `LlamaEngine.stream` under `signals.interrupt_on_sigint` (signal watcher,
-  incremental UTF-8, stop-string handling, abort flag), each event passed to the plain stdout sink
+- llmcli: what `generate` runs: `LlamaEngine.respond`'s events (`engine/local.py` over `stream`)
+  under `signals.interrupt_on_sigint` (signal watcher, incremental UTF-8, stop-string handling,
+  abort flag), each event passed to the plain stdout sink
   (writing to /dev/null), timed by wall clock in the consumer;
 - control: a second, identical bare loop. control/bare shows how far two identical loops drift
   apart on this machine in this run: the noise floor against which llmcli/bare is read.
@@ -86,7 +87,8 @@ class BareLoop:
 def llmcli_timeline(engine, tokens: list[int], n_gen: int, sink_file) -> tuple[float, list[float]]:
     """The start time and the time each Token event reached the consumer."""
     from llmcli import signals
-    from llmcli.contract import SamplingParams, Token
+    from llmcli.contract import Prepared, SamplingParams, Token
+    from llmcli.engine import local
     from llmcli.render.stream import PlainSink
 
     engine.reset()
@@ -94,8 +96,10 @@ def llmcli_timeline(engine, tokens: list[int], n_gen: int, sink_file) -> tuple[f
     sink = PlainSink(sink_file)
     stamps = []
     t0 = time.perf_counter()
+    # the events as `Engine.respond` passes them up (engine/local.py), past the prompt's building
+    events = local.run(engine, tokens, params, Prepared("raw"), 0.0)
     with signals.interrupt_on_sigint(engine.interrupt):
-        for event in engine.stream(tokens, params):
+        for event in events:
             sink(event)
             if isinstance(event, Token):
                 stamps.append(time.perf_counter())

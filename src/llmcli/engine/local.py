@@ -21,10 +21,11 @@ def respond(engine: Engine, request: Request) -> Iterator[Event]:
     Prepared, then the stream of `engine.stream`."""
     tokens, prepared = prompt_tokens(engine, request)
     waited_ms = request.before_prefill(tokens) if request.before_prefill is not None else 0.0
-    return _run(engine, tokens, request.params, prepared, waited_ms)
+    return run(engine, tokens, request.params, prepared, waited_ms)
 
 
-def _run(engine: Engine, tokens: list[int], params, prepared: Prepared, waited_ms: float) -> Iterator[Event]:
+def run(engine: Engine, tokens: list[int], params, prepared: Prepared, waited_ms: float) -> Iterator[Event]:
+    """The events of a built prompt: Prepared, then `engine.stream`'s, the wait added to the timings."""
     events = engine.stream(tokens, params)
     try:
         # Prepared comes first, but after the stream has begun: a request clears the engine's
