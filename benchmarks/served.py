@@ -61,11 +61,11 @@ def metrics(root: str) -> dict[str, float]:
 
 
 def client_overhead(ref: str, requests: int, n_gen: int) -> dict:
-    from llmcli.endpoints import lookup
     from llmcli.contract import Done, SamplingParams
     from llmcli.engine.served import ServedEngine
+    from llmcli.loader import served_endpoint
 
-    endpoint = lookup(ref)
+    endpoint = served_endpoint(ref)
     assert endpoint is not None
     engine = ServedEngine(endpoint)
     rows = []

@@ -537,7 +537,9 @@ def test_no_draft_prefill_where_spec_exact_can_never_draft(monkeypatch):
     plain = _engine("smollm2-135m")
     try:
         prompt = spec.tokenize(PROMPTS[0] * 16, add_bos=spec.add_bos)
-        assert spec.EXACT_SHORT_CELLS < len(prompt) < 480
+        from llmcli.engine.exact import EXACT_SHORT_CELLS
+
+        assert EXACT_SHORT_CELLS < len(prompt) < 480
         inside = _inside_decode(monkeypatch)
         done = run(spec, prompt, SamplingParams(temperature=0, max_tokens=8))
         never = all(long <= 1 for _, long in spec._exact_by_threads.values())
