@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal, Protocol
 
 from llmcli import defaults
+from llmcli.reasoning import ReasoningFormat
 
 FinishReason = Literal["stop", "length", "interrupted"]
 
@@ -339,6 +340,9 @@ class ModelInfo:
     model_type: str = "instruct"  # or "base": see templates.model_type
     sampling: dict = field(default_factory=dict)  # recommended settings from general.sampling.*
     server: str | None = None  # a served model: the engine serving it ("llama-server", "vLLM", ...)
+    # a reasoning model's tags and switch, read from its chat template at load (reasoning.detect);
+    # None: no reasoning shown, or a served model (the server's template is not known)
+    reasoning: ReasoningFormat | None = None
 
 
 def check_prompt(tokens: list[int], n_ctx: int) -> None:

@@ -233,8 +233,11 @@ def render(
     bos_token: str = "",
     eos_token: str = "",
     add_generation_prompt: bool = True,
+    variables: dict[str, object] | None = None,
 ) -> str:
-    """Render messages to prompt text in a sandbox; hostile or broken templates raise one clear error."""
+    """Render messages to prompt text in a sandbox; hostile or broken templates raise one clear error.
+
+    `variables` are more names the template may read (as `enable_thinking`)."""
     from jinja2 import TemplateError
     from jinja2.sandbox import SecurityError
 
@@ -255,6 +258,7 @@ def render(
                 bos_token=bos_token,
                 eos_token=eos_token,
                 add_generation_prompt=add_generation_prompt,
+                **(variables or {}),
             )
     except MemoryError:
         raise InvalidModelError(

@@ -152,6 +152,7 @@ def _show_rows(info: dict[str, Any]) -> list[tuple[str, Any]]:
         ("vocabulary", info["n_vocab"]),
         ("type", _type_row(info)),
         ("chat template", _template_row(info)),
+        ("reasoning", _reasoning_row(info)),
         ("license", info["license"]),
         ("size on disk", _size(info["size"])),
         ("files", len(info["files"])),
@@ -173,6 +174,13 @@ def _template_row(info: dict[str, Any]) -> str:
         return "no"
     problem = info.get("chat_template_problem")
     return f"yes, refused: {problem}" if problem else "yes"
+
+
+def _reasoning_row(info: dict[str, Any]) -> str:
+    from llmcli import reasoning
+
+    found = info.get("reasoning")  # describe's JSON form, or None
+    return reasoning.describe(reasoning.ReasoningFormat.from_dict(found) if found else None)
 
 
 @models_app.command("rm")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from llmcli import reasoning
 from llmcli.contract import (
     Done,
     EngineOptions,
@@ -59,7 +60,7 @@ class FakeEngine:
             path="/fake/model.gguf", architecture=self.architecture, quantization="Q4_K_M", size_bytes=1000,
             n_params=1000, n_layers=2, n_ctx_train=self.n_ctx, n_vocab=256, chat_template=self.chat_template,
             name="fake", backend="CPU", model_type=self.model_type,
-            sampling=dict(self.sampling),
+            sampling=dict(self.sampling), reasoning=reasoning.detect(self.chat_template),
         )  # fmt: skip
         self._cached: list[int] = []
         self._interrupted = False

@@ -288,7 +288,7 @@ class LlamaEngine:
         n_layers = L.llama_model_n_layer(self._model)
         requested = self._gpu_layers_requested()
         offloaded = min(requested, n_layers + 1) if L.llama_supports_gpu_offload() else 0
-        from llmcli import sampling, templates
+        from llmcli import reasoning, sampling, templates
 
         template = L.llama_model_chat_template(self._model, None)
         chat_template = template.decode("utf-8", "replace") if template else None
@@ -312,6 +312,7 @@ class LlamaEngine:
             type_k=(self.options.type_k or "f16").lower(),
             type_v=(self.options.type_v or "f16").lower(),
             model_type=templates.model_type(chat_template, metadata),
+            reasoning=reasoning.detect(chat_template),
             sampling=sampling.from_metadata(
                 {key: value for key in sampling.GGUF_KEYS if (value := self._meta(key)) is not None}
             ),

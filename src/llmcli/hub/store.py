@@ -204,6 +204,7 @@ def describe(model: LocalModel, *, keys: bool = False) -> dict[str, Any]:
         chat_template=head.chat_template is not None,
         model_type=head.model_type,
         chat_template_problem=_template_problem(head.chat_template),
+        reasoning=_reasoning(head.chat_template),
         license=head.license,
         sha256=_recorded_sha256(model),
     )
@@ -223,6 +224,14 @@ def _template_problem(template: str | None) -> str | None:
     except InvalidModelError as exc:
         return exc.message
     return None
+
+
+def _reasoning(template: str | None) -> dict[str, object] | None:
+    """The reasoning the chat template shows (its tags, switch, a pre-opened block), or None."""
+    from llmcli import reasoning
+
+    found = reasoning.detect(template)
+    return found.as_dict() if found else None
 
 
 def _recorded_sha256(model: LocalModel) -> list[str | None]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from llmcli import reasoning
 from llmcli.endpoints import display_ref
 from llmcli.errors import LlmcliError, TerminatedError, UsageError
 
@@ -170,6 +171,7 @@ def _show(repl: Repl, arg: str) -> None:
         repl.info(line)
     if not s.served:
         repl.info(f"template   {s.prompt_format.source}")
+        repl.info(f"reasoning  {reasoning.describe(info.reasoning)}")
     repl.info(f"overflow   {s.on_overflow}")
     repl.info("params     " + ", ".join(f"{k}={v}" for k, v in s.params.as_dict().items() if k != "grammar"))
     if s.conversation.system:
