@@ -42,11 +42,16 @@ def test_local_and_served_records_have_one_shape_with_nulls_where_a_field_does_n
 
     def keys(d, prefix=""):
         return {prefix + k for k in d} | {
-            k2 for k, v in d.items() if k in ("model", "usage", "timings", "versions") for k2 in keys(v, k + ".")
+            k2
+            for k, v in d.items()
+            if k in ("model", "usage", "timings", "versions")
+            for k2 in keys(v, k + ".")
         }
 
     assert keys(local) == keys(served)
-    assert local["model"]["endpoint"] is None and local["model"]["server"] is None and local["sources"] is None
+    assert (
+        local["model"]["endpoint"] is None and local["model"]["server"] is None and local["sources"] is None
+    )
     assert local["schema_version"] == served["schema_version"] == record.SCHEMA_VERSION
     assert served["model"]["path"] is None and served["model"]["endpoint"] == SERVED.path
     assert served["model"]["architecture"] is None and served["timings"]["load_ms"] is None
@@ -65,8 +70,13 @@ def test_a_request_that_failed_midway_has_the_same_shape_with_unknown_figures():
 
 @pytest.mark.parametrize(
     "damage",
-    [lambda r: r.pop("usage"), lambda r: r["model"].pop("endpoint"), lambda r: r.update(finish_reason="done"),
-     lambda r: r.update(extra=1), lambda r: r["usage"].update(prompt_tokens=-1)],  # fmt: skip
+    [
+        lambda r: r.pop("usage"),
+        lambda r: r["model"].pop("endpoint"),
+        lambda r: r.update(finish_reason="done"),
+        lambda r: r.update(extra=1),
+        lambda r: r["usage"].update(prompt_tokens=-1),
+    ],  # fmt: skip
 )
 def test_a_record_out_of_shape_is_refused(damage):
     bad = record.build(ref="m", info=LOCAL, params=SamplingParams(), done=_done(), prompt_format="raw")

@@ -95,7 +95,9 @@ def run_generate(
     in that file is reused for the longest common prefix and (unless `prompt_cache_ro`) the file
     is rewritten with this run's state afterwards."""
     engine = loaded.engine
-    request = Request(params, text=text) if raw else Request(params, messages=prompting.messages_for(text, system))
+    request = (
+        Request(params, text=text) if raw else Request(params, messages=prompting.messages_for(text, system))
+    )
     cache: dict | None = None
     if prompt_cache is not None:
         cache = {"path": str(prompt_cache), "restored_tokens": 0, "restore_ms": 0.0,

@@ -47,7 +47,9 @@ def build(
         "error": error,
         "model": _model(ref, info, s, served),
         "prompt_format": prompt_format,
-        "constraint": None if constraint is None else {"kind": constraint, "complete": bool(constraint_complete)},
+        "constraint": None
+        if constraint is None
+        else {"kind": constraint, "complete": bool(constraint_complete)},
         "params": used,
         "usage": _usage(s) if s is not None else None,
         "timings": _timings(s, served) if s is not None else None,

@@ -66,8 +66,10 @@ def generate(
     from llmcli.loader import load_engine
 
     env = environment.current()
-    loaded = load_engine(model, flags.engine(ctx), offline=offline, force=force, debug=render.debug(),
-                         timeout=timeout, factory=env.engine_factory, check_files=env.checks_model_files)  # fmt: skip
+    loaded = load_engine(
+        model, flags.engine(ctx), offline=offline, force=force, debug=render.debug(), timeout=timeout,
+        factory=env.engine_factory, check_files=env.checks_model_files,
+    )  # fmt: skip
     if loaded.served and prompt_cache is not None:
         raise UsageError("--prompt-cache needs a local model: a served model's cache lives on its server")
     flags.after_load(loaded)
@@ -95,8 +97,11 @@ def generate(
         if as_json:
             from llmcli import record
 
-            render.out_json(record.build(ref=loaded.ref, info=loaded.engine.info, params=params, done=None,
-                                         prompt_format=None, error=exc.message, partial_text=exc.text))  # fmt: skip
+            failed = record.build(
+                ref=loaded.ref, info=loaded.engine.info, params=params, done=None, prompt_format=None,
+                error=exc.message, partial_text=exc.text,
+            )  # fmt: skip
+            render.out_json(failed)
         raise
     if as_json:
         render.out_json(result.record())

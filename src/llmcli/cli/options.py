@@ -649,8 +649,10 @@ class RunFlags:
 
     def sampling(self) -> SamplingParams:
         """Sampling settings resolved (flag > LLMCLI_* > config > default) and checked."""
-        return sampling_params(self.temperature, self.top_k, self.top_p, self.min_p, self.repeat_penalty,
-                               self.seed, self.max_tokens, self.stop, self.grammar_file, self.json_schema)  # fmt: skip
+        return sampling_params(
+            self.temperature, self.top_k, self.top_p, self.min_p, self.repeat_penalty, self.seed,
+            self.max_tokens, self.stop, self.grammar_file, self.json_schema,
+        )  # fmt: skip
 
     def engine(self, ctx: typer.Context) -> EngineOptions:
         """How the model is loaded, speculative decoding included, resolved and checked."""
@@ -664,7 +666,7 @@ class RunFlags:
 
     @property
     def constraint(self) -> str | None:
-        """"json_schema" or "grammar" when the answer is constrained, else None."""
+        """ "json_schema" or "grammar" when the answer is constrained, else None."""
         return "json_schema" if self.json_schema is not None else "grammar" if self.grammar_file else None
 
     def after_load(self, loaded) -> None:

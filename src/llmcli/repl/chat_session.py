@@ -212,7 +212,11 @@ class ChatSession:
         interrupted = done.finish_reason == "interrupted"
         if interrupted and not done.text:
             return False
-        self.conversation.add_assistant(done.text, interrupted=interrupted, stats=stats_record(self.loaded, self.params, done, prompt_format))
+        self.conversation.add_assistant(
+            done.text,
+            interrupted=interrupted,
+            stats=stats_record(self.loaded, self.params, done, prompt_format),
+        )
         return True
 
     def _restore_kv(self, prompt: list[int]) -> float:
