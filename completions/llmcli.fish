@@ -123,6 +123,7 @@ complete -c llmcli -n '__llmcli_at "generate"' -o ngld -l gpu-layers-draft -l sp
 complete -c llmcli -n '__llmcli_at "generate"' -o cd -l ctx-size-draft -x -d 'Draft model context size (0 or unset: the target\'s)'
 complete -c llmcli -n '__llmcli_at "generate"' -o ctkd -l cache-type-k-draft -x -a ' f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1' -d 'Draft model\'s KV cache type of the keys, as -ctk (default: the target\'s)'
 complete -c llmcli -n '__llmcli_at "generate"' -o ctvd -l cache-type-v-draft -x -a ' f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1' -d 'Draft model\'s KV cache type of the values, as -ctv (default: the target\'s)'
+complete -c llmcli -n '__llmcli_at "generate"' -l hide-thinking -d 'A reasoning model\'s reasoning is not shown (it goes to stderr otherwise; stdout has the answer alone either way)'
 complete -c llmcli -n '__llmcli_at "generate"' -l stats -d 'Print speed figures on stderr after the text'
 complete -c llmcli -n '__llmcli_at "generate"' -l json -d 'Print one JSON document instead of the text'
 complete -c llmcli -n '__llmcli_at "generate"' -l prompt-cache -r -F -d 'Reuse the KV state saved in FILE for the longest common prompt prefix, and update FILE after the run'

@@ -207,6 +207,7 @@ class Stats:
     # Speculative decoding: tokens proposed and verified, proposals the target accepted, decode
     # passes of the target (a verification batch or a plain step), and the proposer's settings
     # with what the adaptive k chose ({} when it was off).
+    reasoning_tokens: int = 0  # of completion_tokens, those decoded inside the reasoning block
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     target_passes: int = 0
@@ -245,6 +246,8 @@ class Done:
     # With a grammar or JSON schema: whether the grammar accepts exactly the text returned (False
     # when --max-tokens, a full context, a stop string or Ctrl-C cut it short). None: unconstrained.
     constraint_complete: bool | None = None
+    # A reasoning model: its reasoning, apart from `text` (the answer), without the tags
+    reasoning: str = ""
 
 
 @dataclass

@@ -89,6 +89,7 @@ def run_generate(
     constraint: str | None = None,
     prompt_cache: Path | None = None,
     prompt_cache_ro: bool = False,
+    show_thinking: bool = True,
 ) -> Result:
     """Run one prompt; `raw` continues it as plain text, else it becomes a user turn (the caller
     decides between the two with `prompting.generate_format`). With `prompt_cache`, the KV state
@@ -103,7 +104,7 @@ def run_generate(
         cache = {"path": str(prompt_cache), "restored_tokens": 0, "restore_ms": 0.0,
                  "read_only": prompt_cache_ro, "saved_bytes": 0}  # fmt: skip
         request.before_prefill = lambda tokens: _restore_prompt_cache(engine, cache, tokens)
-    done, prepared = consume(engine, request, stream_stdout=stream_stdout)
+    done, prepared = consume(engine, request, stream_stdout=stream_stdout, show_thinking=show_thinking)
     for notice in (exact_limit_notice(done.stats, engine.info), draft_context_notice(done.stats)):
         if notice:
             render.info(notice)
@@ -181,12 +182,18 @@ def threads_changed(event: ThreadsChanged) -> str:
     return f"threads: {event.phase} now {event.threads} ({why})"
 
 
-def consume(engine, request: Request, *, stream_stdout: bool) -> tuple[Done, Prepared]:
-    """Drive the request; print text pieces to stdout (ending with a newline) if asked."""
+def consume(
+    engine, request: Request, *, stream_stdout: bool, show_thinking: bool = True
+) -> tuple[Done, Prepared]:
+    """Drive the request; print text pieces to stdout (ending with a newline) if asked, and a
+    reasoning model's reasoning to stderr (dim on a terminal) unless `show_thinking` is off."""
     from llmcli.errors import StreamBrokenError
     from llmcli.render.stream import PlainSink
 
-    sink = PlainSink(sys.stdout) if stream_stdout else None
+    sink = None
+    if stream_stdout:
+        thoughts = sys.stderr if show_thinking and not render.quiet() else None
+        sink = PlainSink(sys.stdout, thoughts, dim=render.color_enabled(sys.stderr))
     try:
         done, prepared = drive(engine, request, sink)
     except StreamBrokenError:  # a served model's stream broke off: its partial text ends its line

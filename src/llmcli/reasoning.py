@@ -111,3 +111,68 @@ def _preopened(template: str, tags: tuple[str, str] | None, switch: str | None) 
     _, _, after = prompt.rpartition(_SENTINEL)  # what the template added after the question
     open_tag, close_tag = tags
     return after.rfind(open_tag) > after.rfind(close_tag)
+
+
+class Splitter:
+    """The model's text, told apart as it streams: reasoning (between the template's tags, or from
+    the start where the generation prompt opened the block) and the answer. Tags never reach
+    either. A tag split across pieces is held until it is whole or cannot be; the opening tag
+    counts only before any answer text (after whitespace), and the whitespace after the closing
+    tag is not part of the answer."""
+
+    def __init__(self, fmt: ReasoningFormat) -> None:
+        assert fmt.open_tag and fmt.close_tag
+        self.open, self.close = fmt.open_tag, fmt.close_tag
+        self.state = "reasoning" if fmt.preopened else "start"  # start, reasoning, after, answer
+        self.held = ""
+
+    @property
+    def in_reasoning(self) -> bool:
+        return self.state == "reasoning"
+
+    def feed(self, text: str) -> tuple[str, str]:
+        """One piece of text in; (reasoning, answer) text now safe to show."""
+        reasoning, answer = "", ""
+        buf, self.held = self.held + text, ""
+        while buf:
+            if self.state == "answer":
+                return reasoning, answer + buf
+            if self.state == "start":
+                stripped = buf.lstrip()
+                if stripped.startswith(self.open):
+                    buf, self.state = stripped[len(self.open) :], "reasoning"
+                elif self.open.startswith(stripped):  # whitespace, or the tag's beginning: wait
+                    self.held = buf
+                    break
+                else:
+                    self.state = "answer"
+            elif self.state == "reasoning":
+                end = buf.find(self.close)
+                if end >= 0:
+                    reasoning += buf[:end]
+                    buf, self.state = buf[end + len(self.close) :], "after"
+                    continue
+                hold = _partial_tail(buf, self.close)
+                reasoning += buf[: len(buf) - hold]
+                self.held = buf[len(buf) - hold :]
+                break
+            else:  # after the closing tag: its whitespace is dropped
+                buf = buf.lstrip()
+                if buf:
+                    self.state = "answer"
+        return reasoning, answer
+
+    def finish(self) -> tuple[str, str]:
+        """What is still held when the text ends: (reasoning, answer)."""
+        held, self.held = self.held, ""
+        if self.state == "reasoning":
+            return held, ""
+        return "", held if self.state in ("start", "answer") and held.strip() else ""
+
+
+def _partial_tail(text: str, tag: str) -> int:
+    """How many characters at the end of `text` could be the start of `tag`."""
+    for n in range(min(len(tag) - 1, len(text)), 0, -1):
+        if text.endswith(tag[:n]):
+            return n
+    return 0

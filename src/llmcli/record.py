@@ -43,6 +43,7 @@ def build(
     return {
         "schema_version": SCHEMA_VERSION,
         "text": done.text if done is not None else partial_text,
+        "reasoning": (done.reasoning or None) if done is not None else None,
         "finish_reason": done.finish_reason if done is not None else "error",
         "error": error,
         "model": _model(ref, info, s, served),
@@ -94,6 +95,7 @@ def _usage(s: Stats) -> dict[str, Any]:
         "cached_tokens": _known(s, "cached_tokens", s.cached_tokens),
         "prefill_tokens": _known(s, "prompt_tokens", s.prefill_tokens),
         "completion_tokens": s.completion_tokens,
+        "reasoning_tokens": _known(s, "reasoning_tokens", s.reasoning_tokens),
         "decode_tokens": s.decode_tokens,
         "total_tokens": _known(s, "prompt_tokens", s.prompt_tokens + s.completion_tokens),
     }

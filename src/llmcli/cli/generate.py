@@ -28,6 +28,14 @@ def generate(
     raw: Annotated[bool, typer.Option("--raw", help="Plain text completion: no chat template.")] = False,
     fallback_template: o.FallbackTemplate = False,
     flags: o.RunFlags = None,  # type: ignore[assignment]  # run_flags: ctx_size ... cache_type_v_draft
+    hide_thinking: Annotated[
+        bool,
+        typer.Option(
+            "--hide-thinking",
+            help="A reasoning model's reasoning is not shown (it goes to stderr otherwise; stdout "
+            "has the answer alone either way).",
+        ),
+    ] = False,
     stats: Annotated[
         bool, typer.Option("--stats", help="Print speed figures on stderr after the text.")
     ] = False,
@@ -91,7 +99,7 @@ def generate(
     try:
         result = run_generate(
             loaded, text, params, system=system, raw=raw, stream_stdout=not as_json, constraint=constraint,
-            prompt_cache=prompt_cache, prompt_cache_ro=prompt_cache_ro,
+            prompt_cache=prompt_cache, prompt_cache_ro=prompt_cache_ro, show_thinking=not hide_thinking,
         )  # fmt: skip
     except StreamBrokenError as exc:  # a served model broke off: the partial text was printed
         if as_json:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from dataclasses import replace
 
 from llmcli import prompting
-from llmcli.contract import Done, Engine, Event, Prepared, Request
+from llmcli.contract import Done, Engine, Event, Prepared, Reasoning, Request, Token
 from llmcli.conversation import Conversation, Message
+from llmcli.reasoning import Splitter
 
 
 def respond(engine: Engine, request: Request) -> Iterator[Event]:
@@ -21,7 +23,11 @@ def respond(engine: Engine, request: Request) -> Iterator[Event]:
     Prepared, then the stream of `engine.stream`."""
     tokens, prepared = prompt_tokens(engine, request)
     waited_ms = request.before_prefill(tokens) if request.before_prefill is not None else 0.0
-    return run(engine, tokens, request.params, prepared, waited_ms)
+    events = run(engine, tokens, request.params, prepared, waited_ms)
+    fmt = engine.info.reasoning
+    if request.text is None and fmt is not None and fmt.open_tag and fmt.close_tag:
+        return split_reasoning(events, Splitter(fmt))
+    return events
 
 
 def run(engine: Engine, tokens: list[int], params, prepared: Prepared, waited_ms: float) -> Iterator[Event]:
@@ -65,3 +71,42 @@ def _conversation(messages: list[dict[str, str]]) -> Conversation:
     if messages and messages[0]["role"] == "system":
         system, turns = messages[0]["content"], messages[1:]
     return Conversation(system, [Message(m["role"], m["content"]) for m in turns])
+
+
+def split_reasoning(events: Iterator[Event], splitter: Splitter) -> Iterator[Event]:
+    """A reasoning model's events: its reasoning as `Reasoning`, the answer as `Token`, the tags in
+    neither; `Done` carries both texts and the count of tokens decoded inside the block."""
+    answer: list[str] = []
+    thought: list[str] = []
+    counted = reasoning_tokens = 0
+    try:
+        for event in events:
+            if isinstance(event, Token):
+                inside = splitter.in_reasoning
+                reasoning, text = splitter.feed(event.text)
+                if inside or splitter.in_reasoning or reasoning:
+                    reasoning_tokens += event.n_tokens - counted
+                counted = event.n_tokens
+                if reasoning:
+                    thought.append(reasoning)
+                    yield Reasoning(reasoning)
+                if text:
+                    answer.append(text)
+                    yield replace(event, text=text)
+            elif isinstance(event, Done):
+                reasoning, text = splitter.finish()
+                if reasoning:
+                    thought.append(reasoning)
+                    yield Reasoning(reasoning)
+                if text:
+                    answer.append(text)
+                    yield Token(text, counted)
+                event.text, event.reasoning = "".join(answer), "".join(thought)
+                event.stats.reasoning_tokens = reasoning_tokens
+                yield event
+            else:
+                yield event
+    finally:
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()

@@ -40,7 +40,7 @@ from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 from llmcli import reporting
-from llmcli.contract import Done, Event, ModelInfo, Prepared, Request, SamplingParams, Stats, Token
+from llmcli.contract import Done, Event, ModelInfo, Prepared, Reasoning, Request, SamplingParams, Stats, Token
 from llmcli.endpoint_config import stall_timeout
 from llmcli.endpoints import Endpoint
 from llmcli.errors import (
@@ -253,6 +253,14 @@ class Exchange:
             self.shutdown()
         return True
 
+    def pieces(self) -> Iterator[tuple[str, str]]:
+        """Each chunk's (reasoning, answer) text as it arrives; chunks with neither are skipped."""
+        assert self._response is not None, "open() first"
+        for chunk in read_chunks(self._response, self.url, self.client.stall_s):
+            text = self.reply.add(chunk, chat=self.chat)
+            if text or self.reply.fresh_reasoning:
+                yield self.reply.fresh_reasoning, text
+
     def texts(self) -> Iterator[str]:
         """Each chunk's text as it arrives (the reply keeps it, with usage, timings and arrival
         times). Raises NetworkError as `read_chunks` does."""
@@ -422,8 +430,11 @@ class ServedEngine:
         reply, url = exchange.reply, exchange.url
         try:
             try:
-                for text in exchange.texts():
-                    yield Token(text, reply.n_chunks)
+                for thought, text in exchange.pieces():
+                    if thought:
+                        yield Reasoning(thought)
+                    if text:
+                        yield Token(text, reply.n_chunks)
             except NetworkError as exc:
                 if not self._cancel.is_set():
                     if reply.pieces:
@@ -453,6 +464,7 @@ class ServedEngine:
             stats,
             seed,
             constraint_complete=_constraint_complete(reply, params),
+            reasoning="".join(reply.reasoning),
         )
 
     def _forget(self) -> None:
@@ -466,6 +478,8 @@ class Reply:
     def __init__(self, started: float) -> None:
         self.started = started
         self.pieces: list[str] = []
+        self.reasoning: list[str] = []  # a reasoning model's reasoning (`reasoning_content`, `reasoning`)
+        self.fresh_reasoning = ""  # what the last chunk added to it
         self.times: list[float] = []  # arrival of each text chunk (monotonic seconds)
         self.finish: str | None = None
         self.usage: dict = {}
@@ -485,13 +499,21 @@ class Reply:
             self.usage = data["usage"]
         if isinstance(data.get("timings"), dict):
             self.timings = data["timings"]
-        text = ""
+        text = self.fresh_reasoning = ""
         for choice in data.get("choices") or []:
             if not isinstance(choice, dict):
                 continue
             if chat:
                 delta = choice.get("delta") or choice.get("message") or {}
                 piece = delta.get("content") if isinstance(delta, dict) else None
+                # llama-server's `reasoning_content`, vLLM's `reasoning`: the same stream apart
+                thought = (
+                    (delta.get("reasoning_content") or delta.get("reasoning"))
+                    if isinstance(delta, dict)
+                    else None
+                )
+                if isinstance(thought, str) and thought:
+                    self.fresh_reasoning += thought
             else:
                 piece = choice.get("text")
             if isinstance(piece, str) and piece:
@@ -501,6 +523,8 @@ class Reply:
         if text:
             self.pieces.append(text)
             self.times.append(chunk.at)
+        if self.fresh_reasoning:
+            self.reasoning.append(self.fresh_reasoning)
         return text
 
     @property
@@ -532,6 +556,12 @@ class Reply:
         else:
             sources["cached_tokens"] = "unknown"
         s.prefill_tokens = max(0, s.prompt_tokens - s.cached_tokens)
+        spent = u.get("completion_tokens_details")
+        thought = spent.get("reasoning_tokens") if isinstance(spent, dict) else None
+        if isinstance(thought, int):
+            s.reasoning_tokens, sources["reasoning_tokens"] = thought, "usage"
+        else:
+            sources["reasoning_tokens"] = "unknown"
         if self.times:
             s.ttft_ms = (self.times[0] - self.started) * 1000
             s.decode_ms = (self.times[-1] - self.times[0]) * 1000
