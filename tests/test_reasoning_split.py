@@ -144,3 +144,16 @@ def test_a_servers_reasoning_fields_are_kept_apart(field):
     assert "".join(reply.reasoning) == "Hmm, France." and reply.text == "Paris."
     stats = reply.stats(2048)
     assert stats.reasoning_tokens == 6 and stats.sources["reasoning_tokens"] == "usage"
+
+
+def test_the_live_readout_says_thinking_with_its_token_count_then_decodes():
+    import io
+
+    from llmcli.contract import Reasoning, Token
+    from llmcli.repl.readout import LiveReadout
+
+    readout = LiveReadout(io.StringIO())
+    readout(Reasoning("Hmm", 3))
+    assert readout.status_text().startswith("thinking · 3 tok · ")
+    readout(Token("Paris", 5))
+    assert readout.status_text().startswith("decode ") and "· 5 tok ·" in readout.status_text()

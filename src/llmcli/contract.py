@@ -296,9 +296,10 @@ class Prepared:
 @dataclass
 class Reasoning:
     """Reasoning text (a thinking model's thoughts), streamed apart from the answer's `Token`s.
-    Reserved in the contract: no engine emits it yet."""
+    `n_tokens`: tokens decoded so far in this answer, as `Token`'s."""
 
     text: str
+    n_tokens: int = 0
 
 
 @dataclass

@@ -89,7 +89,7 @@ def split_reasoning(events: Iterator[Event], splitter: Splitter) -> Iterator[Eve
                 counted = event.n_tokens
                 if reasoning:
                     thought.append(reasoning)
-                    yield Reasoning(reasoning)
+                    yield Reasoning(reasoning, event.n_tokens)
                 if text:
                     answer.append(text)
                     yield replace(event, text=text)
@@ -97,7 +97,7 @@ def split_reasoning(events: Iterator[Event], splitter: Splitter) -> Iterator[Eve
                 reasoning, text = splitter.finish()
                 if reasoning:
                     thought.append(reasoning)
-                    yield Reasoning(reasoning)
+                    yield Reasoning(reasoning, counted)
                 if text:
                     answer.append(text)
                     yield Token(text, counted)

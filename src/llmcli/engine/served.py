@@ -432,7 +432,7 @@ class ServedEngine:
             try:
                 for thought, text in exchange.pieces():
                     if thought:
-                        yield Reasoning(thought)
+                        yield Reasoning(thought, reply.n_chunks)
                     if text:
                         yield Token(text, reply.n_chunks)
             except NetworkError as exc:

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import TextIO
 
-from llmcli.contract import Done, Event, PrefillProgress, Token
+from llmcli.contract import Done, Event, PrefillProgress, Reasoning, Token
 
 REFRESH_S = 0.2
 
@@ -57,6 +57,7 @@ class LiveReadout:
         self.lock = threading.Lock()
         self.col = 0  # display column of the text cursor
         self.phase = "prefill"
+        self.thought = 0  # tokens a reasoning model spent thinking, while it does
         self.prefill_done = 0
         self.prefill_total = 0
         self.tokens = 0
@@ -100,12 +101,16 @@ class LiveReadout:
         elif isinstance(event, Token):
             if self.decode_started is None:
                 self.decode_started = time.perf_counter()
-                self.phase = "decode"
+            self.phase = "decode"
             self.tokens = event.n_tokens
             if event.passes:
                 self.spec = (event.drafted, event.accepted, event.passes)
             if event.text:
                 self._write(event.text)
+        elif isinstance(event, Reasoning):  # a reasoning model thinks: shown as such, not as text
+            if self.decode_started is None:
+                self.decode_started = time.perf_counter()
+            self.phase, self.thought = "thinking", event.n_tokens
         elif isinstance(event, Done):
             self.phase = "done"
 
@@ -123,6 +128,8 @@ class LiveReadout:
             )
         start = self.decode_started or now
         elapsed = now - start
+        if self.phase == "thinking":
+            return f"thinking · {self.thought} tok · {elapsed:.1f} s"
         rate = (self.tokens - 1) / elapsed if elapsed > 0 and self.tokens > 1 else 0.0
         line = f"decode {rate:.1f} tok/s · {self.tokens} tok · {elapsed:.1f} s"
         if self.spec is not None:
