@@ -157,3 +157,53 @@ def test_the_live_readout_says_thinking_with_its_token_count_then_decodes():
     assert readout.status_text().startswith("thinking · 3 tok · ")
     readout(Token("Paris", 5))
     assert readout.status_text().startswith("decode ") and "· 5 tok ·" in readout.status_text()
+
+
+# -- the switch --------------------------------------------------------------------------------
+
+
+def engines_with(name: str, monkeypatch, tmp_path) -> list[FakeEngine]:
+    """Route loading to fake engines with the real template `name`; returns those built."""
+    made: list[FakeEngine] = []
+    build = FakeEngine.factory(chat_template=template(name), architecture="qwen3")
+
+    def factory(path, options, debug):
+        made.append(build(path, options, debug))
+        return made[-1]
+
+    use_engine(factory)
+    model = tmp_path / f"{name}.gguf"
+    model.write_bytes(b"GGUF")
+    monkeypatch.setenv("LLMCLI_MODEL", str(model))
+    return made
+
+
+def test_no_think_turns_qwen3s_reasoning_off_through_its_template(monkeypatch, tmp_path):
+    made = engines_with("qwen3", monkeypatch, tmp_path)
+    assert run("generate", "hi").exit_code == 0
+    assert run("generate", "hi", "--no-think").exit_code == 0
+    on, off = made[0].history[-1].prompt, made[1].history[-1].prompt
+    assert not on.rstrip().endswith("</think>")
+    assert off.endswith("<think>\n\n</think>\n\n")  # the template's own empty block: the model answers
+
+
+def test_no_think_on_a_template_without_a_switch_says_so_in_one_line(monkeypatch, tmp_path):
+    engines_with("deepseek-r1-distill", monkeypatch, tmp_path)
+    result = run("generate", "hi", "--no-think")
+    assert result.exit_code == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if "--no-think" in line]
+    assert len(said) == 1 and "no switch to turn its reasoning off" in said[0]
+
+
+def test_think_on_a_model_without_reasoning_is_said_to_be_ignored(fake):
+    result = run("generate", "hi", "--think")
+    assert result.exit_code == 0, result.stderr
+    assert "--think: ignored, the model's template shows no reasoning" in result.stderr
+
+
+def test_a_served_model_gets_the_switch_as_chat_template_kwargs(fault_server):
+    assert run("generate", "-m", fault_server.ref, "hi", "--no-think").exit_code == 0
+    assert run("generate", "-m", fault_server.ref, "hi").exit_code == 0
+    bodies = [r["body"] for r in fault_server.state.requests if r["body"] is not None]
+    assert bodies[-2]["chat_template_kwargs"] == {"enable_thinking": False}
+    assert "chat_template_kwargs" not in bodies[-1]

@@ -272,6 +272,9 @@ class Request:
     messages: list[dict[str, str]] | None = None  # system (optional) first, ending with the user's turn
     text: str | None = None  # plain text to continue, with no template
     fit: Fit | None = None  # None: a conversation longer than the context is refused
+    # A reasoning model's switch (`enable_thinking` in its template, or the server's): None leaves
+    # it at the template's default
+    think: bool | None = None
     # Called by an engine that prefills here, with the prompt's tokens, before the prefill: the
     # caller may load a saved KV state for them (kvstore). Returns the ms it took, which count toward
     # the time to the first token. An engine whose cache lives elsewhere (a server) never calls it.

@@ -90,15 +90,17 @@ def run_generate(
     prompt_cache: Path | None = None,
     prompt_cache_ro: bool = False,
     show_thinking: bool = True,
+    think: bool | None = None,
 ) -> Result:
     """Run one prompt; `raw` continues it as plain text, else it becomes a user turn (the caller
     decides between the two with `prompting.generate_format`). With `prompt_cache`, the KV state
     in that file is reused for the longest common prefix and (unless `prompt_cache_ro`) the file
     is rewritten with this run's state afterwards."""
     engine = loaded.engine
-    request = (
-        Request(params, text=text) if raw else Request(params, messages=prompting.messages_for(text, system))
-    )
+    if raw:
+        request = Request(params, text=text)
+    else:
+        request = Request(params, messages=prompting.messages_for(text, system), think=think)
     cache: dict | None = None
     if prompt_cache is not None:
         cache = {"path": str(prompt_cache), "restored_tokens": 0, "restore_ms": 0.0,

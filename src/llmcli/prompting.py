@@ -53,11 +53,17 @@ def base_warning(ref: str) -> str:
 
 
 def chat_tokens(
-    engine: Engine, messages: list[dict[str, str]], fmt: templates.PromptFormat | None = None
+    engine: Engine,
+    messages: list[dict[str, str]],
+    fmt: templates.PromptFormat | None = None,
+    variables: dict[str, object] | None = None,
 ) -> list[int]:
-    """Tokens for a conversation, ending with the assistant's turn opened."""
+    """Tokens for a conversation, ending with the assistant's turn opened; `variables`: more names
+    the template reads (a reasoning model's `enable_thinking`)."""
     fmt = fmt or prompt_format(engine)
-    text = templates.render(fmt, messages, bos_token=engine.bos_text(), eos_token=engine.eos_text())
+    text = templates.render(
+        fmt, messages, bos_token=engine.bos_text(), eos_token=engine.eos_text(), variables=variables
+    )
     return engine.tokenize(text, special=True, add_bos=False)
 
 

@@ -100,7 +100,7 @@ def chat(
     constraint = flags.constraint
     chat_session = ChatSession(loaded, params, on_overflow=policy, session_name=name, load_model=load,
                                allow_base=fallback_template, constraint=constraint,
-                               kv_cap_mb=kv_cache_max_mb)  # fmt: skip
+                               kv_cap_mb=kv_cache_max_mb, think=flags.think)  # fmt: skip
     try:
         chat_session.check_model(loaded)
     except UsageError:

@@ -232,6 +232,16 @@ JsonSchema = Annotated[
                  "inline JSON).", rich_help_panel=SAMPLING_PANEL, show_default=False),
 ]  # fmt: skip
 
+Think = Annotated[
+    bool | None,
+    typer.Option(
+        "--think/--no-think",
+        help="A reasoning model's thinking, on or off through its template's switch (enable_thinking; "
+        "a served model's server gets it as chat_template_kwargs). Default: the template's.",
+        rich_help_panel=SAMPLING_PANEL,
+        show_default=False,
+    ),
+]
 SpecType = Annotated[
     str | None,
     typer.Option("--spec-type", help="Speculative decoding: none, lookup (prompt lookup: copy n-grams "
@@ -601,6 +611,17 @@ AMX_REPACK_WARNING = (
 )
 
 
+def warn_think(think: bool, fmt) -> None:
+    """--think/--no-think where the model's template cannot honour it: said in one line."""
+    from llmcli import render
+
+    flag = "--think" if think else "--no-think"
+    if fmt is None:
+        render.warn(f"{flag}: ignored, the model's template shows no reasoning")
+    elif not fmt.switchable and not think:
+        render.warn(f"{flag}: the model's template has no switch to turn its reasoning off; it reasons")
+
+
 def warn_local_only(**flags) -> None:
     """A served model has no local context, threads or layers: flags for them are said to be ignored."""
     from llmcli import render
@@ -634,6 +655,7 @@ class RunFlags:
     stop: Stop = None
     grammar_file: GrammarFile = None
     json_schema: JsonSchema = None
+    think: Think = None
     spec_type: SpecType = None
     spec_draft_n_max: SpecDraftNMax = None
     spec_draft_n_min: SpecDraftNMin = None
@@ -673,6 +695,8 @@ class RunFlags:
         """What the loaded model makes of the flags: a warning for --repack on an AMX build, and one
         for the flags a served model ignores."""
         warn_amx_repack(self.repack, loaded)
+        if self.think is not None and not loaded.served:
+            warn_think(self.think, loaded.engine.info.reasoning)
         if loaded.served:
             warn_local_only(ctx_size=self.ctx_size, gpu_layers=self.gpu_layers, threads=self.threads,
                             batch_size=self.batch_size, flash_attn=self.flash_attn, repack=self.repack,

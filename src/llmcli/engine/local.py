@@ -55,11 +55,15 @@ def prompt_tokens(engine: Engine, request: Request) -> tuple[list[int], Prepared
         return prompting.raw_tokens(engine, request.text), Prepared("raw")
     assert request.messages is not None
     fmt = prompting.prompt_format(engine)
+    switch = engine.info.reasoning.switch if engine.info.reasoning is not None else None
+    variables: dict[str, object] | None = None
+    if switch and request.think is not None:
+        variables = {switch: request.think}
     if request.fit is None:
-        return prompting.chat_tokens(engine, request.messages, fmt), Prepared(fmt.source)
+        return prompting.chat_tokens(engine, request.messages, fmt, variables), Prepared(fmt.source)
     conversation = _conversation(request.messages)
     fitted = conversation.fit(
-        lambda messages: prompting.chat_tokens(engine, messages, fmt),
+        lambda messages: prompting.chat_tokens(engine, messages, fmt, variables),
         engine.n_ctx, request.fit.reserve, request.fit.policy,
     )  # fmt: skip
     return fitted.tokens, Prepared(fmt.source, fitted.dropped_messages, fitted.dropped_tokens)

@@ -361,12 +361,17 @@ class ServedEngine:
             return
         assert request.messages is not None
         yield Prepared("server")
-        yield from self.stream_messages(request.messages, request.params)
+        yield from self.stream_messages(request.messages, request.params, think=request.think)
 
-    def stream_messages(self, messages: list[dict[str, str]], params: SamplingParams) -> Iterator[Event]:
-        """A chat completion of `messages` (`/chat/completions`): Token..., one Done."""
+    def stream_messages(
+        self, messages: list[dict[str, str]], params: SamplingParams, *, think: bool | None = None
+    ) -> Iterator[Event]:
+        """A chat completion of `messages` (`/chat/completions`): Token..., one Done. `think`: a
+        reasoning model's switch, as llama-server and vLLM take it (`chat_template_kwargs`)."""
         body = request_body(params, self.model, self.flavour, chat=True)
         body["messages"] = messages
+        if think is not None:
+            body["chat_template_kwargs"] = {"enable_thinking": think}
         return self._run(Exchange(self.client, "/chat/completions", body, chat=True), params)
 
     def completion(

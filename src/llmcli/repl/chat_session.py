@@ -81,6 +81,7 @@ class ChatSession:
     recommended: dict[str, Any] = field(default_factory=dict)  # the model's sampling, applied
     kv_restore: Path | None = None  # a saved KV state to try before the next turn (kvstore)
     kv_cap_mb: int | None = None  # --kv-cache-max-mb (None: the setting)
+    think: bool | None = None  # --think/--no-think (None: the template's default)
 
     def apply_recommended(self) -> dict[str, Any]:
         """Use the loaded model's recommended sampling where the user set nothing (again after a
@@ -194,6 +195,7 @@ class ChatSession:
         request = Request(
             self.params, messages=self.conversation.template_messages(),
             fit=Fit(self.answer_reserve(), self.on_overflow), before_prefill=self._restore_kv,
+            think=self.think,
         )  # fmt: skip
         try:
             done, prepared = drive(self.engine, request, sink)
