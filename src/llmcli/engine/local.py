@@ -44,9 +44,7 @@ def run(engine: Engine, tokens: list[int], params, prepared: Prepared, waited_ms
                 event.stats.total_ms += waited_ms
             yield event
     finally:  # closed early (Ctrl-C, a consumer that stopped): the stream leaves its cache consistent
-        close = getattr(events, "close", None)
-        if close is not None:
-            close()
+        _close(events)
 
 
 def prompt_tokens(engine: Engine, request: Request) -> tuple[list[int], Prepared]:
@@ -111,6 +109,11 @@ def split_reasoning(events: Iterator[Event], splitter: Splitter) -> Iterator[Eve
             else:
                 yield event
     finally:
-        close = getattr(events, "close", None)
-        if close is not None:
-            close()
+        _close(events)
+
+
+def _close(events: Iterator[Event]) -> None:
+    """Close the stream beneath (a generator), so it stops and leaves the engine usable."""
+    close = getattr(events, "close", None)
+    if close is not None:
+        close()
