@@ -68,5 +68,29 @@ def path() -> Path:
     return target
 
 
+def with_template(template: Path) -> Path:
+    """A copy of the model whose chat template is `template`'s text (gguf's own gguf-new-metadata
+    writes it), cached beside the model, named by the template's hash; complete when it appears."""
+    source = path()
+    text = template.read_text(encoding="utf-8")
+    tag = hashlib.sha256(text.encode()).hexdigest()[:12]
+    target = source.with_name(f"{source.stem}-{template.stem}-{tag}.gguf")
+    if target.exists():
+        return target
+    with (target.parent / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.exists():
+            return target
+        partial = target.with_suffix(".partial")
+        cmd = [sys.executable, "-m", "gguf.scripts.gguf_new_metadata", "--chat-template-file", str(template),
+               str(source), str(partial), "--force"]  # fmt: skip
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode != 0:
+            partial.unlink(missing_ok=True)
+            raise Unavailable(f"gguf-new-metadata failed: {result.stderr.strip()[-500:]}")
+        os.replace(partial, target)
+    return target
+
+
 if __name__ == "__main__":
     print(path())

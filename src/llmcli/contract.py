@@ -34,6 +34,10 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     grammar: str | None = None  # GBNF text (from --grammar-file or --json-schema)
     json_schema: dict | bool | None = None  # the --json-schema itself (a served model sends it, not GBNF)
+    # A reasoning model's budget: tokens it may reason before its block is closed for it (0: none;
+    # None: no limit), and the text written before the forced closing tag
+    reasoning_budget: int | None = None
+    reasoning_budget_message: str = ""
     # Settings the user left at the built-in default (a model's recommendation may replace them).
     defaulted: frozenset[str] = field(default_factory=frozenset, repr=False, compare=False)
 
@@ -58,6 +62,10 @@ class SamplingParams:
                 f"--seed must be in [0, 4294967294], got {self.seed}",
             ),
             (all(self.stop), "--stop strings must not be empty"),
+            (
+                self.reasoning_budget is None or self.reasoning_budget >= 0,
+                f"--reasoning-budget must be >= 0 (-1: no limit), got {self.reasoning_budget}",
+            ),
         ]
         for ok, message in checks:
             if not ok:
@@ -208,6 +216,12 @@ class Stats:
     # passes of the target (a verification batch or a plain step), and the proposer's settings
     # with what the adaptive k chose ({} when it was off).
     reasoning_tokens: int = 0  # of completion_tokens, those decoded inside the reasoning block
+    # A reasoning model's answer, timed apart (wall clock, from the request's start; None where that
+    # part never came): the first token of each, and how long each part took from its first token
+    reasoning_ttft_ms: float | None = None
+    answer_ttft_ms: float | None = None
+    reasoning_ms: float = 0.0
+    answer_ms: float = 0.0
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     target_passes: int = 0
@@ -248,6 +262,9 @@ class Done:
     constraint_complete: bool | None = None
     # A reasoning model: its reasoning, apart from `text` (the answer), without the tags
     reasoning: str = ""
+    # The output ended inside the reasoning block (the token cap or the context came first): there
+    # is no answer, and `text` is empty
+    reasoning_open: bool = False
 
 
 @dataclass
@@ -403,10 +420,14 @@ class Engine(Protocol):
         the iterator early stops the request and leaves the engine usable."""
         ...
 
-    def stream(self, prompt: str | list[int], params: SamplingParams) -> Iterator[Event]:
+    def stream(
+        self, prompt: str | list[int], params: SamplingParams, *, reasoning: str | None = None
+    ) -> Iterator[Event]:
         """Prefill `prompt` (reusing the cached prefix), then decode: PrefillProgress, Token..., one
         Done. Closing the generator early leaves the cache consistent with what was evaluated.
-        The token level beneath `respond` (and bench's): text or token ids, no template."""
+        The token level beneath `respond` (and bench's): text or token ids, no template.
+        `reasoning`: where the prompt leaves a reasoning model ("start", "reasoning", "answer"; see
+        `reasoning.prompt_state`), for its budget and a grammar on the answer alone; None: plain text."""
         ...
 
     def interrupt(self) -> None:

@@ -34,12 +34,17 @@ class Result:
 
     @property
     def incomplete(self) -> bool:
-        """Constrained output that the grammar does not accept: cut short before it was done."""
+        """Constrained output that the grammar does not accept, or a reasoning model's output that
+        ended inside its reasoning: cut short before it was done."""
+        if self.done.reasoning_open and self.done.finish_reason == "length":
+            return True
         return self.constraint is not None and self.done.constraint_complete is False
 
     def incomplete_error(self):
         from llmcli.errors import IncompleteOutputError
 
+        if self.done.reasoning_open:
+            return IncompleteOutputError(*unanswered_message(self.done, self.params))
         return IncompleteOutputError(
             *incomplete_message(self.done, self.params, self.constraint or "grammar")
         )
@@ -53,6 +58,19 @@ class Result:
             prompt_format=self.prompt_format, constraint=self.constraint,
             constraint_complete=not self.incomplete, prompt_cache=self.prompt_cache,
         )  # fmt: skip
+
+
+def unanswered_message(done: Done, params: SamplingParams) -> tuple[str, str | None]:
+    """A reasoning model cut inside its reasoning: no answer, what cut it, and the two ways out."""
+    n = done.stats.reasoning_tokens
+    if params.max_tokens and done.stats.completion_tokens >= params.max_tokens:
+        what, room = f"--max-tokens ({params.max_tokens})", "raise -n/--max-tokens"
+    else:
+        what, room = f"the context ({done.stats.context_size} tokens)", "raise -c/--ctx-size"
+    return (
+        f"no answer: {what} ended the output inside the reasoning, after {n} tokens of it",
+        f"{room}, or bound the thinking with --reasoning-budget N",
+    )
 
 
 def incomplete_message(done: Done, params: SamplingParams, constraint: str) -> tuple[str, str | None]:

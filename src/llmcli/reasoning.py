@@ -120,11 +120,25 @@ class Splitter:
     counts only before any answer text (after whitespace), and the whitespace after the closing
     tag is not part of the answer."""
 
-    def __init__(self, fmt: ReasoningFormat) -> None:
+    def __init__(self, fmt: ReasoningFormat, state: str | None = None) -> None:
         assert fmt.open_tag and fmt.close_tag
         self.open, self.close = fmt.open_tag, fmt.close_tag
-        self.state = "reasoning" if fmt.preopened else "start"  # start, reasoning, after, answer
+        # start, reasoning, after (the closing tag; its whitespace follows), answer. Where the
+        # generation prompt left the model (`prompt_state`), else the template's default.
+        self.state = state or ("reasoning" if fmt.preopened else "start")
         self.held = ""
+
+    @property
+    def answering(self) -> bool:
+        """Past the reasoning: whatever comes now is the answer."""
+        return self.state in ("after", "answer")
+
+    def would_answer(self, text: str) -> bool:
+        """Whether `text`, fed now at the start, would begin the answer (no block opened)."""
+        if self.state != "start":
+            return False
+        stripped = (self.held + text).lstrip()
+        return bool(stripped) and not stripped.startswith(self.open) and not self.open.startswith(stripped)
 
     @property
     def in_reasoning(self) -> bool:
@@ -168,6 +182,70 @@ class Splitter:
         if self.state == "reasoning":
             return held, ""
         return "", held if self.state in ("start", "answer") and held.strip() else ""
+
+
+def prompt_state(fmt: ReasoningFormat, tail: str) -> str:
+    """Where a generation prompt ending in `tail` leaves the model: "reasoning" inside a block it
+    opened, "answer" after a block it closed (thinking switched off renders an empty one), else
+    "start" (the model may open one)."""
+    assert fmt.open_tag and fmt.close_tag
+    opened, closed = tail.rfind(fmt.open_tag), tail.rfind(fmt.close_tag)
+    if opened > closed:
+        return "reasoning"
+    if closed >= 0 and not tail[closed + len(fmt.close_tag) :].strip():
+        return "answer"
+    return "start"
+
+
+def closing_text(fmt: ReasoningFormat, message: str = "") -> str:
+    """What a reasoning budget forces once it is spent: its message, then the closing tag."""
+    assert fmt.close_tag
+    return f"\n{message.strip()}\n{fmt.close_tag}\n\n" if message.strip() else f"\n{fmt.close_tag}\n\n"
+
+
+class Tracker:
+    """The reasoning block as the decode loop sees it, token by token: whether the output is inside
+    it, how many tokens it took, and when a budget (`--reasoning-budget`) has been spent."""
+
+    def __init__(self, fmt: ReasoningFormat, state: str, budget: int | None, message: str = "") -> None:
+        self.splitter = Splitter(fmt, state)
+        self.fmt, self.budget, self.message = fmt, budget, message
+        self.tokens = 0  # decoded inside the block
+        self.forced = False  # the budget closed it
+
+    @property
+    def answering(self) -> bool:
+        return self.splitter.answering
+
+    def feed(self, text: str) -> None:
+        """One token's text (before any stop-string hold-back)."""
+        splitter = self.splitter
+        inside = splitter.in_reasoning
+        splitter.feed(text)
+        if inside or splitter.in_reasoning:
+            self.tokens += 1
+
+    def due(self, *, mid_character: bool = False) -> str | None:
+        """The text to force now (the budget is spent inside the block), once; else None. Inside a
+        multi-byte character it waits for the character to end (a few tokens at most)."""
+        if self.budget is None or self.forced or not self.splitter.in_reasoning or self.tokens < self.budget:
+            return None
+        if mid_character and self.tokens < self.budget + 4:
+            return None
+        self.forced = True
+        return closing_text(self.fmt, self.message)
+
+
+def tracker_for(
+    fmt: ReasoningFormat | None, state: str | None, budget: int | None, message: str, *, constrained: bool
+) -> Tracker | None:
+    """A decode loop's tracker where something depends on the block: a budget, or a grammar that
+    must wait for the answer. None for text that is not a reasoning model's answer (`state` None)."""
+    if fmt is None or not fmt.open_tag or not fmt.close_tag or state is None:
+        return None
+    if budget is None and not constrained:
+        return None
+    return Tracker(fmt, state, budget, message)
 
 
 def _partial_tail(text: str, tag: str) -> int:

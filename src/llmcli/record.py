@@ -110,6 +110,22 @@ def _timings(s: Stats, served: bool) -> dict[str, Any]:
         "decode_tokens_per_s": round(s.decode_tps, 3),
         "ttft_ms": round(s.ttft_ms, 3),
         "total_ms": round(s.total_ms, 3),
+        "reasoning": _part(s.reasoning_ttft_ms, s.reasoning_ms, s.reasoning_tokens),
+        "answer": _part(s.answer_ttft_ms, s.answer_ms, s.completion_tokens - s.reasoning_tokens)
+        if s.reasoning_ttft_ms is not None
+        else None,
+    }
+
+
+def _part(ttft_ms: float | None, ms: float, tokens: int) -> dict[str, Any] | None:
+    """A reasoning model's reasoning or answer, timed apart (wall clock): null where it never came."""
+    if ttft_ms is None:
+        return None
+    return {
+        "ttft_ms": round(ttft_ms, 3),
+        "ms": round(ms, 3),
+        "tokens": tokens,
+        "tokens_per_s": round(tokens / ms * 1000, 3) if ms > 0 else None,
     }
 
 

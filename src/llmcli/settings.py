@@ -87,6 +87,20 @@ SETTINGS: dict[str, Setting] = {
         ),
         Setting("system", str, "", "System prompt for chat and generate."),
         Setting(
+            "reasoning_budget",
+            int,
+            -1,
+            "A reasoning model's budget: tokens it may think before its block is closed for it "
+            "(0: no thinking; -1: no limit).",
+            minimum=-1,
+        ),
+        Setting(
+            "reasoning_budget_message",
+            str,
+            "",
+            "Text written into the reasoning before the closing tag a spent budget forces.",
+        ),
+        Setting(
             "spec_type",
             str,
             "none",

@@ -114,6 +114,8 @@ def generate(
         raise
     if as_json:
         render.out_json(result.record())
+    if result.done.reasoning_open and result.done.finish_reason == "stop":
+        render.warn("the model ended its output inside its reasoning: there is no answer")
     if stats:  # stderr, so with --json too
         render.err_line(result.stats_line())
     if result.done.finish_reason == "interrupted":

@@ -242,6 +242,26 @@ Think = Annotated[
         show_default=False,
     ),
 ]
+ReasoningBudget = Annotated[
+    int | None,
+    typer.Option(
+        "--reasoning-budget",
+        help="A reasoning model's budget in tokens: once spent, its block is closed for it and the "
+        "answer follows (0: no thinking; -1: no limit). [default: -1]",
+        rich_help_panel=SAMPLING_PANEL,
+        show_default=False,
+    ),
+]
+ReasoningBudgetMessage = Annotated[
+    str | None,
+    typer.Option(
+        "--reasoning-budget-message",
+        help="Text written into the reasoning before the closing tag a spent --reasoning-budget forces "
+        '(for example "Time to answer.").',
+        rich_help_panel=SAMPLING_PANEL,
+        show_default=False,
+    ),
+]
 SpecType = Annotated[
     str | None,
     typer.Option("--spec-type", help="Speculative decoding: none, lookup (prompt lookup: copy n-grams "
@@ -530,6 +550,18 @@ def sampling_params(
     return params
 
 
+def reasoning_budget(budget: int | None, message: str | None) -> tuple[int | None, str]:
+    """--reasoning-budget and its message, resolved (flag > LLMCLI_* > config > default) and
+    checked; a budget of -1 is no limit (None)."""
+    from llmcli import settings
+    from llmcli.errors import UsageError
+
+    value = settings.resolve("reasoning_budget", budget)
+    if value < -1:
+        raise UsageError(f"--reasoning-budget must be >= -1 (-1: no limit, 0: no thinking), got {value}")
+    return (None if value == -1 else value), settings.resolve("reasoning_budget_message", message)
+
+
 def load_grammar(grammar_file: Path | None, json_schema: str | None) -> str | None:
     from llmcli.errors import UsageError
 
@@ -619,7 +651,8 @@ def warn_think(think: bool, fmt) -> None:
     if fmt is None:
         render.warn(f"{flag}: ignored, the model's template shows no reasoning")
     elif not fmt.switchable and not think:
-        render.warn(f"{flag}: the model's template has no switch to turn its reasoning off; it reasons")
+        render.warn(f"{flag}: the model's template has no switch to turn its reasoning off; its block "
+                    "is closed as soon as it opens instead (--reasoning-budget 0)")  # fmt: skip
 
 
 def warn_local_only(**flags) -> None:
@@ -656,6 +689,8 @@ class RunFlags:
     grammar_file: GrammarFile = None
     json_schema: JsonSchema = None
     think: Think = None
+    reasoning_budget: ReasoningBudget = None
+    reasoning_budget_message: ReasoningBudgetMessage = None
     spec_type: SpecType = None
     spec_draft_n_max: SpecDraftNMax = None
     spec_draft_n_min: SpecDraftNMin = None
@@ -671,10 +706,14 @@ class RunFlags:
 
     def sampling(self) -> SamplingParams:
         """Sampling settings resolved (flag > LLMCLI_* > config > default) and checked."""
-        return sampling_params(
+        params = sampling_params(
             self.temperature, self.top_k, self.top_p, self.min_p, self.repeat_penalty, self.seed,
             self.max_tokens, self.stop, self.grammar_file, self.json_schema,
         )  # fmt: skip
+        params.reasoning_budget, params.reasoning_budget_message = reasoning_budget(
+            self.reasoning_budget, self.reasoning_budget_message
+        )
+        return params
 
     def engine(self, ctx: typer.Context) -> EngineOptions:
         """How the model is loaded, speculative decoding included, resolved and checked."""

@@ -32,6 +32,7 @@ from llmcli.engine.sampler import GrammarProbe, pick
 from llmcli.engine.speculation import Speculation
 from llmcli.engine.text import TextStream
 from llmcli.engine.vocab import Tokenizer
+from llmcli.reasoning import Tracker
 
 MIN_PREFILL_SAMPLE = 32  # prefill batches smaller than this say little about thread speed
 
@@ -66,7 +67,8 @@ class Generation:
     """One request's prefill-then-decode loop; `spec` is its speculative decoding, if any."""
 
     def __init__(self, engine: Runner, tokens: list[int], params: SamplingParams, seed: int, sampler,
-                 abort: AbortFlag, spec: Speculation | None = None) -> None:  # fmt: skip
+                 abort: AbortFlag, spec: Speculation | None = None, tracker: Tracker | None = None,
+                 answer_sampler=None) -> None:  # fmt: skip
         self.e = engine
         self.cache = engine.cache
         self.abort = abort
@@ -78,7 +80,12 @@ class Generation:
         self.generated: list[int] = []
         self.stopped_by_string = False
         self.target_prefill_ms = 0.0  # the target's share of prefill_ms (the draft model's is the rest)
-        self.grammar = GrammarProbe(engine.tokenizer, sampler) if params.grammar else None
+        # A reasoning model's block, watched where a budget or a grammar depends on it; the grammar
+        # then lives in `answer_sampler` and applies from the answer's first token
+        self.tracker = tracker
+        self.answer_sampler = answer_sampler
+        constrained_now = params.grammar and answer_sampler is None
+        self.grammar = GrammarProbe(engine.tokenizer, sampler) if constrained_now else None
         self.ended_by_eog = False
         self.spec = spec
         L = self.cache.L
@@ -86,6 +93,62 @@ class Generation:
         greedy = params.temperature <= 0 and L.llama_sampler_chain_n(sampler) == 1
         self.pick = pick(L, self.cache.ctx, sampler, engine.n_vocab, greedy)
         self.step = self._step()
+        if tracker is not None:
+            self.pick = self._tracked_pick(self.pick, sampler, None if greedy else sampler)
+            self.step = self._tracked_step(self.step)
+
+    def _tracked_pick(self, free: Callable[[int], int], sampler, stateful) -> Callable[[int], int]:
+        """The pick of a request whose reasoning block is watched: the tokens a spent budget forces
+        (its message and the closing tag, fed to the sampler's state as if sampled), the grammar's
+        chain from the answer's first token, the free chain while the model reasons."""
+        tracker, text, L = self.tracker, self.text, self.cache.L
+        assert tracker is not None
+        forced: list[int] = []
+        answer = self.answer_sampler
+        constrained = None
+        if answer is not None:
+            constrained = pick(L, self.cache.ctx, answer, self.e.n_vocab, False)
+        token_bytes = self.e.tokenizer.token_bytes
+
+        def picked(i: int) -> int:
+            if not forced and (closing := tracker.due(mid_character=text.mid_character)):
+                forced.extend(self.e.tokenizer.tokenize(closing, special=True, add_bos=False))
+            if forced:
+                token = forced.pop(0)
+                if stateful is not None:
+                    L.llama_sampler_accept(stateful, token)
+                return token
+            if constrained is None:
+                return free(i)
+            if tracker.answering:
+                return constrained(i)
+            token = free(i)  # at the start, an answer begun without a block is the grammar's
+            if tracker.splitter.would_answer(token_bytes(token).decode("utf-8", "replace")):
+                return constrained(i)
+            return token
+
+        return picked
+
+    def _tracked_step(self, step: Callable[[int], Fed]) -> Callable[[int], Fed]:
+        """The per-token step, with the reasoning block watched: the grammar's probe starts where the
+        answer does."""
+        tracker, text = self.tracker, self.text
+        assert tracker is not None
+        grammar_waits = self.answer_sampler is not None
+
+        def tracked(token: int) -> Fed:
+            nonlocal grammar_waits
+            fed = step(token)
+            if fed is not None:
+                tracker.feed(text.last)
+                if grammar_waits and tracker.answering:
+                    grammar_waits = False
+                    self.grammar = GrammarProbe(self.e.tokenizer, self.answer_sampler, note_start=False)
+                if self.grammar is not None and self.answer_sampler is not None:
+                    self.grammar.note(text.decoded_chars, pending_bytes=text.mid_character)
+            return fed
+
+        return tracked
 
     def _step(self) -> Callable[[int], Fed]:
         """The one per-token step of both decode loops: record the token, time the first, end on
@@ -295,4 +358,6 @@ class Generation:
         complete = None
         if self.grammar is not None:  # EOG is sampled only where the grammar accepts
             complete = self.ended_by_eog or self.grammar.accepted_at(len(text))
+        elif self.params.grammar:  # the answer, and so the grammar, never began
+            complete = False
         yield Done(text, reason, stats, self.seed, list(self.generated), complete)

@@ -153,7 +153,12 @@ class FakeEngine:
     def respond(self, request: Request) -> Iterator[Event]:
         return local.respond(self, request)
 
-    def stream(self, prompt: str | list[int], params: SamplingParams) -> Iterator[Event]:
+    def stream(
+        self, prompt: str | list[int], params: SamplingParams, *, reasoning: str | None = None
+    ) -> Iterator[Event]:
+        """The scripted reply; `reasoning` (where the prompt leaves a reasoning model) is kept for
+        the tests to read, as `reasoning_state`: the scripted pieces are what they are."""
+        self.reasoning_state = reasoning
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         check_prompt(tokens, self.n_ctx)
         self._interrupted = False

@@ -29,6 +29,7 @@ import secrets
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from llmcli import defaults
@@ -62,6 +63,7 @@ from llmcli.engine.speculation import Speculation
 from llmcli.engine.threads import physical_cores
 from llmcli.engine.vocab import Tokenizer
 from llmcli.errors import InvalidModelError, LlmcliError, UsageError
+from llmcli.reasoning import tracker_for
 
 __all__ = [  # the engine, and the names other modules, tests and benchmarks import from here
     "DEFAULT_CTX_CAP", "GGML_KV_TYPES", "MIN_PREFILL_SAMPLE", "SPEC_VOCAB_MAX_DIFFERENCE", "AbortFlag",
@@ -437,24 +439,40 @@ class LlamaEngine:
     def respond(self, request: Request) -> Iterator[Event]:
         return local.respond(self, request)
 
-    def stream(self, prompt: str | list[int], params: SamplingParams) -> Iterator[Event]:
+    def stream(
+        self, prompt: str | list[int], params: SamplingParams, *, reasoning: str | None = None
+    ) -> Iterator[Event]:
         """Prefill `prompt`, then decode; yields PrefillProgress, Token..., and one Done.
+        `reasoning`: where the prompt leaves a reasoning model (`reasoning.prompt_state`), for the
+        budget and for a grammar that applies to the answer only; None: text is text.
 
         Closing the generator early (a closed pipe, an exception in the consumer) stops the request
         and leaves the cache consistent with what was evaluated."""
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         check_prompt(tokens, self.n_ctx)
         seed = params.seed if params.seed is not None else secrets.randbelow(2**32 - 1)
+        tracker = tracker_for(self.info.reasoning, reasoning, params.reasoning_budget,
+                              params.reasoning_budget_message, constrained=bool(params.grammar))  # fmt: skip
         with self._lock:
-            sampler = self._build_sampler(params, seed)
+            answer_sampler = None
+            if tracker is not None and params.grammar:  # the grammar waits for the answer
+                answer_sampler = self._build_sampler(params, seed)
+                sampler = self._build_sampler(replace(params, grammar=None), seed)
+            else:
+                sampler = self._build_sampler(params, seed)
             self._abort.clear()
             try:
                 spec = Speculation(self, tokens, params) if self.spec.enabled else None
-                yield from Generation(self, tokens, params, seed, sampler, self._abort, spec).run()
+                yield from Generation(
+                    self, tokens, params, seed, sampler, self._abort, spec, tracker, answer_sampler
+                ).run()
             finally:
                 self._L.llama_sampler_free(sampler)
+                if answer_sampler is not None:
+                    self._L.llama_sampler_free(answer_sampler)
 
     def _build_sampler(self, params: SamplingParams, seed: int):
+        """The sampler chain (engine/sampler.py)."""
         return build_chain(self._L, self.tokenizer, self.n_vocab, params, seed, debug=self._debug)
 
     # -- speculative decoding's settings and limits (speculation.py, draft.py, exact.py) ---------

@@ -8,31 +8,53 @@ A served engine does none of this: its server applies the template and keeps the
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 
 from llmcli import prompting
 from llmcli.contract import Done, Engine, Event, Prepared, Reasoning, Request, Token
 from llmcli.conversation import Conversation, Message
-from llmcli.reasoning import Splitter
+from llmcli.reasoning import Splitter, prompt_state
+
+TAIL_TOKENS = 32  # the prompt's last tokens, read for where the generation prompt leaves a reasoning model
 
 
 def respond(engine: Engine, request: Request) -> Iterator[Event]:
     """`Engine.respond` for a local engine. The prompt is built when called (a context overflow
     raises here, and a Ctrl-C meanwhile stops the request at its first event); the iterator yields
     Prepared, then the stream of `engine.stream`."""
+    request = thinking(engine, request)
     tokens, prepared = prompt_tokens(engine, request)
     waited_ms = request.before_prefill(tokens) if request.before_prefill is not None else 0.0
-    events = run(engine, tokens, request.params, prepared, waited_ms)
     fmt = engine.info.reasoning
     if request.text is None and fmt is not None and fmt.open_tag and fmt.close_tag:
-        return split_reasoning(events, Splitter(fmt))
-    return events
+        state = prompt_state(fmt, engine.detokenize(tokens[-TAIL_TOKENS:]))  # type: ignore[attr-defined]
+        events = run(engine, tokens, request.params, prepared, waited_ms, state)
+        return split_reasoning(events, Splitter(fmt, state))
+    return run(engine, tokens, request.params, prepared, waited_ms)
 
 
-def run(engine: Engine, tokens: list[int], params, prepared: Prepared, waited_ms: float) -> Iterator[Event]:
-    """The events of a built prompt: Prepared, then `engine.stream`'s, the wait added to the timings."""
-    events = engine.stream(tokens, params)
+def thinking(engine: Engine, request: Request) -> Request:
+    """The switch and the budget as they apply to this model: a budget of 0 turns a switchable
+    template's thinking off; thinking turned off where the template has no switch is a budget of 0
+    (the block is closed as soon as it opens)."""
+    fmt = engine.info.reasoning
+    if fmt is None or request.text is not None:
+        return request
+    params, think = request.params, request.think
+    if params.reasoning_budget == 0 and fmt.switch and think is None:
+        think = False
+    if think is False and not fmt.switch and fmt.close_tag:
+        params = replace(params, reasoning_budget=0)
+    return replace(request, params=params, think=think)
+
+
+def run(engine: Engine, tokens: list[int], params, prepared: Prepared, waited_ms: float,
+        reasoning: str | None = None) -> Iterator[Event]:  # fmt: skip
+    """The events of a built prompt: Prepared, then `engine.stream`'s, the wait added to the timings.
+    `reasoning`: where the prompt leaves a reasoning model (`reasoning.prompt_state`)."""
+    events = engine.stream(tokens, params, reasoning=reasoning)
     try:
         # Prepared comes first, but after the stream has begun: a request clears the engine's
         # interrupt flag as it starts, and a Ctrl-C pressed before that is raised at the first event.
@@ -77,10 +99,12 @@ def _conversation(messages: list[dict[str, str]]) -> Conversation:
 
 def split_reasoning(events: Iterator[Event], splitter: Splitter) -> Iterator[Event]:
     """A reasoning model's events: its reasoning as `Reasoning`, the answer as `Token`, the tags in
-    neither; `Done` carries both texts and the count of tokens decoded inside the block."""
+    neither; `Done` carries both texts, the count of tokens decoded inside the block, whether the
+    output ended inside it, and the two parts' timings."""
     answer: list[str] = []
     thought: list[str] = []
     counted = reasoning_tokens = 0
+    clock = Clock()
     try:
         for event in events:
             if isinstance(event, Token):
@@ -88,14 +112,17 @@ def split_reasoning(events: Iterator[Event], splitter: Splitter) -> Iterator[Eve
                 reasoning, text = splitter.feed(event.text)
                 if inside or splitter.in_reasoning or reasoning:
                     reasoning_tokens += event.n_tokens - counted
+                    clock.reasoned()
                 counted = event.n_tokens
                 if reasoning:
                     thought.append(reasoning)
                     yield Reasoning(reasoning, event.n_tokens)
                 if text:
                     answer.append(text)
+                    clock.answered()
                     yield replace(event, text=text)
             elif isinstance(event, Done):
+                reasoning_open = splitter.in_reasoning
                 reasoning, text = splitter.finish()
                 if reasoning:
                     thought.append(reasoning)
@@ -103,13 +130,46 @@ def split_reasoning(events: Iterator[Event], splitter: Splitter) -> Iterator[Eve
                 if text:
                     answer.append(text)
                     yield Token(text, counted)
-                event.text, event.reasoning = "".join(answer), "".join(thought)
+                event.text, event.reasoning = "".join(answer), "".join(thought).strip()
+                event.reasoning_open = reasoning_open and not event.text
                 event.stats.reasoning_tokens = reasoning_tokens
+                clock.timings(event.stats)
                 yield event
             else:
                 yield event
     finally:
         _close(events)
+
+
+class Clock:
+    """When a reasoning model's two parts began, on the wall clock from the request's start (a
+    local engine: its first event, the prefill's start; a served one: the request's sending)."""
+
+    def __init__(self, start: float | None = None, now=time.perf_counter) -> None:
+        self.now = now
+        self.start = start if start is not None else now()
+        self.first_reasoning: float | None = None
+        self.first_answer: float | None = None
+
+    def reasoned(self) -> None:
+        if self.first_reasoning is None:
+            self.first_reasoning = self.now()
+
+    def answered(self) -> None:
+        if self.first_answer is None:
+            self.first_answer = self.now()
+
+    def timings(self, stats) -> None:
+        """The two parts' times into `stats`: the first token of each, and each one's duration."""
+        end = self.now()
+        ms = lambda t: (t - self.start) * 1000  # noqa: E731
+        if self.first_reasoning is not None:
+            stats.reasoning_ttft_ms = ms(self.first_reasoning)
+            until = self.first_answer if self.first_answer is not None else end
+            stats.reasoning_ms = max(0.0, (until - self.first_reasoning) * 1000)
+        if self.first_answer is not None:
+            stats.answer_ttft_ms = ms(self.first_answer)
+            stats.answer_ms = max(0.0, (end - self.first_answer) * 1000)
 
 
 def _close(events: Iterator[Event]) -> None:

@@ -117,7 +117,7 @@ class GrammarProbe:
     (or inside a multi-byte character) is complete only when it ends exactly where the grammar
     accepted."""
 
-    def __init__(self, tokenizer: Tokenizer, chain) -> None:
+    def __init__(self, tokenizer: Tokenizer, chain, *, note_start: bool = True) -> None:
         L = self.L = tokenizer.L
         self.sampler = L.llama_sampler_chain_get(chain, 0)  # the grammar comes first in the chain
         eog = L.llama_vocab_eos(tokenizer.handle)
@@ -127,7 +127,8 @@ class GrammarProbe:
             data=ctypes.cast(self.data, ctypes.POINTER(L.llama_token_data)), size=1, selected=-1, sorted=False
         )
         self.points: set[int] = set()
-        self.note(0, pending_bytes=False)
+        if note_start:  # else the caller notes where the constrained text starts
+            self.note(0, pending_bytes=False)
 
     def note(self, chars: int, *, pending_bytes: bool) -> None:
         if not pending_bytes and self.eog >= 0 and self._accepts_eog():

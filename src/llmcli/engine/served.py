@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from llmcli import reporting
 from llmcli.contract import Done, Event, ModelInfo, Prepared, Reasoning, Request, SamplingParams, Stats, Token
 from llmcli.endpoint_config import stall_timeout
+from llmcli.engine.local import Clock
 from llmcli.endpoints import Endpoint
 from llmcli.errors import (
     ContextOverflowError,
@@ -345,7 +346,9 @@ class ServedEngine:
     def eos_text(self) -> str:
         return ""
 
-    def stream(self, prompt: str | list[int], params: SamplingParams) -> Iterator[Event]:
+    def stream(
+        self, prompt: str | list[int], params: SamplingParams, *, reasoning: str | None = None
+    ) -> Iterator[Event]:
         """A plain-text completion (`/completions`): the prompt as text, or token ids (which
         llama-server and vLLM take)."""
         return self._run(self.completion(prompt, params), params)
@@ -370,8 +373,11 @@ class ServedEngine:
         reasoning model's switch, as llama-server and vLLM take it (`chat_template_kwargs`)."""
         body = request_body(params, self.model, self.flavour, chat=True)
         body["messages"] = messages
+        if params.reasoning_budget == 0 and think is None:
+            think = False  # no reasoning at all: the template's switch, where it has one
         if think is not None:
             body["chat_template_kwargs"] = {"enable_thinking": think}
+        body.update(budget_fields(params, self.flavour))
         return self._run(Exchange(self.client, "/chat/completions", body, chat=True), params)
 
     def completion(
@@ -433,12 +439,15 @@ class ServedEngine:
             yield Done("", "interrupted", Stats(total_ms=waited_ms), seed)
             return
         reply, url = exchange.reply, exchange.url
+        clock = Clock(reply.started, time.monotonic)
         try:
             try:
                 for thought, text in exchange.pieces():
                     if thought:
+                        clock.reasoned()
                         yield Reasoning(thought, reply.n_chunks)
                     if text:
+                        clock.answered()
                         yield Token(text, reply.n_chunks)
             except NetworkError as exc:
                 if not self._cancel.is_set():
@@ -463,13 +472,17 @@ class ServedEngine:
             self._forget()
             exchange.close()
         stats = reply.stats(self.n_ctx)
+        reasoning = "".join(reply.reasoning)
+        if reasoning:
+            clock.timings(stats)
         yield Done(
             reply.text,
             reply.finish_reason,
             stats,
             seed,
             constraint_complete=_constraint_complete(reply, params),
-            reasoning="".join(reply.reasoning),
+            reasoning=reasoning,
+            reasoning_open=bool(reasoning) and not reply.text and reply.finish_reason == "length",
         )
 
     def _forget(self) -> None:
@@ -797,6 +810,26 @@ def probe(client: Client, endpoint: Endpoint) -> tuple[str, str, dict]:
     raise ModelNotFoundError(
         f"{endpoint.url} does not serve {wanted!r} (served: {shown})",
         hint=f"llmcli models list --endpoint {endpoint.name or endpoint.url}",
+    )
+
+
+def budget_fields(params: SamplingParams, flavour: str) -> dict[str, Any]:
+    """A reasoning budget as the server takes it per request: llama-server's
+    `thinking_budget_tokens` (and its message), vLLM's `thinking_token_budget` (it enforces it
+    where it was started with a reasoning configuration). A server that takes none: refused."""
+    budget, message = params.reasoning_budget, params.reasoning_budget_message
+    if budget is None:
+        return {}
+    if flavour == "llama-server":
+        return {"thinking_budget_tokens": budget, **({"thinking_budget_message": message} if message else {})}
+    if flavour == "vllm":
+        if message:
+            raise UsageError("vLLM takes a reasoning budget but no message: drop --reasoning-budget-message")
+        return {"thinking_token_budget": budget}
+    raise UsageError(
+        f"this server ({flavour}) takes no reasoning budget: --reasoning-budget works with local "
+        "models, llama-server and vLLM",
+        hint="use --no-think where the model's template has a switch",
     )
 
 

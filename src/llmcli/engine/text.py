@@ -21,6 +21,7 @@ class TextStream:
         self.pieces: list[str] = []  # what was emitted, in order
         self.pending = ""  # text held back because it could be the start of a stop string
         self.decoded_chars = 0  # characters decoded so far, before any stop-string cut
+        self.last = ""  # the last token's text, before any stop-string hold-back
         self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
 
     @property
@@ -34,7 +35,7 @@ class TextStream:
 
     def feed(self, data: bytes) -> tuple[str, bool]:
         """One token's bytes in; the text now safe to show, and whether a stop string was reached."""
-        text = self._utf8.decode(data)
+        text = self.last = self._utf8.decode(data)
         self.decoded_chars += len(text)
         if not text or not self.stops:
             self.pieces.append(text)
