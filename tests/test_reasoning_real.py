@@ -1,0 +1,104 @@
+"""Reasoning on a real model: the budget's forced close, thinking switched off, the token cap inside
+the reasoning, a JSON schema that waits for the answer, and speculation beside it.
+
+Qwen2.5-Coder-0.5B-Instruct (tests/qwen.py) with two real-shaped templates written into copies of
+its file: one whose generation prompt opens the block (`<think>\\n`, as DeepSeek-R1's distills do,
+tests/data/templates/qwen2.5-think-preopened.jinja), and Qwen3's own hybrid template (the model
+may open a block; `enable_thinking` switches it off). The model was not trained to think: the
+mechanism does not care, and the assertions are about the mechanism, never the prose."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from realmodel import generate_json, llmcli
+
+import qwen
+
+TEMPLATES = Path(__file__).parent / "data" / "templates"
+SCHEMA = '{"type":"object","properties":{"answer":{"type":"integer"}},"required":["answer"]}'
+TAGS = ("<think>", "</think>")
+
+
+@pytest.fixture(scope="module")
+def preopened() -> str:
+    return str(qwen.with_template(TEMPLATES / "qwen2.5-think-preopened.jinja"))
+
+
+@pytest.fixture(scope="module")
+def hybrid() -> str:
+    return str(qwen.with_template(TEMPLATES / "qwen3.jinja"))
+
+
+def run(model: str, *args: str) -> dict:
+    return generate_json("-m", model, "--temperature", "0", *args, timeout=900)
+
+
+def no_tags(text: str) -> bool:
+    return not any(tag in text for tag in TAGS)
+
+
+def test_the_budget_closes_the_block_and_the_answer_follows(preopened):
+    record = run(preopened, "-n", "60", "--reasoning-budget", "16", "--reasoning-budget-message",
+                 "Time to answer.", "Explain why the sky is blue.")  # fmt: skip
+    usage, timings = record["usage"], record["timings"]
+    assert record["reasoning"] and record["reasoning"].endswith("Time to answer.")
+    assert no_tags(record["reasoning"]) and no_tags(record["text"])
+    assert record["text"].strip(), "an answer follows the forced close"
+    # the budget, then the message and the closing tag the budget forced
+    assert 16 < usage["reasoning_tokens"] <= 16 + 12
+    assert usage["reasoning_tokens"] < usage["completion_tokens"]
+    assert record["params"]["reasoning_budget"] == 16
+    assert timings["reasoning"]["tokens"] == usage["reasoning_tokens"]
+    assert timings["answer"]["tokens"] == usage["completion_tokens"] - usage["reasoning_tokens"]
+    assert timings["reasoning"]["ttft_ms"] <= timings["answer"]["ttft_ms"]
+
+
+def test_no_think_without_a_switch_is_a_budget_of_zero(preopened):
+    result = llmcli("generate", "-m", preopened, "--temperature", "0", "-n", "24", "--no-think", "--json",
+                    "Explain why the sky is blue.", timeout=900)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["reasoning"] is None  # the block closed before anything was thought
+    assert record["text"].strip() and no_tags(record["text"])
+    warned = [line for line in result.stderr.splitlines() if "--no-think" in line]
+    assert len(warned) == 1 and "no switch" in warned[0]
+
+
+def test_the_token_cap_inside_the_reasoning_is_no_answer(preopened):
+    result = llmcli("generate", "-m", preopened, "--temperature", "0", "-n", "8",
+                    "Explain why the sky is blue.", timeout=900)  # fmt: skip
+    assert result.returncode == 7
+    assert result.stdout.strip() == "", "the reasoning is never printed as the answer"
+    errors = [line for line in result.stderr.splitlines() if line.startswith("llmcli: ")]
+    assert len(errors) == 1
+    assert "--max-tokens" in errors[0] and "--reasoning-budget" in errors[0]
+
+
+def test_a_schema_applies_to_the_answer_after_the_reasoning(preopened):
+    record = run(preopened, "-n", "120", "--reasoning-budget", "24", "--json-schema", SCHEMA,
+                 "What is 17+25? Answer in JSON.")  # fmt: skip
+    assert record["reasoning"], "the model thought, unconstrained"
+    assert isinstance(json.loads(record["text"])["answer"], int)
+    assert record["constraint"] == {"kind": "json_schema", "complete": True}
+
+
+@pytest.mark.parametrize("think", [[], ["--no-think"]], ids=["may-think", "no-think"])
+def test_a_schema_with_a_hybrid_template(hybrid, think):
+    """Qwen3's template: the model may open a block itself (this one answers at once, and the
+    answer's first token is the grammar's), or the switch renders an empty one."""
+    record = run(hybrid, "-n", "60", *think, "--json-schema", SCHEMA, "What is 17+25? Answer in JSON.")
+    assert no_tags(record["text"])
+    assert isinstance(json.loads(record["text"])["answer"], int)
+    assert record["constraint"]["complete"] is True
+
+
+def test_speculation_gives_the_same_reasoning_and_answer(preopened):
+    prompt = "Repeat this list twice: alpha, beta, gamma, delta, epsilon."
+    args = ("-n", "48", "--reasoning-budget", "20", prompt)
+    plain = run(preopened, *args)
+    spec = run(preopened, "--spec-type", "lookup", *args)
+    assert (spec["reasoning"], spec["text"]) == (plain["reasoning"], plain["text"])
+    assert spec["usage"]["reasoning_tokens"] == plain["usage"]["reasoning_tokens"]
