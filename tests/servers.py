@@ -79,9 +79,11 @@ def _wait_ready(url: str, process: subprocess.Popen, log: Path) -> None:
 
 
 def start_llama_server(
-    log_dir: Path, *, slots: int = 4, ctx: int = 8192, threads: int = 2, extra: list[str] | None = None
+    log_dir: Path, *, slots: int = 4, ctx: int = 8192, threads: int = 2, extra: list[str] | None = None,
+    model: Path | None = None,
 ) -> Running:
-    """llama-server on a free port with the bundled model; raises ToolsUnavailable when it cannot build."""
+    """llama-server on a free port with the bundled model (or `model`); raises ToolsUnavailable when
+    it cannot build."""
     import llamacpp_tools
 
     binary = llamacpp_tools.ensure("llama-server")["llama-server"]
@@ -90,7 +92,7 @@ def start_llama_server(
     cmd = [
         str(binary),
         "-m",
-        str(smollm2_path()),
+        str(model or smollm2_path()),
         "--host",
         "127.0.0.1",
         "--port",

@@ -102,3 +102,47 @@ def test_speculation_gives_the_same_reasoning_and_answer(preopened):
     spec = run(preopened, "--spec-type", "lookup", *args)
     assert (spec["reasoning"], spec["text"]) == (plain["reasoning"], plain["text"])
     assert spec["usage"]["reasoning_tokens"] == plain["usage"]["reasoning_tokens"]
+
+
+@pytest.fixture(scope="module")
+def reasoning_server(preopened, tmp_path_factory):
+    """llama-server with the block-opening model, its reasoning parsed out (`--reasoning-format
+    deepseek`: `reasoning_content` in the stream)."""
+    import llamacpp_tools
+    from servers import start_llama_server
+
+    try:
+        server = start_llama_server(
+            tmp_path_factory.mktemp("reasoning-server"), slots=1, ctx=2048, model=Path(preopened),
+            extra=["--jinja", "--reasoning-format", "deepseek"],
+        )  # fmt: skip
+    except llamacpp_tools.ToolsUnavailable as exc:
+        pytest.skip(f"llama-server cannot be built here: {exc}")
+    yield server
+    server.stop()
+
+
+def cut(model: str) -> tuple[dict, str]:
+    """A generate --json whose -n ends the output inside the reasoning: exit 7, the record still
+    printed (and checked against the schema)."""
+    from records import validate
+
+    result = llmcli("generate", "-m", model, "--temperature", "0", "-n", "24", "--json",
+                    "Explain why the sky is blue.", timeout=900)  # fmt: skip
+    assert result.returncode == 7, result.stderr
+    return validate(json.loads(result.stdout)), result.stderr
+
+
+def test_a_servers_reasoning_content_is_the_reasoning_stream(reasoning_server, preopened):
+    """The same model, local and served: the server's `reasoning_content` deltas are the reasoning,
+    apart from the answer, as the local split makes them; cut inside it, both are exit 7."""
+    served, served_err = cut(reasoning_server.ref)
+    local, local_err = cut(preopened)
+    assert served["model"]["server"] == "llama-server"
+    assert served["reasoning"] and no_tags(served["reasoning"])
+    assert served["text"] == local["text"] == ""  # both still reasoning at the cap
+    assert served["timings"]["reasoning"]["ttft_ms"] is not None and served["timings"]["answer"] is None
+    # the words agree (the server keeps the block's leading newline; the split drops it)
+    assert served["reasoning"].split()[:4] == local["reasoning"].split()[:4]
+    for err in (served_err, local_err):
+        assert "inside the reasoning" in err and "--reasoning-budget" in err

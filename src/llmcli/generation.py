@@ -67,8 +67,9 @@ def unanswered_message(done: Done, params: SamplingParams) -> tuple[str, str | N
         what, room = f"--max-tokens ({params.max_tokens})", "raise -n/--max-tokens"
     else:
         what, room = f"the context ({done.stats.context_size} tokens)", "raise -c/--ctx-size"
+    counted = f", after {n} tokens of it" if n else ""
     return (
-        f"no answer: {what} ended the output inside the reasoning, after {n} tokens of it",
+        f"no answer: {what} ended the output inside the reasoning{counted}",
         f"{room}, or bound the thinking with --reasoning-budget N",
     )
 

@@ -815,13 +815,14 @@ def probe(client: Client, endpoint: Endpoint) -> tuple[str, str, dict]:
 
 def budget_fields(params: SamplingParams, flavour: str) -> dict[str, Any]:
     """A reasoning budget as the server takes it per request: llama-server's
-    `thinking_budget_tokens` (and its message), vLLM's `thinking_token_budget` (it enforces it
+    `reasoning_budget_tokens` (and its message; it enforces it for templates whose thinking tags it
+    knows), vLLM's `thinking_token_budget` (it enforces it
     where it was started with a reasoning configuration). A server that takes none: refused."""
     budget, message = params.reasoning_budget, params.reasoning_budget_message
     if budget is None:
         return {}
     if flavour == "llama-server":
-        return {"thinking_budget_tokens": budget, **({"thinking_budget_message": message} if message else {})}
+        return {"reasoning_budget_tokens": budget, **({"reasoning_budget_message": message} if message else {})}
     if flavour == "vllm":
         if message:
             raise UsageError("vLLM takes a reasoning budget but no message: drop --reasoning-budget-message")
