@@ -180,6 +180,7 @@ complete -c llmcli -n '__llmcli_at "chat"' -o ngld -l gpu-layers-draft -l spec-d
 complete -c llmcli -n '__llmcli_at "chat"' -o cd -l ctx-size-draft -x -d 'Draft model context size (0 or unset: the target\'s)'
 complete -c llmcli -n '__llmcli_at "chat"' -o ctkd -l cache-type-k-draft -x -a ' f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1' -d 'Draft model\'s KV cache type of the keys, as -ctk (default: the target\'s)'
 complete -c llmcli -n '__llmcli_at "chat"' -o ctvd -l cache-type-v-draft -x -a ' f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1' -d 'Draft model\'s KV cache type of the values, as -ctv (default: the target\'s)'
+complete -c llmcli -n '__llmcli_at "chat"' -l hide-thinking -d 'A reasoning model\'s reasoning is not streamed: on a terminal only the line it folds to when the answer starts (/think show shows it), piped nothing (it goes to stderr otherwise)'
 complete -c llmcli -n '__llmcli_at "chat"' -l fallback-template -d 'Use the architecture\'s fallback turn format even for a base model (one with no chat template and no instruct fine-tune), which otherwise gets plain continuation (generate) or is refused (chat)'
 complete -c llmcli -n '__llmcli_at "chat"' -l timeout -x -d 'A served model: seconds its server may stay silent (connecting, or mid-stream) before the request fails as stalled (default 120)'
 complete -c llmcli -n '__llmcli_at "chat"' -l offline -d 'Never touch the network; use only models already downloaded'
@@ -313,7 +314,7 @@ complete -c llmcli -n '__llmcli_at "config path"' -s h -l help -d 'Show the help
 
 # llmcli config set
 complete -c llmcli -n '__llmcli_at "config set"' -s h -l help -d 'Show the help and exit'
-complete -c llmcli -n '__llmcli_at "config set" 1' -a 'model ctx_size gpu_layers threads batch_size cache_type_k cache_type_v temperature top_k top_p min_p repeat_penalty max_tokens system spec_type spec_draft_n_max spec_draft_n_min spec_ngram_max spec_ngram_min spec_adaptive spec_exact model_draft gpu_layers_draft ctx_size_draft cache_type_k_draft cache_type_v_draft on_overflow kv_cache_max_mb timeout color' -d 'The setting, as `config show` names it'
+complete -c llmcli -n '__llmcli_at "config set" 1' -a 'model ctx_size gpu_layers threads batch_size cache_type_k cache_type_v temperature top_k top_p min_p repeat_penalty max_tokens system spec_type spec_draft_n_max spec_draft_n_min spec_ngram_max spec_ngram_min spec_adaptive spec_exact model_draft gpu_layers_draft ctx_size_draft cache_type_k_draft cache_type_v_draft think on_overflow kv_cache_max_mb timeout color' -d 'The setting, as `config show` names it'
 
 # llmcli config unset
 complete -c llmcli -n '__llmcli_at "config unset"' -s h -l help -d 'Show the help and exit'

@@ -81,7 +81,12 @@ class ChatSession:
     recommended: dict[str, Any] = field(default_factory=dict)  # the model's sampling, applied
     kv_restore: Path | None = None  # a saved KV state to try before the next turn (kvstore)
     kv_cap_mb: int | None = None  # --kv-cache-max-mb (None: the setting)
-    think: bool | None = None  # --think/--no-think (None: the template's default)
+    think: bool | None = (
+        None  # --think/--no-think, `/set think`, config `think` (None: the template's default)
+    )
+    # the latest turn's reasoning when the turn was not recorded (stopped before its answer began),
+    # for `/think show`; a recorded answer keeps its own in the history
+    last_reasoning: str = ""
 
     def apply_recommended(self) -> dict[str, Any]:
         """Use the loaded model's recommended sampling where the user set nothing (again after a
@@ -147,7 +152,34 @@ class ChatSession:
         return prompting.prompt_format(self.engine)
 
     def render_tokens(self, messages: list[dict[str, str]]) -> list[int]:
-        return prompting.chat_tokens(self.engine, messages, self.prompt_format)
+        """The prompt's tokens for `messages`, as a turn builds them (a local model)."""
+        return self.engine.tokenize(self.render_text(messages), special=True, add_bos=False)
+
+    def render_text(self, messages: list[dict[str, str]]) -> str:
+        """The prompt's text for `messages`, as a turn renders it (engine/local.py): an answer's
+        reasoning in the field the template reads, or dropped; the think switch as set."""
+        from llmcli.engine import local
+
+        fmt = self.prompt_format
+        return templates.render(
+            fmt, local.template_messages(messages, fmt.template), bos_token=self.engine.bos_text(),
+            eos_token=self.engine.eos_text(), variables=local.switch_variables(self.engine, self.think),
+        )  # fmt: skip
+
+    def reasoning_in(self, prompt: str) -> tuple[int, int, int]:
+        """Of the history's answers with reasoning: how many had it left out of `prompt` (the
+        template drops earlier turns' reasoning, or reads none), its tokens, and the tokens of the
+        reasoning `prompt` keeps."""
+        answers = dropped = kept = 0
+        for m in self.conversation.messages:
+            if m.role != "assistant" or not m.reasoning:
+                continue
+            n = self.engine.count(m.reasoning)
+            if m.reasoning.strip() in prompt:
+                kept += n
+            else:
+                answers, dropped = answers + 1, dropped + n
+        return answers, dropped, kept
 
     def answer_reserve(self) -> int:
         """Room kept for the answer when fitting the history: max_tokens, at most a quarter window."""
@@ -204,6 +236,7 @@ class ChatSession:
             raise
         del self.conversation.messages[: prepared.dropped_messages]  # what the overflow policy dropped
         recorded = self._record(done, prepared.prompt_format)
+        self.last_reasoning = "" if recorded else done.reasoning
         self.last = done.stats
         self.totals.add(done.stats)
         return TurnResult(done, prepared.dropped_messages, prepared.dropped_tokens, recorded=recorded)
@@ -218,6 +251,7 @@ class ChatSession:
             done.text,
             interrupted=interrupted,
             stats=stats_record(self.loaded, self.params, done, prompt_format),
+            reasoning=done.reasoning,  # apart from the answer: the template decides what of it to see
         )
         return True
 
@@ -245,12 +279,15 @@ class ChatSession:
         return kvstore.save(self.engine, path, cap=kvstore.cap_bytes(self.kv_cap_mb), reload=True)
 
     def clear(self) -> None:
+        self.last_reasoning = ""
         self.conversation.clear()
         self.engine.reset()
 
     def setting(self, name: str) -> object:
         """The current value of what `/set NAME` changes (a one-line error for an unknown name)."""
         dashed = name.replace("_", "-")
+        if dashed == "think":
+            return think_word(self.think)
         if dashed in SPEC_SETTINGS:
             return self.spec_value(dashed)
         if dashed in KV_SETTINGS:
@@ -266,7 +303,7 @@ class ChatSession:
         known = {f.name for f in fields(SamplingParams)} - {"grammar", "json_schema", "defaulted"}
         key = name.replace("-", "_")
         if key not in known:
-            settable = sorted(known) + sorted(SPEC_SETTINGS) + sorted(KV_SETTINGS)
+            settable = sorted(known) + sorted(SPEC_SETTINGS) + sorted(KV_SETTINGS) + ["think"]
             raise UsageError(f"unknown setting {name!r}; settable: {', '.join(settable)}")
         return key
 
@@ -275,6 +312,9 @@ class ChatSession:
         cached tokens carried over to it (`carry_kv`), else None."""
         from llmcli.errors import UsageError
 
+        if name == "think":
+            self.set_think(value)
+            return None
         if name.replace("_", "-") in SPEC_SETTINGS:
             return self.set_spec(name.replace("_", "-"), value)
         if name.replace("_", "-") in KV_SETTINGS:
@@ -303,6 +343,30 @@ class ChatSession:
             raise UsageError(_as_settings(exc.message), hint=exc.hint) from None
         self.params.defaulted = self.params.defaulted - {key}  # set by the user: the model's advice is off
         return None
+
+    def set_think(self, value: str) -> None:
+        """`/set think on|off|auto`: a reasoning model's switch, as --think/--no-think (auto: the
+        template's default). It applies from the next turn; the KV cache of the history stays good
+        (the switch changes only the generation prompt)."""
+        from llmcli.errors import UsageError
+        from llmcli.settings import BOOL_WORDS
+
+        word = value.strip().lower()
+        if word in ("auto", "default"):
+            self.think = None
+        elif word in BOOL_WORDS:
+            self.think = BOOL_WORDS[word]
+        else:
+            raise UsageError(f"think needs on, off or auto, got {value!r}")
+
+    def think_note(self) -> str | None:
+        """Why the switch cannot do what it is set to with the loaded model, in one line (None: it
+        can, or a served model, whose server decides)."""
+        from llmcli import reasoning
+
+        if self.think is None or self.served:
+            return None
+        return reasoning.switch_note(self.think, self.engine.info.reasoning)
 
     @property
     def spec(self):
@@ -436,6 +500,11 @@ class ChatSession:
             **({"fallback_template": True} if self.allow_base else {}),
             **self.conversation.to_dict(),
         }
+
+
+def think_word(think: bool | None) -> str:
+    """The switch as `/set` shows it."""
+    return "auto" if think is None else "on" if think else "off"
 
 
 def carry_kv(old, new) -> int:

@@ -36,6 +36,9 @@ class Repl:
     err: TextIO = field(default_factory=lambda: sys.stderr)
     autosave: bool = False
     quiet: bool = False
+    # a reasoning model's reasoning streamed as it comes (--hide-thinking: on a terminal only its
+    # folded line, piped nothing; `/think show` shows it either way)
+    show_thinking: bool = True
     # the engine the exactness notice was last said for (weakly: a reload frees the old one)
     _exact_noticed: Any = field(default=None, init=False, repr=False)
 
@@ -70,7 +73,14 @@ class Repl:
             self._run_turn(text)
 
     def _run_turn(self, text: str | None) -> None:
-        sink = LiveReadout(self.out) if self.interactive else PlainSink(self.out)
+        sink: LiveReadout | PlainSink
+        if self.interactive:
+            sink = LiveReadout(self.out, show_thinking=self.show_thinking)
+        else:  # piped: the reasoning on stderr, as generate puts it (nowhere with --hide-thinking, --quiet)
+            from llmcli import render
+
+            thoughts = self.err if self.show_thinking and not self.quiet else None
+            sink = PlainSink(self.out, thoughts, dim=render.color_enabled(self.err))
         sink.start()
         try:
             if text is None:
@@ -132,6 +142,16 @@ class Repl:
         except LlmcliError as exc:
             self.error(exc.one_line().removeprefix("llmcli: "))
         return True
+
+    def show_reasoning(self, text: str) -> None:
+        """A turn's reasoning (`/think show`) on stderr, as it came (dimmed on a colour terminal):
+        model text, never wrapped or marked up."""
+        from llmcli import render
+
+        text = text.strip("\n")
+        dim = render.color_enabled(self.err)
+        self.err.write((f"\x1b[2m{text}\x1b[22m" if dim else text) + "\n")
+        self.err.flush()
 
     # -- sessions ----------------------------------------------------------------------------
 
