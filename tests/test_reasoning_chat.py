@@ -386,3 +386,53 @@ def test_prompt_cache_works_with_a_reasoning_model(model, tmp_path):
     a, b = json.loads(first.stdout), json.loads(second.stdout)
     assert a["text"] == b["text"] == ANSWER and b["reasoning"].strip() == THOUGHT
     assert a["usage"]["cached_tokens"] == 0 and b["usage"]["cached_tokens"] > len(doc)
+
+
+def test_an_empty_block_reaches_neither_the_screen_nor_the_history(model):
+    """Thinking off, a model that still writes an empty block: no folded line, no reasoning kept."""
+    _, queue = model()
+    queue.append([b"<think>", b"\n\n", b"</think>", b"\n\n", b"Bonjour."])
+    result = chat("/set think off", "Say hi", "/think show", args=("--session", "s"))
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "Bonjour.\n" and "think>" not in result.stderr
+    assert "the last answer has no reasoning" in result.stderr
+    assert "reasoning" not in session("s")["messages"][1]
+    out = io.StringIO()
+    readout = LiveReadout(out, columns=60, lines=12, dim=False)
+    stream(readout, ["\n\n"], ["Bonjour."])
+    readout(Done("Bonjour.", "stop", Stats(), 1))
+    readout.stop()
+    assert [row for row in screen_of(out.getvalue(), columns=60) if row] == ["Bonjour."]
+
+
+def test_a_resumed_session_keeps_its_think_switch_unless_the_command_line_sets_one(model):
+    made, _ = model()
+    assert chat("/set think off", "hi", args=("--session", "s")).exit_code == 0
+    assert session("s")["think"] == "off"
+    assert chat("again", args=("--resume",)).exit_code == 0
+    assert chat("and again", args=("--resume", "--think")).exit_code == 0
+    resumed, flag_on = made[1].history[-1].prompt, made[2].history[-1].prompt
+    assert resumed.endswith("<think>\n\n</think>\n\n") and not flag_on.endswith("</think>\n\n")
+
+
+@pytest.mark.parametrize("show", [True, False])
+def test_an_interactive_turn_folds_the_reasoning_and_keeps_it_for_think_show(show):
+    """The REPL on a terminal: the turn's reasoning (shown, or with --hide-thinking not) ends as the
+    folded line above the answer; /think show writes it whole to stderr."""
+    from llmcli.contract import SamplingParams
+    from llmcli.loader import Loaded
+    from llmcli.repl import commands
+    from llmcli.repl.chat_session import ChatSession
+    from llmcli.repl.loop import Repl
+
+    engine = FakeEngine(chat_template=template("qwen3"), architecture="qwen3")
+    engine.replies.append(PIECES)
+    out, err = io.StringIO(), io.StringIO()
+    repl = Repl(ChatSession(Loaded(engine, "fake", engine.info.path), SamplingParams()), interactive=True,
+                out=out, err=err, show_thinking=show)  # fmt: skip
+    repl.handle("Capital of France?")
+    rows = [row for row in screen_of(out.getvalue(), columns=80, lines=24) if row]
+    assert rows[0].startswith("thought for ") and rows[1] == ANSWER and len(rows) == 2
+    assert ("\x1b[2mThe user asks" in out.getvalue()) is show  # streamed, dimmed, before it folded
+    commands.dispatch(repl, "/think show")
+    assert THOUGHT in err.getvalue() and "think>" not in err.getvalue()

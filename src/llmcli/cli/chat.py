@@ -109,7 +109,8 @@ def chat(
     constraint = flags.constraint
     chat_session = ChatSession(loaded, params, on_overflow=policy, session_name=name, load_model=load,
                                allow_base=fallback_template, constraint=constraint,
-                               kv_cap_mb=kv_cache_max_mb, think=flags.thinking())  # fmt: skip
+                               kv_cap_mb=kv_cache_max_mb, think=flags.thinking(),
+                               think_given=flags.think_given())  # fmt: skip
     try:
         chat_session.check_model(loaded)
     except UsageError:
@@ -122,6 +123,8 @@ def chat(
         chat_session.conversation = _conversation(saved, name)
         if restored := chat_session.restore_params(saved.get("params")):
             render.debug_log(f"the session's sampling settings: {', '.join(restored)}")
+        if chat_session.restore_think(saved.get("think")):
+            render.debug_log(f"the session's think switch: {saved.get('think')}")
         from llmcli import kvstore
 
         chat_session.kv_restore = kvstore.session_state_path(name)

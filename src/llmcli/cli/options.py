@@ -728,6 +728,12 @@ class RunFlags:
 
         return settings.think(self.think)
 
+    def think_given(self) -> bool:
+        """Whether the flag, LLMCLI_THINK or the config set `think` (a saved session's does not count)."""
+        from llmcli import settings
+
+        return self.think is not None or settings.resolve_with_source("think")[1] != "default"
+
     @property
     def constraint(self) -> str | None:
         """ "json_schema" or "grammar" when the answer is constrained, else None."""

@@ -87,6 +87,9 @@ class ChatSession:
     # the latest turn's reasoning when the turn was not recorded (stopped before its answer began),
     # for `/think show`; a recorded answer keeps its own in the history
     last_reasoning: str = ""
+    think_given: bool = (
+        False  # the command line (flag, LLMCLI_THINK, config) set `think`: a session's does not
+    )
 
     def apply_recommended(self) -> dict[str, Any]:
         """Use the loaded model's recommended sampling where the user set nothing (again after a
@@ -127,6 +130,14 @@ class ChatSession:
             restored.append(name)
         self.params.defaulted = self.params.defaulted - set(restored)
         return restored
+
+    def restore_think(self, saved: object) -> bool:
+        """A saved session's think switch (what `/set think` left), where the command line set none,
+        so that a resumed chat goes on as it was. Returns whether it was restored."""
+        if self.think_given or saved not in ("on", "off"):
+            return False
+        self.think = saved == "on"
+        return True
 
     def _unset(self, name: str) -> bool:
         """Whether the command line left `name` as it comes (no flag, variable or config key)."""
@@ -236,7 +247,7 @@ class ChatSession:
             raise
         del self.conversation.messages[: prepared.dropped_messages]  # what the overflow policy dropped
         recorded = self._record(done, prepared.prompt_format)
-        self.last_reasoning = "" if recorded else done.reasoning
+        self.last_reasoning = "" if recorded else done.reasoning.strip() and done.reasoning
         self.last = done.stats
         self.totals.add(done.stats)
         return TurnResult(done, prepared.dropped_messages, prepared.dropped_tokens, recorded=recorded)
@@ -251,7 +262,8 @@ class ChatSession:
             done.text,
             interrupted=interrupted,
             stats=stats_record(self.loaded, self.params, done, prompt_format),
-            reasoning=done.reasoning,  # apart from the answer: the template decides what of it to see
+            # apart from the answer (the template decides what of it to see); an empty block is none
+            reasoning=done.reasoning if done.reasoning.strip() else None,
         )
         return True
 
@@ -493,6 +505,7 @@ class ChatSession:
             "model": self.loaded.ref,
             "params": params,
             "on_overflow": self.on_overflow,
+            "think": think_word(self.think),  # a reasoning model's switch: on, off or auto
             # the KV cache types in effect (`/set cache-type-k` included); None: a served model's
             "cache_type_k": self.cache_type("cache-type-k"),
             "cache_type_v": self.cache_type("cache-type-v"),

@@ -175,6 +175,7 @@ class Repl:
 
         self.session.conversation = conversation
         self.session.restore_params(doc.get("params"))
+        self.session.restore_think(doc.get("think"))
         self.session.session_name = name
         self.session.kv_restore = kvstore.session_state_path(name)
         self.info(f"loaded session {name!r}: {len(conversation.messages)} messages")

@@ -107,6 +107,7 @@ class LiveReadout:
         self.thinking_rows = 0  # rows the shown reasoning took, from its first
         self.think_started: float | None = None
         self.thinking_open = False  # reasoning came and has not been folded yet
+        self.thought_text = False  # and some of it was not whitespace (an empty block folds to nothing)
         self.lock = threading.Lock()
         self.col = 0  # display column of the text cursor
         self.phase = "prefill"
@@ -170,6 +171,7 @@ class LiveReadout:
                 self.think_started = now
             self.phase, self.thought = "thinking", event.n_tokens
             self.thinking_open = True
+            self.thought_text = self.thought_text or bool(event.text.strip())
             if self.show_thinking and event.text:
                 self._write_thought(event.text)
         elif isinstance(event, Done):
@@ -258,6 +260,9 @@ class LiveReadout:
         import shutil
 
         self.thinking_open = False
+        if not self.thought_text:  # an empty block (thinking off, or nothing to think): nothing to fold
+            return
+        self.thought_text = False
         seconds = time.perf_counter() - self.think_started if self.think_started is not None else None
         line = folded_line(self.thought, seconds, interrupted=interrupted)
         with self.lock:
