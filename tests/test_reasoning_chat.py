@@ -436,3 +436,14 @@ def test_an_interactive_turn_folds_the_reasoning_and_keeps_it_for_think_show(sho
     assert ("\x1b[2mThe user asks" in out.getvalue()) is show  # streamed, dimmed, before it folded
     commands.dispatch(repl, "/think show")
     assert THOUGHT in err.getvalue() and "think>" not in err.getvalue()
+
+
+def test_think_alone_says_where_the_switch_stands_and_think_off_sets_it(model):
+    made, _ = model()
+    result = chat("/think", "/think off", "hi", "/think on", "/think sometimes")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert "think = auto (reasoning yes: <think>…</think>, switchable (enable_thinking)); " in lines[1]
+    assert "think = off" in lines and "think = on" in lines
+    assert "error: usage: /think [show|on|off|auto], got 'sometimes'" in lines
+    assert made[0].history[-1].prompt.endswith("<think>\n\n</think>\n\n")

@@ -228,7 +228,10 @@ def _context(repl: Repl, arg: str) -> None:
     if not s.served and any(m.reasoning for m in s.conversation.messages):
         answers, dropped, kept = s.reasoning_in(prompt)  # the rows count answers alone
     if kept:
-        repl.info(f"  {'':>3} {'reasoning':<9} {kept:>6} tok  earlier answers' reasoning the template keeps")
+        repl.info(
+            f"  {'':>3} {'reasoning':<9} {kept:>6} tok  "
+            "answers' reasoning the template keeps (after the last question)"
+        )
     if total > counted + kept:  # what the rows do not show, so that they add up to the total
         extra = total - counted - kept
         repl.info(f"  {'':>3} {'template':<9} {extra:>6} tok  turn markers and the template's own text")
