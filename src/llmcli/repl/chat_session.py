@@ -172,9 +172,10 @@ class ChatSession:
         from llmcli.engine import local
 
         fmt = self.prompt_format
+        think = local.thinking(self.engine, Request(self.params, messages=messages, think=self.think)).think
         return templates.render(
             fmt, local.template_messages(messages, fmt.template), bos_token=self.engine.bos_text(),
-            eos_token=self.engine.eos_text(), variables=local.switch_variables(self.engine, self.think),
+            eos_token=self.engine.eos_text(), variables=local.switch_variables(self.engine, think),
         )  # fmt: skip
 
     def reasoning_in(self, prompt: str) -> tuple[int, int, int]:
@@ -339,10 +340,18 @@ class ChatSession:
                 parsed: Any = [] if cleared else [s for s in value.split("|") if s]
             elif key == "seed":
                 parsed = None if value.lower() in ("", "none", "random") else int(value)
+            elif key == "reasoning_budget":  # -1 (or none): no limit, as --reasoning-budget -1
+                parsed = None if value.lower() in ("", "none", "-1") else int(value)
+            elif key == "reasoning_budget_message":
+                parsed = value
             else:
                 parsed = type(current)(value)
         except ValueError:
-            kind = "an integer (or none)" if key == "seed" else f"a {type(current).__name__}"
+            kind = (
+                "an integer (or none)"
+                if key in ("seed", "reasoning_budget")
+                else f"a {type(current).__name__}"
+            )
             raise UsageError(f"{name} needs {kind}, got {value!r}") from None
         if key == "repeat_last_n" and parsed < 0:
             raise UsageError(f"repeat_last_n must be >= 0 (0: no penalty window), got {parsed}")

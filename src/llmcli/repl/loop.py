@@ -100,7 +100,9 @@ class Repl:
             self.info("[interrupted before the first token: the history is as it was]")
         elif result.done.finish_reason == "interrupted":
             self.info("[interrupted: the partial answer is kept in the history]")
-        if self.session.constraint and result.done.constraint_complete is False:
+        if result.done.reasoning_open and result.done.finish_reason != "interrupted":
+            self.warn(self._unanswered(result.done))
+        elif self.session.constraint and result.done.constraint_complete is False:
             from llmcli.errors import IncompleteOutputError
             from llmcli.generation import incomplete_message
 
@@ -112,6 +114,15 @@ class Repl:
         self._exact_notice(result.done.stats)
         if self.autosave and self.session.session_name:
             self.save(self.session.session_name)
+
+    def _unanswered(self, done) -> str:
+        """A reasoning model's reply that ended inside its reasoning: there is no answer, and why."""
+        if done.finish_reason == "stop":
+            return "the model ended its output inside its reasoning: there is no answer"
+        from llmcli.generation import unanswered_message
+
+        message, _ = unanswered_message(done, self.session.params)
+        return f"{message}; /set max_tokens N gives it room, /set reasoning_budget N bounds the thinking"
 
     def _exact_notice(self, stats) -> None:
         """Once per loaded model: --spec-exact let this answer verify nothing (a long context on
