@@ -324,6 +324,8 @@ def test_options_show_their_environment_variable_in_help():
             result = run(*path, "--help")
             assert f"env var: {option.envvar}" in " ".join(result.stdout.split()), (path, option.name)
     missing = (
-        {s.env for s in settings.SETTINGS.values()} - seen - {"LLMCLI_COLOR"}
-    )  # colour: --color/--no-color
+        {s.env for s in settings.SETTINGS.values()} - seen - {"LLMCLI_COLOR", "LLMCLI_THINK"}
+    )  # colour: --color/--no-color; think: --think/--no-think (whose help names the variable)
     assert not missing, f"settings without a flag showing their variable: {missing}"
+    think = " ".join(run("generate", "--help").stdout.split())
+    assert "LLMCLI_THINK" in think

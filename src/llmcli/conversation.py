@@ -18,12 +18,18 @@ from llmcli.errors import ContextOverflowError
 OVERFLOW_POLICIES = ("drop-oldest", "error")
 
 
+# The message field a chat template reads an earlier answer's reasoning from (Qwen3's and others'),
+# as Hugging Face's and vLLM's chat messages carry it
+REASONING_FIELD = "reasoning_content"
+
+
 @dataclass
 class Message:
     role: str  # "user" or "assistant"
-    content: str
+    content: str  # an answer's text alone: a reasoning model's reasoning is never inside it
     interrupted: bool = False
     stats: dict[str, Any] | None = None
+    reasoning: str | None = None  # a reasoning model's reasoning before this answer (None: none)
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"role": self.role, "content": self.content}
@@ -31,6 +37,8 @@ class Message:
             d["interrupted"] = True
         if self.stats:
             d["stats"] = self.stats
+        if self.reasoning:
+            d["reasoning"] = self.reasoning
         return d
 
     @classmethod
@@ -41,7 +49,10 @@ class Message:
             or not isinstance(d.get("content"), str)
         ):
             raise ValueError(f"not a message: {d!r:.80}")
-        return cls(d["role"], d["content"], bool(d.get("interrupted")), d.get("stats"))
+        reasoning = d.get("reasoning")  # absent in sessions saved before reasoning models were told apart
+        if reasoning is not None and not isinstance(reasoning, str):
+            raise ValueError(f"a message's reasoning is not text: {reasoning!r:.80}")
+        return cls(d["role"], d["content"], bool(d.get("interrupted")), d.get("stats"), reasoning or None)
 
 
 @dataclass
@@ -58,18 +69,28 @@ class Conversation:
     system: str = ""
     messages: list[Message] = field(default_factory=list)
 
-    def template_messages(self, messages: list[Message] | None = None) -> list[dict[str, str]]:
+    def template_messages(
+        self, messages: list[Message] | None = None, *, reasoning: bool = True
+    ) -> list[dict[str, str]]:
+        """The messages as a chat template (or a server) takes them. An answer's reasoning, where
+        `reasoning`, is its `reasoning_content` field, never part of its content: a template that
+        reads the field decides what of it to show the model (engine/local.py drops the field for
+        one that does not)."""
         out = [{"role": "system", "content": self.system}] if self.system else []
-        out += [
-            {"role": m.role, "content": m.content} for m in (self.messages if messages is None else messages)
-        ]
+        for m in self.messages if messages is None else messages:
+            message = {"role": m.role, "content": m.content}
+            if reasoning and m.reasoning:
+                message[REASONING_FIELD] = m.reasoning
+            out.append(message)
         return out
 
     def add_user(self, text: str) -> None:
         self.messages.append(Message("user", text))
 
-    def add_assistant(self, text: str, *, interrupted: bool = False, stats: dict | None = None) -> None:
-        self.messages.append(Message("assistant", text, interrupted, stats))
+    def add_assistant(
+        self, text: str, *, interrupted: bool = False, stats: dict | None = None, reasoning: str | None = None
+    ) -> None:
+        self.messages.append(Message("assistant", text, interrupted, stats, reasoning or None))
 
     def clear(self) -> None:
         self.messages.clear()

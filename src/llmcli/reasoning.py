@@ -82,6 +82,19 @@ def describe(fmt: ReasoningFormat | None) -> str:
     return f"yes: {fmt.describe()}" if fmt else "no"
 
 
+def switch_note(think: bool, fmt: ReasoningFormat | None) -> str | None:
+    """What turning thinking on or off cannot do with this model's template, in a few words (None:
+    it can): said once where the switch is asked for (--think/--no-think, `/set think`)."""
+    if fmt is None:
+        return "ignored, the model's template shows no reasoning"
+    if not fmt.switchable and not think:
+        return (
+            "the model's template has no switch to turn its reasoning off; its block is closed as "
+            "soon as it opens instead (--reasoning-budget 0)"
+        )
+    return None
+
+
 def _tags(template: str) -> tuple[str, str] | None:
     """The first thinking tag pair the template writes both halves of."""
     for match in _CLOSE.finditer(template):

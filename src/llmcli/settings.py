@@ -180,6 +180,15 @@ SETTINGS: dict[str, Setting] = {
             fold_case=True,
         ),
         Setting(
+            "think",
+            str,
+            "auto",
+            "A reasoning model's thinking: on or off through its template's switch (enable_thinking; "
+            "a served model's chat_template_kwargs), or auto: the template's default.",
+            ("auto", "on", "off"),
+            fold_case=True,
+        ),
+        Setting(
             "on_overflow",
             str,
             "drop-oldest",
@@ -396,6 +405,13 @@ def resolve_with_source(key: str, flag: Any = None) -> tuple[Any, str]:
 def effective() -> dict[str, tuple[Any, str]]:
     """Every setting's effective value and source, as `config show` prints them."""
     return {key: resolve_with_source(key) for key in SETTINGS}
+
+
+def think(flag: bool | None = None) -> bool | None:
+    """--think/--no-think (`flag`), else the `think` setting: True, False, or None for the
+    template's default."""
+    value = resolve("think", None if flag is None else ("on" if flag else "off"))
+    return {"on": True, "off": False}.get(value)
 
 
 def color_preference() -> bool | None:

@@ -48,6 +48,15 @@ def chat(
         ),
     ] = None,
     flags: o.RunFlags = None,  # type: ignore[assignment]  # run_flags: ctx_size ... cache_type_v_draft
+    hide_thinking: Annotated[
+        bool,
+        typer.Option(
+            "--hide-thinking",
+            help="A reasoning model's reasoning is not streamed: on a terminal only the line it folds "
+            "to when the answer starts (/think show shows it), piped nothing (it goes to stderr "
+            "otherwise).",
+        ),
+    ] = False,
     fallback_template: o.FallbackTemplate = False,
     timeout: o.Timeout = None,
     offline: o.Offline = False,
@@ -100,7 +109,8 @@ def chat(
     constraint = flags.constraint
     chat_session = ChatSession(loaded, params, on_overflow=policy, session_name=name, load_model=load,
                                allow_base=fallback_template, constraint=constraint,
-                               kv_cap_mb=kv_cache_max_mb, think=flags.think)  # fmt: skip
+                               kv_cap_mb=kv_cache_max_mb, think=flags.thinking(),
+                               think_given=flags.think_given())  # fmt: skip
     try:
         chat_session.check_model(loaded)
     except UsageError:
@@ -113,6 +123,8 @@ def chat(
         chat_session.conversation = _conversation(saved, name)
         if restored := chat_session.restore_params(saved.get("params")):
             render.debug_log(f"the session's sampling settings: {', '.join(restored)}")
+        if chat_session.restore_think(saved.get("think")):
+            render.debug_log(f"the session's think switch: {saved.get('think')}")
         from llmcli import kvstore
 
         chat_session.kv_restore = kvstore.session_state_path(name)
@@ -122,7 +134,7 @@ def chat(
     elif not saved:
         chat_session.conversation = Conversation()
     repl = Repl(chat_session, interactive=environment.current().interactive, autosave=bool(name),
-                quiet=render.quiet())  # fmt: skip
+                quiet=render.quiet(), show_thinking=not hide_thinking)  # fmt: skip
     _banner(repl, saved)
     if repl.interactive:
         repl.run_interactive()

@@ -100,7 +100,7 @@ def generate(
         result = run_generate(
             loaded, text, params, system=system, raw=raw, stream_stdout=not as_json, constraint=constraint,
             prompt_cache=prompt_cache, prompt_cache_ro=prompt_cache_ro, show_thinking=not hide_thinking,
-            think=flags.think,
+            think=flags.thinking(),
         )  # fmt: skip
     except StreamBrokenError as exc:  # a served model broke off: the partial text was printed
         if as_json:

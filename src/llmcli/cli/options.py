@@ -237,7 +237,8 @@ Think = Annotated[
     typer.Option(
         "--think/--no-think",
         help="A reasoning model's thinking, on or off through its template's switch (enable_thinking; "
-        "a served model's server gets it as chat_template_kwargs). Default: the template's.",
+        "a served model's server gets it as chat_template_kwargs). Default: LLMCLI_THINK or the "
+        "config's think (on, off, auto), else the template's.",
         rich_help_panel=SAMPLING_PANEL,
         show_default=False,
     ),
@@ -645,14 +646,10 @@ AMX_REPACK_WARNING = (
 
 def warn_think(think: bool, fmt) -> None:
     """--think/--no-think where the model's template cannot honour it: said in one line."""
-    from llmcli import render
+    from llmcli import reasoning, render
 
-    flag = "--think" if think else "--no-think"
-    if fmt is None:
-        render.warn(f"{flag}: ignored, the model's template shows no reasoning")
-    elif not fmt.switchable and not think:
-        render.warn(f"{flag}: the model's template has no switch to turn its reasoning off; its block "
-                    "is closed as soon as it opens instead (--reasoning-budget 0)")  # fmt: skip
+    if note := reasoning.switch_note(think, fmt):
+        render.warn(f"{'--think' if think else '--no-think'}: {note}")
 
 
 def warn_local_only(**flags) -> None:
@@ -724,6 +721,18 @@ class RunFlags:
         )  # fmt: skip
         return engine_options(self.ctx_size, self.gpu_layers, self.threads, self.batch_size, self.flash_attn,
                               spec, self.repack, self.cache_type_k, self.cache_type_v)  # fmt: skip
+
+    def thinking(self) -> bool | None:
+        """--think/--no-think, else LLMCLI_THINK or the config's `think`; None: the template's default."""
+        from llmcli import settings
+
+        return settings.think(self.think)
+
+    def think_given(self) -> bool:
+        """Whether the flag, LLMCLI_THINK or the config set `think` (a saved session's does not count)."""
+        from llmcli import settings
+
+        return self.think is not None or settings.resolve_with_source("think")[1] != "default"
 
     @property
     def constraint(self) -> str | None:

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from llmcli import prompting
 from llmcli.contract import Done, Engine, Event, Prepared, Reasoning, Request, Token
-from llmcli.conversation import Conversation, Message
+from llmcli.conversation import REASONING_FIELD, Conversation, Message
 from llmcli.reasoning import Splitter, prompt_state
 
 TAIL_TOKENS = 32  # the prompt's last tokens, read for where the generation prompt leaves a reasoning model
@@ -75,13 +75,11 @@ def prompt_tokens(engine: Engine, request: Request) -> tuple[list[int], Prepared
         return prompting.raw_tokens(engine, request.text), Prepared("raw")
     assert request.messages is not None
     fmt = prompting.prompt_format(engine)
-    switch = engine.info.reasoning.switch if engine.info.reasoning is not None else None
-    variables: dict[str, object] | None = None
-    if switch and request.think is not None:
-        variables = {switch: request.think}
+    messages = template_messages(request.messages, fmt.template)
+    variables = switch_variables(engine, request.think)
     if request.fit is None:
-        return prompting.chat_tokens(engine, request.messages, fmt, variables), Prepared(fmt.source)
-    conversation = _conversation(request.messages)
+        return prompting.chat_tokens(engine, messages, fmt, variables), Prepared(fmt.source)
+    conversation = _conversation(messages)
     fitted = conversation.fit(
         lambda messages: prompting.chat_tokens(engine, messages, fmt, variables),
         engine.n_ctx, request.fit.reserve, request.fit.policy,
@@ -89,12 +87,35 @@ def prompt_tokens(engine: Engine, request: Request) -> tuple[list[int], Prepared
     return fitted.tokens, Prepared(fmt.source, fitted.dropped_messages, fitted.dropped_tokens)
 
 
+def switch_variables(engine: Engine, think: bool | None) -> dict[str, object] | None:
+    """The template variables that turn a reasoning model's thinking on or off (None: none)."""
+    switch = engine.info.reasoning.switch if engine.info.reasoning is not None else None
+    return {switch: think} if switch and think is not None else None
+
+
+def template_messages(messages: list[dict[str, str]], template: str) -> list[dict[str, str]]:
+    """The messages as the chat template takes them: an earlier answer's reasoning stays in its
+    `reasoning_content` field where the template reads that field (Qwen3's, which decides what of
+    it the model sees), and is dropped where it does not; it is never put back into the content."""
+    if reads_reasoning(template):
+        return messages
+    return [{k: v for k, v in m.items() if k != REASONING_FIELD} for m in messages]
+
+
+def reads_reasoning(template: str) -> bool:
+    """Whether a chat template reads an earlier answer's reasoning from its message field."""
+    return REASONING_FIELD in template
+
+
 def _conversation(messages: list[dict[str, str]]) -> Conversation:
-    """The messages as a `Conversation` (its system prompt apart), for the overflow policy."""
+    """The messages as a `Conversation` (its system prompt apart), for the overflow policy; an
+    answer's reasoning goes with it."""
     system, turns = "", messages
     if messages and messages[0]["role"] == "system":
         system, turns = messages[0]["content"], messages[1:]
-    return Conversation(system, [Message(m["role"], m["content"]) for m in turns])
+    return Conversation(
+        system, [Message(m["role"], m["content"], reasoning=m.get(REASONING_FIELD)) for m in turns]
+    )
 
 
 def split_reasoning(events: Iterator[Event], splitter: Splitter) -> Iterator[Event]:

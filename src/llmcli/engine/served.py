@@ -371,8 +371,12 @@ class ServedEngine:
     ) -> Iterator[Event]:
         """A chat completion of `messages` (`/chat/completions`): Token..., one Done. `think`: a
         reasoning model's switch, as llama-server and vLLM take it (`chat_template_kwargs`)."""
+        from llmcli.conversation import REASONING_FIELD
+
         body = request_body(params, self.model, self.flavour, chat=True)
-        body["messages"] = messages
+        # an earlier answer's reasoning is not sent back: the server's template would drop it or,
+        # worse, put it before the answer again (what llama-server and vLLM ask of their clients)
+        body["messages"] = [{k: v for k, v in m.items() if k != REASONING_FIELD} for m in messages]
         if params.reasoning_budget == 0 and think is None:
             think = False  # no reasoning at all: the template's switch, where it has one
         if think is not None:

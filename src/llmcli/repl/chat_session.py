@@ -81,7 +81,15 @@ class ChatSession:
     recommended: dict[str, Any] = field(default_factory=dict)  # the model's sampling, applied
     kv_restore: Path | None = None  # a saved KV state to try before the next turn (kvstore)
     kv_cap_mb: int | None = None  # --kv-cache-max-mb (None: the setting)
-    think: bool | None = None  # --think/--no-think (None: the template's default)
+    think: bool | None = (
+        None  # --think/--no-think, `/set think`, config `think` (None: the template's default)
+    )
+    # the latest turn's reasoning when the turn was not recorded (stopped before its answer began),
+    # for `/think show`; a recorded answer keeps its own in the history
+    last_reasoning: str = ""
+    think_given: bool = (
+        False  # the command line (flag, LLMCLI_THINK, config) set `think`: a session's does not
+    )
 
     def apply_recommended(self) -> dict[str, Any]:
         """Use the loaded model's recommended sampling where the user set nothing (again after a
@@ -123,6 +131,14 @@ class ChatSession:
         self.params.defaulted = self.params.defaulted - set(restored)
         return restored
 
+    def restore_think(self, saved: object) -> bool:
+        """A saved session's think switch (what `/set think` left), where the command line set none,
+        so that a resumed chat goes on as it was. Returns whether it was restored."""
+        if self.think_given or saved not in ("on", "off"):
+            return False
+        self.think = saved == "on"
+        return True
+
     def _unset(self, name: str) -> bool:
         """Whether the command line left `name` as it comes (no flag, variable or config key)."""
         if name == "seed":
@@ -147,7 +163,35 @@ class ChatSession:
         return prompting.prompt_format(self.engine)
 
     def render_tokens(self, messages: list[dict[str, str]]) -> list[int]:
-        return prompting.chat_tokens(self.engine, messages, self.prompt_format)
+        """The prompt's tokens for `messages`, as a turn builds them (a local model)."""
+        return self.engine.tokenize(self.render_text(messages), special=True, add_bos=False)
+
+    def render_text(self, messages: list[dict[str, str]]) -> str:
+        """The prompt's text for `messages`, as a turn renders it (engine/local.py): an answer's
+        reasoning in the field the template reads, or dropped; the think switch as set."""
+        from llmcli.engine import local
+
+        fmt = self.prompt_format
+        think = local.thinking(self.engine, Request(self.params, messages=messages, think=self.think)).think
+        return templates.render(
+            fmt, local.template_messages(messages, fmt.template), bos_token=self.engine.bos_text(),
+            eos_token=self.engine.eos_text(), variables=local.switch_variables(self.engine, think),
+        )  # fmt: skip
+
+    def reasoning_in(self, prompt: str) -> tuple[int, int, int]:
+        """Of the history's answers with reasoning: how many had it left out of `prompt` (the
+        template drops earlier turns' reasoning, or reads none), its tokens, and the tokens of the
+        reasoning `prompt` keeps."""
+        answers = dropped = kept = 0
+        for m in self.conversation.messages:
+            if m.role != "assistant" or not m.reasoning:
+                continue
+            n = self.engine.count(m.reasoning)
+            if m.reasoning.strip() in prompt:
+                kept += n
+            else:
+                answers, dropped = answers + 1, dropped + n
+        return answers, dropped, kept
 
     def answer_reserve(self) -> int:
         """Room kept for the answer when fitting the history: max_tokens, at most a quarter window."""
@@ -204,6 +248,7 @@ class ChatSession:
             raise
         del self.conversation.messages[: prepared.dropped_messages]  # what the overflow policy dropped
         recorded = self._record(done, prepared.prompt_format)
+        self.last_reasoning = "" if recorded else done.reasoning.strip() and done.reasoning
         self.last = done.stats
         self.totals.add(done.stats)
         return TurnResult(done, prepared.dropped_messages, prepared.dropped_tokens, recorded=recorded)
@@ -218,6 +263,8 @@ class ChatSession:
             done.text,
             interrupted=interrupted,
             stats=stats_record(self.loaded, self.params, done, prompt_format),
+            # apart from the answer (the template decides what of it to see); an empty block is none
+            reasoning=done.reasoning if done.reasoning.strip() else None,
         )
         return True
 
@@ -245,12 +292,15 @@ class ChatSession:
         return kvstore.save(self.engine, path, cap=kvstore.cap_bytes(self.kv_cap_mb), reload=True)
 
     def clear(self) -> None:
+        self.last_reasoning = ""
         self.conversation.clear()
         self.engine.reset()
 
     def setting(self, name: str) -> object:
         """The current value of what `/set NAME` changes (a one-line error for an unknown name)."""
         dashed = name.replace("_", "-")
+        if dashed == "think":
+            return think_word(self.think)
         if dashed in SPEC_SETTINGS:
             return self.spec_value(dashed)
         if dashed in KV_SETTINGS:
@@ -266,7 +316,7 @@ class ChatSession:
         known = {f.name for f in fields(SamplingParams)} - {"grammar", "json_schema", "defaulted"}
         key = name.replace("-", "_")
         if key not in known:
-            settable = sorted(known) + sorted(SPEC_SETTINGS) + sorted(KV_SETTINGS)
+            settable = sorted(known) + sorted(SPEC_SETTINGS) + sorted(KV_SETTINGS) + ["think"]
             raise UsageError(f"unknown setting {name!r}; settable: {', '.join(settable)}")
         return key
 
@@ -275,6 +325,9 @@ class ChatSession:
         cached tokens carried over to it (`carry_kv`), else None."""
         from llmcli.errors import UsageError
 
+        if name == "think":
+            self.set_think(value)
+            return None
         if name.replace("_", "-") in SPEC_SETTINGS:
             return self.set_spec(name.replace("_", "-"), value)
         if name.replace("_", "-") in KV_SETTINGS:
@@ -287,10 +340,18 @@ class ChatSession:
                 parsed: Any = [] if cleared else [s for s in value.split("|") if s]
             elif key == "seed":
                 parsed = None if value.lower() in ("", "none", "random") else int(value)
+            elif key == "reasoning_budget":  # -1 (or none): no limit, as --reasoning-budget -1
+                parsed = None if value.lower() in ("", "none", "-1") else int(value)
+            elif key == "reasoning_budget_message":
+                parsed = value
             else:
                 parsed = type(current)(value)
         except ValueError:
-            kind = "an integer (or none)" if key == "seed" else f"a {type(current).__name__}"
+            kind = (
+                "an integer (or none)"
+                if key in ("seed", "reasoning_budget")
+                else f"a {type(current).__name__}"
+            )
             raise UsageError(f"{name} needs {kind}, got {value!r}") from None
         if key == "repeat_last_n" and parsed < 0:
             raise UsageError(f"repeat_last_n must be >= 0 (0: no penalty window), got {parsed}")
@@ -303,6 +364,30 @@ class ChatSession:
             raise UsageError(_as_settings(exc.message), hint=exc.hint) from None
         self.params.defaulted = self.params.defaulted - {key}  # set by the user: the model's advice is off
         return None
+
+    def set_think(self, value: str) -> None:
+        """`/set think on|off|auto`: a reasoning model's switch, as --think/--no-think (auto: the
+        template's default). It applies from the next turn; the KV cache of the history stays good
+        (the switch changes only the generation prompt)."""
+        from llmcli.errors import UsageError
+        from llmcli.settings import BOOL_WORDS
+
+        word = value.strip().lower()
+        if word in ("auto", "default"):
+            self.think = None
+        elif word in BOOL_WORDS:
+            self.think = BOOL_WORDS[word]
+        else:
+            raise UsageError(f"think needs on, off or auto, got {value!r}")
+
+    def think_note(self) -> str | None:
+        """Why the switch cannot do what it is set to with the loaded model, in one line (None: it
+        can, or a served model, whose server decides)."""
+        from llmcli import reasoning
+
+        if self.think is None or self.served:
+            return None
+        return reasoning.switch_note(self.think, self.engine.info.reasoning)
 
     @property
     def spec(self):
@@ -429,6 +514,7 @@ class ChatSession:
             "model": self.loaded.ref,
             "params": params,
             "on_overflow": self.on_overflow,
+            "think": think_word(self.think),  # a reasoning model's switch: on, off or auto
             # the KV cache types in effect (`/set cache-type-k` included); None: a served model's
             "cache_type_k": self.cache_type("cache-type-k"),
             "cache_type_v": self.cache_type("cache-type-v"),
@@ -436,6 +522,11 @@ class ChatSession:
             **({"fallback_template": True} if self.allow_base else {}),
             **self.conversation.to_dict(),
         }
+
+
+def think_word(think: bool | None) -> str:
+    """The switch as `/set` shows it."""
+    return "auto" if think is None else "on" if think else "off"
 
 
 def carry_kv(old, new) -> int:

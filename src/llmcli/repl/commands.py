@@ -32,6 +32,8 @@ class Repl(Protocol):
 
     def run_turn(self, text: str | None) -> None: ...
 
+    def show_reasoning(self, text: str) -> None: ...
+
     def save(self, name: str) -> Path: ...
 
     def load(self, name: str) -> None: ...
@@ -104,7 +106,9 @@ def _system(repl: Repl, arg: str) -> None:
 
 
 @command(
-    "/set", "/set [NAME [VALUE]]", "Change a sampling, speculative or KV cache setting; show one, or all."
+    "/set",
+    "/set [NAME [VALUE]]",
+    "Change a sampling, speculative, KV cache or think (on, off, auto) setting; show one, or all.",
 )
 def _set(repl: Repl, arg: str) -> None:
     from llmcli.repl.chat_session import KV_SETTINGS, SPEC_SETTINGS
@@ -118,6 +122,7 @@ def _set(repl: Repl, arg: str) -> None:
         for key in KV_SETTINGS:
             if (kv_type := repl.session.cache_type(key)) is not None:
                 repl.info(f"  {key} = {kv_type}")
+        repl.info(f"  think = {repl.session.setting('think')}")
         return
     name, _, value = arg.partition(" ")
     dashed = name.replace("_", "-")
@@ -125,6 +130,10 @@ def _set(repl: Repl, arg: str) -> None:
         repl.info(f"{name} = {repl.session.setting(name)}")
         return
     carried = repl.session.set_param(name, value.strip())
+    if name == "think":
+        note = repl.session.think_note()
+        repl.info(f"think = {repl.session.setting('think')}" + (f" ({note})" if note else ""))
+        return
     if dashed in SPEC_SETTINGS or dashed in KV_SETTINGS:
         repl.info(f"{name} = {repl.session.setting(name)} ({_reloaded(carried)})")
         return
@@ -181,7 +190,10 @@ def _show(repl: Repl, arg: str) -> None:
 @command("/context", "/context", "Tokens used of the context window, per message.")
 def _context(repl: Repl, arg: str) -> None:
     s = repl.session
-    total = 0  # as the template renders the conversation (a served model's server renders its own)
+    total, prompt = (
+        0,
+        "",
+    )  # as the template renders the conversation (a served model's server renders its own)
     if s.served:  # the server applies its own template: its count of the last turn is the one known
         # the last answer's count, if this server gave it (not a local model's before /model, nor
         # a conversation /clear emptied since)
@@ -192,7 +204,8 @@ def _context(repl: Repl, arg: str) -> None:
             share = f" of {window} tokens ({100 * used / window:.0f}%)" if window else " tokens"
             repl.info(f"context: {used}{share}, the server's count at the last answer")
     else:
-        total = len(s.render_tokens(s.conversation.template_messages()))
+        prompt = s.render_text(s.conversation.template_messages())
+        total = len(s.engine.tokenize(prompt, special=True, add_bos=False))
         repl.info(f"context: {total} of {s.engine.n_ctx} tokens ({100 * total / s.engine.n_ctx:.0f}%)")
     counted = 0
 
@@ -211,14 +224,61 @@ def _context(repl: Repl, arg: str) -> None:
         preview = m.content.replace("\n", " ")[:50]
         mark = " [interrupted]" if m.interrupted else ""
         repl.info(f"  {i:>3} {m.role:<9} {count(m.content)}  {preview}{mark}")
-    if total > counted:  # what the rows do not show, so that they add up to the total
-        extra = total - counted
+    answers = dropped = kept = 0
+    if not s.served and any(m.reasoning for m in s.conversation.messages):
+        answers, dropped, kept = s.reasoning_in(prompt)  # the rows count answers alone
+    if kept:
+        repl.info(
+            f"  {'':>3} {'reasoning':<9} {kept:>6} tok  "
+            "answers' reasoning the template keeps (after the last question)"
+        )
+    if total > counted + kept:  # what the rows do not show, so that they add up to the total
+        extra = total - counted - kept
         repl.info(f"  {'':>3} {'template':<9} {extra:>6} tok  turn markers and the template's own text")
+    if answers:
+        repl.info(
+            f"reasoning: {dropped} tokens of {answers} earlier answer(s) dropped from the context "
+            "(the template leaves them out; /think show shows the last)"
+        )
+    elif s.served and (n := sum(1 for m in s.conversation.messages if m.reasoning)):
+        repl.info(f"reasoning: that of {n} earlier answer(s) is not sent back to the server")
+
+
+@command(
+    "/think", "/think [show|on|off|auto]", "Show the last answer's reasoning; or set thinking as /set think."
+)
+def _think(repl: Repl, arg: str) -> None:
+    s = repl.session
+    word = arg.strip().lower()
+    if word in ("on", "off", "auto"):
+        _set(repl, f"think {word}")
+        return
+    if word not in ("", "show"):
+        raise UsageError(f"usage: /think [show|on|off|auto], got {arg!r}")
+    if not word:  # where the switch stands, and what the model makes of it
+        fmt = None if s.served else s.engine.info.reasoning
+        about = "the server's model" if s.served else f"reasoning {reasoning.describe(fmt)}"
+        repl.info(f"think = {s.setting('think')} ({about}); /think show shows the last answer's reasoning")
+        return
+    text = s.last_reasoning or _last_reasoning(s)
+    if not text.strip():
+        repl.info("the last answer has no reasoning")
+        return
+    repl.show_reasoning(text)
+
+
+def _last_reasoning(s: ChatSession) -> str:
+    """The reasoning of the history's last answer (a session loaded from a file)."""
+    for m in reversed(s.conversation.messages):
+        if m.role == "assistant":
+            return m.reasoning or ""
+    return ""
 
 
 @command("/undo", "/undo", "Drop the last exchange.")
 def _undo(repl: Repl, arg: str) -> None:
     removed = repl.session.conversation.undo()
+    repl.session.last_reasoning = ""
     repl.info(f"removed {removed} message(s)" if removed else "nothing to undo")
 
 

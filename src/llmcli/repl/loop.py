@@ -36,6 +36,9 @@ class Repl:
     err: TextIO = field(default_factory=lambda: sys.stderr)
     autosave: bool = False
     quiet: bool = False
+    # a reasoning model's reasoning streamed as it comes (--hide-thinking: on a terminal only its
+    # folded line, piped nothing; `/think show` shows it either way)
+    show_thinking: bool = True
     # the engine the exactness notice was last said for (weakly: a reload frees the old one)
     _exact_noticed: Any = field(default=None, init=False, repr=False)
 
@@ -70,7 +73,14 @@ class Repl:
             self._run_turn(text)
 
     def _run_turn(self, text: str | None) -> None:
-        sink = LiveReadout(self.out) if self.interactive else PlainSink(self.out)
+        sink: LiveReadout | PlainSink
+        if self.interactive:
+            sink = LiveReadout(self.out, show_thinking=self.show_thinking)
+        else:  # piped: the reasoning on stderr, as generate puts it (nowhere with --hide-thinking, --quiet)
+            from llmcli import render
+
+            thoughts = self.err if self.show_thinking and not self.quiet else None
+            sink = PlainSink(self.out, thoughts, dim=render.color_enabled(self.err))
         sink.start()
         try:
             if text is None:
@@ -90,7 +100,9 @@ class Repl:
             self.info("[interrupted before the first token: the history is as it was]")
         elif result.done.finish_reason == "interrupted":
             self.info("[interrupted: the partial answer is kept in the history]")
-        if self.session.constraint and result.done.constraint_complete is False:
+        if result.done.reasoning_open and result.done.finish_reason != "interrupted":
+            self.warn(self._unanswered(result.done))
+        elif self.session.constraint and result.done.constraint_complete is False:
             from llmcli.errors import IncompleteOutputError
             from llmcli.generation import incomplete_message
 
@@ -102,6 +114,15 @@ class Repl:
         self._exact_notice(result.done.stats)
         if self.autosave and self.session.session_name:
             self.save(self.session.session_name)
+
+    def _unanswered(self, done) -> str:
+        """A reasoning model's reply that ended inside its reasoning: there is no answer, and why."""
+        if done.finish_reason == "stop":
+            return "the model ended its output inside its reasoning: there is no answer"
+        from llmcli.generation import unanswered_message
+
+        message, _ = unanswered_message(done, self.session.params)
+        return f"{message}; /set max_tokens N gives it room, /set reasoning_budget N bounds the thinking"
 
     def _exact_notice(self, stats) -> None:
         """Once per loaded model: --spec-exact let this answer verify nothing (a long context on
@@ -133,6 +154,16 @@ class Repl:
             self.error(exc.one_line().removeprefix("llmcli: "))
         return True
 
+    def show_reasoning(self, text: str) -> None:
+        """A turn's reasoning (`/think show`) on stderr, as it came (dimmed on a colour terminal):
+        model text, never wrapped or marked up."""
+        from llmcli import render
+
+        text = text.strip("\n")
+        dim = render.color_enabled(self.err)
+        self.err.write((f"\x1b[2m{text}\x1b[22m" if dim else text) + "\n")
+        self.err.flush()
+
     # -- sessions ----------------------------------------------------------------------------
 
     def save(self, name: str):
@@ -155,6 +186,7 @@ class Repl:
 
         self.session.conversation = conversation
         self.session.restore_params(doc.get("params"))
+        self.session.restore_think(doc.get("think"))
         self.session.session_name = name
         self.session.kv_restore = kvstore.session_state_path(name)
         self.info(f"loaded session {name!r}: {len(conversation.messages)} messages")

@@ -10,6 +10,12 @@ draw the status, move back up and restore the column. Before writing text that c
 newline, the status row is erased first, so text never mixes with it. Model text is written
 as is, never through Rich.
 
+A reasoning model's reasoning streams dimmed as it comes (or not at all with `show_thinking`
+off), and folds to one line when the answer starts: "thought for N tokens (X s) · /think show".
+The rows it took are erased by moving up and clearing to the end of the screen; a reasoning taller
+than the screen has rows in the scrollback, which no terminal can erase: they stay, and the folded
+line follows them.
+
 `llmcli.render.stream.PlainSink` is the non-terminal counterpart: text to stdout, nothing else.
 """
 
@@ -47,13 +53,61 @@ def _advance(col: int, text: str, cols: int) -> tuple[int, bool]:
     return col, edge
 
 
+def _rows(col: int, text: str, cols: int) -> tuple[int, int]:
+    """The cursor's column after `text` (newlines included) is written from `col`, and how many rows
+    down it moved: a newline's, and an automatic margin's wraps (as `_advance` moves it)."""
+    from wcwidth import wcwidth
+
+    rows = 0
+    for ch in text:
+        if ch in "\r\n":  # the readout writes both as a new line (a terminal in cooked mode maps NL)
+            col, rows = 0, rows + 1
+            continue
+        if ch == "\t":
+            col = col if col >= cols else min(cols - 1, (col // 8 + 1) * 8)
+            continue
+        w = wcwidth(ch)
+        if w <= 0:
+            continue
+        if col >= cols or col + w > cols:
+            col, rows = 0, rows + 1
+        col += w
+    return col, rows
+
+
+def folded_line(tokens: int, seconds: float | None, *, interrupted: bool = False) -> str:
+    """What the reasoning folds to: "thought for 212 tokens (4.1 s) · /think show"."""
+    took = f"{seconds:.1f} s" if seconds is not None else ""
+    if interrupted:
+        took = f"{took}, interrupted" if took else "interrupted"
+    plural = "" if tokens == 1 else "s"
+    return f"thought for {tokens} token{plural}" + (f" ({took})" if took else "") + FOLD_HINT
+
+
+FOLD_HINT = " · /think show"
+
+
 class LiveReadout:
     """An event sink for a terminal: streams text to `out` and keeps a status line under it."""
 
-    def __init__(self, out: TextIO | None = None, *, columns: int | None = None, dim: bool = True) -> None:
+    def __init__(
+        self,
+        out: TextIO | None = None,
+        *,
+        columns: int | None = None,
+        dim: bool = True,
+        show_thinking: bool = True,
+        lines: int | None = None,
+    ) -> None:
         self.out = out or sys.stdout
         self.columns = columns
+        self.lines = lines  # the screen's rows (None: the terminal's)
         self.dim = dim
+        self.show_thinking = show_thinking  # stream the reasoning (else only its folded line)
+        self.thinking_rows = 0  # rows the shown reasoning took, from its first
+        self.think_started: float | None = None
+        self.thinking_open = False  # reasoning came and has not been folded yet
+        self.thought_text = False  # and some of it was not whitespace (an empty block folds to nothing)
         self.lock = threading.Lock()
         self.col = 0  # display column of the text cursor
         self.phase = "prefill"
@@ -101,17 +155,28 @@ class LiveReadout:
         elif isinstance(event, Token):
             if self.decode_started is None:
                 self.decode_started = time.perf_counter()
+            if event.text and self.thinking_open:
+                self._fold()
             self.phase = "decode"
             self.tokens = event.n_tokens
             if event.passes:
                 self.spec = (event.drafted, event.accepted, event.passes)
             if event.text:
                 self._write(event.text)
-        elif isinstance(event, Reasoning):  # a reasoning model thinks: shown as such, not as text
+        elif isinstance(event, Reasoning):  # a reasoning model thinks: shown apart, then folded
+            now = time.perf_counter()
             if self.decode_started is None:
-                self.decode_started = time.perf_counter()
+                self.decode_started = now
+            if self.think_started is None:
+                self.think_started = now
             self.phase, self.thought = "thinking", event.n_tokens
+            self.thinking_open = True
+            self.thought_text = self.thought_text or bool(event.text.strip())
+            if self.show_thinking and event.text:
+                self._write_thought(event.text)
         elif isinstance(event, Done):
+            if self.thinking_open:  # the text ended inside the reasoning, or with no answer after it
+                self._fold(interrupted=event.finish_reason == "interrupted")
             self.phase = "done"
 
     # -- drawing -----------------------------------------------------------------------------
@@ -168,6 +233,55 @@ class LiveReadout:
                 self._draw_locked()
             else:
                 self.out.flush()
+
+    def _write_thought(self, text: str) -> None:
+        """Reasoning text, dimmed, on its own rows (its first starts it: leading blank lines go)."""
+        if not self.thinking_rows and self.col == 0:
+            text = text.lstrip()
+            if not text:
+                return
+        with self.lock:
+            cols = self._cols()
+            _, edge = _advance(self.col, text.replace("\r", "\n").split("\n")[-1], cols)
+            if "\n" in text or "\r" in text or edge:
+                self._erase_status()
+            end, rows = _rows(self.col, text, cols)
+            self.out.write(f"\x1b[2m{text}\x1b[22m" if self.dim else text)
+            self.thinking_rows += rows
+            self.col = end
+            if not self.status_drawn:
+                self._draw_locked()
+            else:
+                self.out.flush()
+
+    def _fold(self, *, interrupted: bool = False) -> None:
+        """The reasoning, ended: its rows erased where they are all still on the screen, and one
+        line in their place."""
+        import shutil
+
+        self.thinking_open = False
+        if not self.thought_text:  # an empty block (thinking off, or nothing to think): nothing to fold
+            return
+        self.thought_text = False
+        seconds = time.perf_counter() - self.think_started if self.think_started is not None else None
+        line = folded_line(self.thought, seconds, interrupted=interrupted)
+        with self.lock:
+            self._erase_status()
+            screen = self.lines or shutil.get_terminal_size((80, 24)).lines
+            shown = self.show_thinking and (self.thinking_rows or self.col)
+            if shown and self.thinking_rows < screen - 1:  # all on the screen: up to the first, clear
+                up = f"\x1b[{self.thinking_rows}A" if self.thinking_rows else ""
+                self.out.write(f"{up}\r\x1b[J")
+            elif self.col:  # taller than the screen (or nothing shown): the line goes below
+                self.out.write("\n")
+            width = max(1, self._cols() - 1)
+            if len(line) > width:  # a narrow terminal: the hint goes first
+                line = line.removesuffix(FOLD_HINT)
+            line = line[:width]
+            self.out.write((f"\x1b[2m{line}\x1b[22m" if self.dim else line) + "\n")
+            self.col = 0
+            self.thinking_rows = 0
+            self.out.flush()
 
     def _draw(self) -> None:
         with self.lock:
