@@ -29,7 +29,9 @@ class Unavailable(RuntimeError):
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("LLMCLI_TOOLS_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "llmcli-tools")
+    base = os.environ.get("LLMCLI_TOOLS_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "llmcli-tools"
+    )
     return Path(base) / "models"
 
 

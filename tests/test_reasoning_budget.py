@@ -74,7 +74,11 @@ def test_the_budget_waits_for_a_multibyte_character_to_end():
 def test_at_the_start_only_an_answer_begun_without_a_block_is_the_grammars():
     splitter = reasoning.Splitter(QWEN3, "start")
     assert splitter.would_answer("{")
-    assert not splitter.would_answer("\n") and not splitter.would_answer("<th") and not splitter.would_answer("<think>")
+    assert (
+        not splitter.would_answer("\n")
+        and not splitter.would_answer("<th")
+        and not splitter.would_answer("<think>")
+    )
 
 
 def test_no_tracker_unless_something_depends_on_the_block():
@@ -123,7 +127,9 @@ def test_the_engine_is_told_where_the_prompt_leaves_the_model(tmp_path):
 
 
 def test_the_flags_and_the_config_set_the_budget(fake, monkeypatch):
-    result = run("generate", "--reasoning-budget", "64", "--reasoning-budget-message", "Answer now.", "--json", "hi")
+    result = run(
+        "generate", "--reasoning-budget", "64", "--reasoning-budget-message", "Answer now.", "--json", "hi"
+    )
     assert result.exit_code == 0, result.output
     params = fake.made[-1].history[-1].params
     assert (params.reasoning_budget, params.reasoning_budget_message) == (64, "Answer now.")
@@ -150,3 +156,15 @@ def test_a_budget_goes_to_the_servers_that_take_one_and_is_refused_elsewhere():
     with pytest.raises(UsageError, match="takes no reasoning budget"):
         budget_fields(params, "ollama")
     assert budget_fields(SamplingParams(), "ollama") == {}
+
+
+def test_with_thinking_off_a_block_the_model_writes_anyway_stays_out_of_the_answer():
+    from test_reasoning import template
+
+    engine = engine_with(QWEN3)
+    engine.info.chat_template = template("qwen3")
+    engine.replies = ["<think>\n\n</think>\n\nParis."]
+    request = Request(SamplingParams(), messages=[{"role": "user", "content": "Capital of France?"}], think=False)
+    done = list(engine.respond(request))[-1]
+    assert engine.reasoning_state == "answer"  # the grammar, if any, applies from the first token
+    assert (done.text, done.reasoning) == ("Paris.", "")

@@ -13,9 +13,8 @@ import json
 from pathlib import Path
 
 import pytest
-from realmodel import generate_json, llmcli
-
 import qwen
+from realmodel import generate_json, llmcli
 
 TEMPLATES = Path(__file__).parent / "data" / "templates"
 SCHEMA = '{"type":"object","properties":{"answer":{"type":"integer"}},"required":["answer"]}'

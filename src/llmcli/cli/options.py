@@ -247,6 +247,7 @@ ReasoningBudget = Annotated[
     int | None,
     typer.Option(
         "--reasoning-budget",
+        envvar="LLMCLI_REASONING_BUDGET",
         help="A reasoning model's budget in tokens: once spent, its block is closed for it and the "
         "answer follows (0: no thinking; -1: no limit). [default: -1]",
         rich_help_panel=SAMPLING_PANEL,
@@ -257,6 +258,7 @@ ReasoningBudgetMessage = Annotated[
     str | None,
     typer.Option(
         "--reasoning-budget-message",
+        envvar="LLMCLI_REASONING_BUDGET_MESSAGE",
         help="Text written into the reasoning before the closing tag a spent --reasoning-budget forces "
         '(for example "Time to answer.").',
         rich_help_panel=SAMPLING_PANEL,

@@ -31,7 +31,9 @@ def respond(engine: Engine, request: Request) -> Iterator[Event]:
     if request.text is None and fmt is not None and fmt.open_tag and fmt.close_tag:
         state = prompt_state(fmt, engine.detokenize(tokens[-TAIL_TOKENS:]))  # type: ignore[attr-defined]
         events = run(engine, tokens, request.params, prepared, waited_ms, state)
-        return split_reasoning(events, Splitter(fmt, state))
+        # after a closed block (thinking switched off) a model may still write an empty one of its
+        # own: the splitter still takes a block at the start out of the answer
+        return split_reasoning(events, Splitter(fmt, "start" if state == "answer" else state))
     return run(engine, tokens, request.params, prepared, waited_ms)
 
 

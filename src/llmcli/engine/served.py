@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any
 from llmcli import reporting
 from llmcli.contract import Done, Event, ModelInfo, Prepared, Reasoning, Request, SamplingParams, Stats, Token
 from llmcli.endpoint_config import stall_timeout
-from llmcli.engine.local import Clock
 from llmcli.endpoints import Endpoint
+from llmcli.engine.local import Clock
 from llmcli.errors import (
     ContextOverflowError,
     LlmcliError,
@@ -826,7 +826,10 @@ def budget_fields(params: SamplingParams, flavour: str) -> dict[str, Any]:
     if budget is None:
         return {}
     if flavour == "llama-server":
-        return {"reasoning_budget_tokens": budget, **({"reasoning_budget_message": message} if message else {})}
+        return {
+            "reasoning_budget_tokens": budget,
+            **({"reasoning_budget_message": message} if message else {}),
+        }
     if flavour == "vllm":
         if message:
             raise UsageError("vLLM takes a reasoning budget but no message: drop --reasoning-budget-message")
