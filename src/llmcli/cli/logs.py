@@ -166,16 +166,20 @@ def show(
             "settings: " + ", ".join(f"{k}={v}" for k, v in params.items() if v not in (None, [], False))
         )
     usage = (d.get("record") or {}).get("usage") or {}
-    out.append(
-        f"tokens: prompt {d['prompt_tokens']} ({d['cached_tokens'] or 0} cached), "
-        f"answer {d['completion_tokens']}"
-        + (f", reasoning {usage.get('reasoning_tokens')}" if usage.get("reasoning_tokens") else "")
-    )
+    if d["prompt_tokens"] is not None or d["completion_tokens"] is not None:
+        out.append(
+            f"tokens: prompt {d['prompt_tokens']} ({d['cached_tokens'] or 0} cached), "
+            f"answer {d['completion_tokens']}"
+            + (f", reasoning {usage.get('reasoning_tokens')}" if usage.get("reasoning_tokens") else "")
+        )
     if d["prefill_tps"] is not None or d["decode_tps"] is not None:
         out.append(f"timings: prefill {d['prefill_ms']} ms ({d['prefill_tps']} tok/s), "
                    f"decode {d['decode_ms']} ms "
                    f"({d['decode_tps']} tok/s), first token {d['ttft_ms']} ms")  # fmt: skip
-    out.append(f"finish: {d['finish_reason']}" + (f" ({d['error']})" if d["error"] else ""))
+    if d["finish_reason"]:
+        out.append(f"finish: {d['finish_reason']}" + (f" ({d['error']})" if d["error"] else ""))
+    if d["command"] == "import":
+        out.append("imported from simonw/llm's log")
     out.append("")
     for m in d.get("messages") or [{"role": "text", "content": d["prompt"]}]:
         out.append(f"## {m['role']}\n{m['content']}\n")
