@@ -69,8 +69,8 @@ def test_import_what_llm_wrote(tmp_path, isolated, fake):
         "Name another one about zebras.",
         "Name a fruit.",
     ]
-    assert [e["response"] for e in entries] == ["echo 0: Name a colour.", "echo 1: Name another one about zebras.",
-                                                "echo 0: Name a fruit."]  # fmt: skip
+    answers = ["echo 0: Name a colour.", "echo 1: Name another one about zebras.", "echo 0: Name a fruit."]
+    assert [e["response"] for e in entries] == answers
     assert {e["model"] for e in entries} == {"echo-test"} and {e["command"] for e in entries} == {"import"}
     first, second, third = entries
     assert first["conversation_id"] == second["conversation_id"] != third["conversation_id"]
