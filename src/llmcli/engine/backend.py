@@ -11,9 +11,8 @@ into a private name of llama-cpp-python to get that library.
 
 from __future__ import annotations
 
-import functools
-
 import ctypes
+import functools
 import re
 from typing import Any
 
