@@ -5,13 +5,15 @@
 function __llmcli_commands --argument-names path --description 'Subcommands of a command path'
     switch $path
         case ''
-            printf '%s\n' generate pull chat doctor models bench kv config
+            printf '%s\n' generate pull chat doctor models bench kv logs config
         case 'models'
             printf '%s\n' list show rm alias path verify
         case 'bench'
             printf '%s\n' compare
         case 'kv'
             printf '%s\n' list clear
+        case 'logs'
+            printf '%s\n' show rerun stats import prune off on path status
         case 'config'
             printf '%s\n' show path set unset
     end
@@ -20,7 +22,7 @@ end
 # Whether OPTION takes a value at command PATH.
 function __llmcli_takes_value --argument-names path option
     switch "$path/$option"
-        case 'generate/-f' 'generate/--file' 'generate/-m' 'generate/--model' 'generate/--system' 'generate/-c' 'generate/--ctx-size' 'generate/-ngl' 'generate/--gpu-layers' 'generate/--n-gpu-layers' 'generate/-t' 'generate/--threads' 'generate/-b' 'generate/--batch-size' 'generate/-ctk' 'generate/--cache-type-k' 'generate/-ctv' 'generate/--cache-type-v' 'generate/--temperature' 'generate/--temp' 'generate/--top-k' 'generate/--top-p' 'generate/--min-p' 'generate/--repeat-penalty' 'generate/-s' 'generate/--seed' 'generate/-n' 'generate/--max-tokens' 'generate/--stop' 'generate/--grammar-file' 'generate/--json-schema' 'generate/--reasoning-budget' 'generate/--reasoning-budget-message' 'generate/--spec-type' 'generate/--spec-draft-n-max' 'generate/--spec-draft-n-min' 'generate/--spec-ngram-max' 'generate/--spec-ngram-min' 'generate/-md' 'generate/--model-draft' 'generate/--spec-draft-model' 'generate/-ngld' 'generate/--gpu-layers-draft' 'generate/--spec-draft-ngl' 'generate/--n-gpu-layers-draft' 'generate/-cd' 'generate/--ctx-size-draft' 'generate/-ctkd' 'generate/--cache-type-k-draft' 'generate/-ctvd' 'generate/--cache-type-v-draft' 'generate/--prompt-cache' 'generate/--timeout' 'chat/-m' 'chat/--model' 'chat/--system' 'chat/--session' 'chat/--on-overflow' 'chat/--kv-cache-max-mb' 'chat/-c' 'chat/--ctx-size' 'chat/-ngl' 'chat/--gpu-layers' 'chat/--n-gpu-layers' 'chat/-t' 'chat/--threads' 'chat/-b' 'chat/--batch-size' 'chat/-ctk' 'chat/--cache-type-k' 'chat/-ctv' 'chat/--cache-type-v' 'chat/--temperature' 'chat/--temp' 'chat/--top-k' 'chat/--top-p' 'chat/--min-p' 'chat/--repeat-penalty' 'chat/-s' 'chat/--seed' 'chat/-n' 'chat/--max-tokens' 'chat/--stop' 'chat/--grammar-file' 'chat/--json-schema' 'chat/--reasoning-budget' 'chat/--reasoning-budget-message' 'chat/--spec-type' 'chat/--spec-draft-n-max' 'chat/--spec-draft-n-min' 'chat/--spec-ngram-max' 'chat/--spec-ngram-min' 'chat/-md' 'chat/--model-draft' 'chat/--spec-draft-model' 'chat/-ngld' 'chat/--gpu-layers-draft' 'chat/--spec-draft-ngl' 'chat/--n-gpu-layers-draft' 'chat/-cd' 'chat/--ctx-size-draft' 'chat/-ctkd' 'chat/--cache-type-k-draft' 'chat/-ctvd' 'chat/--cache-type-v-draft' 'chat/--timeout' 'models list/--endpoint' 'bench/-m' 'bench/--model' 'bench/-p' 'bench/--n-prompt' 'bench/-n' 'bench/--n-gen' 'bench/-pg' 'bench/--pg' 'bench/-d' 'bench/--n-depth' 'bench/-t' 'bench/--threads' 'bench/-ngl' 'bench/--n-gpu-layers' 'bench/-b' 'bench/--batch-size' 'bench/-ub' 'bench/--ubatch-size' 'bench/-fa' 'bench/--flash-attn' 'bench/-ctk' 'bench/--cache-type-k' 'bench/-ctv' 'bench/--cache-type-v' 'bench/--repack' 'bench/-r' 'bench/--repetitions' 'bench/-o' 'bench/--output' 'bench/--scenario' 'bench/--ctx-size' 'bench/--delay' 'bench/--seed' 'bench/--busy' 'bench/-c' 'bench/--concurrency' 'bench/--requests' 'bench/--spec-type' 'bench/--spec-draft-n-max' 'bench/--spec-draft-n-min' 'bench/--spec-ngram-max' 'bench/--spec-ngram-min' 'bench/--spec-adaptive' 'bench/--spec-exact' 'bench/-md' 'bench/--model-draft' 'bench/--spec-draft-model' 'bench/-ngld' 'bench/--gpu-layers-draft' 'bench/--spec-draft-ngl' 'bench/--n-gpu-layers-draft' 'bench/-cd' 'bench/--ctx-size-draft' 'bench/-ctkd' 'bench/--cache-type-k-draft' 'bench/-ctvd' 'bench/--cache-type-v-draft' 'bench/--prompt' 'bench/-f' 'bench/--file' 'bench/--prompt-file' 'bench/--timeout' 'bench compare/--alpha' 'bench compare/-o' 'bench compare/--output'
+        case 'generate/-f' 'generate/--file' 'generate/-m' 'generate/--model' 'generate/--system' 'generate/-c' 'generate/--ctx-size' 'generate/-ngl' 'generate/--gpu-layers' 'generate/--n-gpu-layers' 'generate/-t' 'generate/--threads' 'generate/-b' 'generate/--batch-size' 'generate/-ctk' 'generate/--cache-type-k' 'generate/-ctv' 'generate/--cache-type-v' 'generate/--temperature' 'generate/--temp' 'generate/--top-k' 'generate/--top-p' 'generate/--min-p' 'generate/--repeat-penalty' 'generate/-s' 'generate/--seed' 'generate/-n' 'generate/--max-tokens' 'generate/--stop' 'generate/--grammar-file' 'generate/--json-schema' 'generate/--reasoning-budget' 'generate/--reasoning-budget-message' 'generate/--cid' 'generate/--spec-type' 'generate/--spec-draft-n-max' 'generate/--spec-draft-n-min' 'generate/--spec-ngram-max' 'generate/--spec-ngram-min' 'generate/-md' 'generate/--model-draft' 'generate/--spec-draft-model' 'generate/-ngld' 'generate/--gpu-layers-draft' 'generate/--spec-draft-ngl' 'generate/--n-gpu-layers-draft' 'generate/-cd' 'generate/--ctx-size-draft' 'generate/-ctkd' 'generate/--cache-type-k-draft' 'generate/-ctvd' 'generate/--cache-type-v-draft' 'generate/--prompt-cache' 'generate/--timeout' 'chat/-m' 'chat/--model' 'chat/--system' 'chat/--session' 'chat/--on-overflow' 'chat/--kv-cache-max-mb' 'chat/-c' 'chat/--ctx-size' 'chat/-ngl' 'chat/--gpu-layers' 'chat/--n-gpu-layers' 'chat/-t' 'chat/--threads' 'chat/-b' 'chat/--batch-size' 'chat/-ctk' 'chat/--cache-type-k' 'chat/-ctv' 'chat/--cache-type-v' 'chat/--temperature' 'chat/--temp' 'chat/--top-k' 'chat/--top-p' 'chat/--min-p' 'chat/--repeat-penalty' 'chat/-s' 'chat/--seed' 'chat/-n' 'chat/--max-tokens' 'chat/--stop' 'chat/--grammar-file' 'chat/--json-schema' 'chat/--reasoning-budget' 'chat/--reasoning-budget-message' 'chat/--cid' 'chat/--spec-type' 'chat/--spec-draft-n-max' 'chat/--spec-draft-n-min' 'chat/--spec-ngram-max' 'chat/--spec-ngram-min' 'chat/-md' 'chat/--model-draft' 'chat/--spec-draft-model' 'chat/-ngld' 'chat/--gpu-layers-draft' 'chat/--spec-draft-ngl' 'chat/--n-gpu-layers-draft' 'chat/-cd' 'chat/--ctx-size-draft' 'chat/-ctkd' 'chat/--cache-type-k-draft' 'chat/-ctvd' 'chat/--cache-type-v-draft' 'chat/--timeout' 'models list/--endpoint' 'bench/-m' 'bench/--model' 'bench/-p' 'bench/--n-prompt' 'bench/-n' 'bench/--n-gen' 'bench/-pg' 'bench/--pg' 'bench/-d' 'bench/--n-depth' 'bench/-t' 'bench/--threads' 'bench/-ngl' 'bench/--n-gpu-layers' 'bench/-b' 'bench/--batch-size' 'bench/-ub' 'bench/--ubatch-size' 'bench/-fa' 'bench/--flash-attn' 'bench/-ctk' 'bench/--cache-type-k' 'bench/-ctv' 'bench/--cache-type-v' 'bench/--repack' 'bench/-r' 'bench/--repetitions' 'bench/-o' 'bench/--output' 'bench/--scenario' 'bench/--ctx-size' 'bench/--delay' 'bench/--seed' 'bench/--busy' 'bench/-c' 'bench/--concurrency' 'bench/--requests' 'bench/--spec-type' 'bench/--spec-draft-n-max' 'bench/--spec-draft-n-min' 'bench/--spec-ngram-max' 'bench/--spec-ngram-min' 'bench/--spec-adaptive' 'bench/--spec-exact' 'bench/-md' 'bench/--model-draft' 'bench/--spec-draft-model' 'bench/-ngld' 'bench/--gpu-layers-draft' 'bench/--spec-draft-ngl' 'bench/--n-gpu-layers-draft' 'bench/-cd' 'bench/--ctx-size-draft' 'bench/-ctkd' 'bench/--cache-type-k-draft' 'bench/-ctvd' 'bench/--cache-type-v-draft' 'bench/--prompt' 'bench/-f' 'bench/--file' 'bench/--prompt-file' 'bench/--timeout' 'bench compare/--alpha' 'bench compare/-o' 'bench compare/--output' 'logs/-q' 'logs/--query' 'logs/-m' 'logs/--model' 'logs/--since' 'logs/--cid' 'logs/-n' 'logs/--count' 'logs stats/-m' 'logs stats/--model' 'logs stats/--since' 'logs prune/--older-than' 'logs prune/--keep' 'logs prune/--max-mb'
             return 0
     end
     return 1
@@ -80,6 +82,7 @@ complete -c llmcli -n '__llmcli_at "" 1' -a doctor -d 'Check this installation: 
 complete -c llmcli -n '__llmcli_at "" 1' -a models -d 'Manage downloaded models: list, show, rm, alias, path, verify'
 complete -c llmcli -n '__llmcli_at "" 1' -a bench -d 'Measure prefill (pp) and decode (tg) speed, as llama-bench does: mean ± sd over repetitions'
 complete -c llmcli -n '__llmcli_at "" 1' -a kv -d 'Saved KV states of chat sessions (warm resume): list, clear'
+complete -c llmcli -n '__llmcli_at "" 1' -a logs -d 'The conversation log: every generate and chat turn, with its settings and timings'
 complete -c llmcli -n '__llmcli_at "" 1' -a config -d 'Show and change the configuration file (flag > LLMCLI_* variable > file > default)'
 complete -c llmcli -n '__llmcli_at ""' -s V -l version -d 'Print the version and exit'
 complete -c llmcli -n '__llmcli_at ""' -l debug -d 'Show tracebacks and llama.cpp logs'
@@ -114,6 +117,9 @@ complete -c llmcli -n '__llmcli_at "generate"' -l json-schema -r -F -d 'Constrai
 complete -c llmcli -n '__llmcli_at "generate"' -l think -l no-think -d 'A reasoning model\'s thinking, on or off through its template\'s switch (enable_thinking; a served model\'s server gets it as chat_template_kwargs)'
 complete -c llmcli -n '__llmcli_at "generate"' -l reasoning-budget -x -d 'A reasoning model\'s budget in tokens: once spent, its block is closed for it and the answer follows (0: no thinking; -1: no limit)'
 complete -c llmcli -n '__llmcli_at "generate"' -l reasoning-budget-message -x -d 'Text written into the reasoning before the closing tag a spent --reasoning-budget forces (for example "Time to answer.")'
+complete -c llmcli -n '__llmcli_at "generate"' -l log -l no-log -d 'Write this request (each chat turn) to the conversation log, or not (default: config `log`, on; see `llmcli logs`)'
+complete -c llmcli -n '__llmcli_at "generate"' -o C -l continue -d 'Continue the last logged conversation (its model, unless -m; its system prompt, unless --system)'
+complete -c llmcli -n '__llmcli_at "generate"' -l cid -x -d 'Continue the logged conversation with this id (`llmcli logs`)'
 complete -c llmcli -n '__llmcli_at "generate"' -l spec-type -x -a 'none lookup draft ngram-simple draft-simple ngram off' -d 'Speculative decoding: none, lookup (prompt lookup: copy n-grams from the prompt and answer) or draft (a draft model, -md)'
 complete -c llmcli -n '__llmcli_at "generate"' -l spec-draft-n-max -x -d 'Most tokens proposed per verification batch, 0-64 (default 16)'
 complete -c llmcli -n '__llmcli_at "generate"' -l spec-draft-n-min -x -d 'Fewest tokens worth a verification batch, at most --spec-draft-n-max (default 1)'
@@ -172,6 +178,9 @@ complete -c llmcli -n '__llmcli_at "chat"' -l json-schema -r -F -d 'Constrain th
 complete -c llmcli -n '__llmcli_at "chat"' -l think -l no-think -d 'A reasoning model\'s thinking, on or off through its template\'s switch (enable_thinking; a served model\'s server gets it as chat_template_kwargs)'
 complete -c llmcli -n '__llmcli_at "chat"' -l reasoning-budget -x -d 'A reasoning model\'s budget in tokens: once spent, its block is closed for it and the answer follows (0: no thinking; -1: no limit)'
 complete -c llmcli -n '__llmcli_at "chat"' -l reasoning-budget-message -x -d 'Text written into the reasoning before the closing tag a spent --reasoning-budget forces (for example "Time to answer.")'
+complete -c llmcli -n '__llmcli_at "chat"' -l log -l no-log -d 'Write this request (each chat turn) to the conversation log, or not (default: config `log`, on; see `llmcli logs`)'
+complete -c llmcli -n '__llmcli_at "chat"' -o C -l continue -d 'Continue the last logged conversation (its model, unless -m; its system prompt, unless --system)'
+complete -c llmcli -n '__llmcli_at "chat"' -l cid -x -d 'Continue the logged conversation with this id (`llmcli logs`)'
 complete -c llmcli -n '__llmcli_at "chat"' -l spec-type -x -a 'none lookup draft ngram-simple draft-simple ngram off' -d 'Speculative decoding: none, lookup (prompt lookup: copy n-grams from the prompt and answer) or draft (a draft model, -md)'
 complete -c llmcli -n '__llmcli_at "chat"' -l spec-draft-n-max -x -d 'Most tokens proposed per verification batch, 0-64 (default 16)'
 complete -c llmcli -n '__llmcli_at "chat"' -l spec-draft-n-min -x -d 'Fewest tokens worth a verification batch, at most --spec-draft-n-max (default 1)'
@@ -302,6 +311,61 @@ complete -c llmcli -n '__llmcli_at "kv list"' -s h -l help -d 'Show the help and
 # llmcli kv clear
 complete -c llmcli -n '__llmcli_at "kv clear"' -s h -l help -d 'Show the help and exit'
 
+# llmcli logs
+complete -c llmcli -n '__llmcli_at "logs" 1' -a show -d 'Show one entry whole: prompt messages, reasoning, answer, settings and timings'
+complete -c llmcli -n '__llmcli_at "logs" 1' -a rerun -d 'Run a logged request again: the same model, messages, settings and seed'
+complete -c llmcli -n '__llmcli_at "logs" 1' -a stats -d 'Prefill and decode speed per model and prompt length, from the log: median and spread (quartiles), with a bar chart of the medians'
+complete -c llmcli -n '__llmcli_at "logs" 1' -a import -d 'Import simonw/llm\'s log: every response with its conversation, prompt, system prompt, answer, reasoning, tool calls, options and token counts'
+complete -c llmcli -n '__llmcli_at "logs" 1' -a prune -d 'Remove old entries and compact the file (the size cap, log_max_mb, removes the oldest by itself)'
+complete -c llmcli -n '__llmcli_at "logs" 1' -a off -d 'Stop logging (sets config `log = false`; `--log` still logs one request)'
+complete -c llmcli -n '__llmcli_at "logs" 1' -a on -d 'Log every request again (sets config `log = true`)'
+complete -c llmcli -n '__llmcli_at "logs" 1' -a path -d 'Print where the log is (logs.db in the data directory)'
+complete -c llmcli -n '__llmcli_at "logs" 1' -a status -d 'Whether logging is on, where the log is, how many entries and bytes'
+complete -c llmcli -n '__llmcli_at "logs"' -s q -l query -x -d 'Search prompts, answers, reasoning and tool calls (full text, best match first)'
+complete -c llmcli -n '__llmcli_at "logs"' -s m -l model -x -a '(__llmcli_dynamic "logs" model)' -d 'Only this model (its reference, or part of it)'
+complete -c llmcli -n '__llmcli_at "logs"' -l since -x -d 'Only entries from this long ago (30m, 12h, 7d, 2w) or since this date (2025-06-01)'
+complete -c llmcli -n '__llmcli_at "logs"' -l cid -x -d 'Only this conversation'
+complete -c llmcli -n '__llmcli_at "logs"' -s n -l count -x -d 'Show at most N entries (0: all)'
+complete -c llmcli -n '__llmcli_at "logs"' -l json -d 'Print one JSON document instead of text'
+complete -c llmcli -n '__llmcli_at "logs"' -s h -l help -d 'Show the help and exit'
+
+# llmcli logs show
+complete -c llmcli -n '__llmcli_at "logs show"' -l json -d 'Print one JSON document instead of text'
+complete -c llmcli -n '__llmcli_at "logs show"' -s h -l help -d 'Show the help and exit'
+
+# llmcli logs rerun
+complete -c llmcli -n '__llmcli_at "logs rerun"' -l json -d 'Print one JSON document instead of text'
+complete -c llmcli -n '__llmcli_at "logs rerun"' -l log -l no-log -d 'Log the rerun as a new entry'
+complete -c llmcli -n '__llmcli_at "logs rerun"' -s h -l help -d 'Show the help and exit'
+
+# llmcli logs stats
+complete -c llmcli -n '__llmcli_at "logs stats"' -s m -l model -x -a '(__llmcli_dynamic "logs stats" model)' -d 'Only this model (its reference, or part of it)'
+complete -c llmcli -n '__llmcli_at "logs stats"' -l since -x -d 'Only entries from this long ago (30m, 12h, 7d, 2w) or since this date (2025-06-01)'
+complete -c llmcli -n '__llmcli_at "logs stats"' -l json -d 'Print one JSON document instead of text'
+complete -c llmcli -n '__llmcli_at "logs stats"' -s h -l help -d 'Show the help and exit'
+
+# llmcli logs import
+complete -c llmcli -n '__llmcli_at "logs import"' -s h -l help -d 'Show the help and exit'
+complete -c llmcli -n '__llmcli_at "logs import" 1' -F -d 'simonw/llm\'s logs.db (`llm logs path` prints it)'
+
+# llmcli logs prune
+complete -c llmcli -n '__llmcli_at "logs prune"' -l older-than -x -d 'Remove entries older than this (30d, 12h, 2w) or a date'
+complete -c llmcli -n '__llmcli_at "logs prune"' -l keep -x -d 'Keep only the newest N entries'
+complete -c llmcli -n '__llmcli_at "logs prune"' -l max-mb -x -d 'Remove the oldest entries until the log is within this many megabytes (default: log_max_mb, which every write keeps to)'
+complete -c llmcli -n '__llmcli_at "logs prune"' -s h -l help -d 'Show the help and exit'
+
+# llmcli logs off
+complete -c llmcli -n '__llmcli_at "logs off"' -s h -l help -d 'Show the help and exit'
+
+# llmcli logs on
+complete -c llmcli -n '__llmcli_at "logs on"' -s h -l help -d 'Show the help and exit'
+
+# llmcli logs path
+complete -c llmcli -n '__llmcli_at "logs path"' -s h -l help -d 'Show the help and exit'
+
+# llmcli logs status
+complete -c llmcli -n '__llmcli_at "logs status"' -s h -l help -d 'Show the help and exit'
+
 # llmcli config
 complete -c llmcli -n '__llmcli_at "config" 1' -a show -d 'Print every setting\'s effective value and where it came from (default, file or environment)'
 complete -c llmcli -n '__llmcli_at "config" 1' -a path -d 'Print the configuration file\'s path (LLMCLI_CONFIG, else the user config directory)'
@@ -318,7 +382,7 @@ complete -c llmcli -n '__llmcli_at "config path"' -s h -l help -d 'Show the help
 
 # llmcli config set
 complete -c llmcli -n '__llmcli_at "config set"' -s h -l help -d 'Show the help and exit'
-complete -c llmcli -n '__llmcli_at "config set" 1' -a 'model ctx_size gpu_layers threads batch_size cache_type_k cache_type_v temperature top_k top_p min_p repeat_penalty max_tokens system reasoning_budget reasoning_budget_message spec_type spec_draft_n_max spec_draft_n_min spec_ngram_max spec_ngram_min spec_adaptive spec_exact model_draft gpu_layers_draft ctx_size_draft cache_type_k_draft cache_type_v_draft think on_overflow kv_cache_max_mb timeout color' -d 'The setting, as `config show` names it'
+complete -c llmcli -n '__llmcli_at "config set" 1' -a 'model ctx_size gpu_layers threads batch_size cache_type_k cache_type_v temperature top_k top_p min_p repeat_penalty max_tokens system reasoning_budget reasoning_budget_message spec_type spec_draft_n_max spec_draft_n_min spec_ngram_max spec_ngram_min spec_adaptive spec_exact model_draft gpu_layers_draft ctx_size_draft cache_type_k_draft cache_type_v_draft think on_overflow kv_cache_max_mb log log_max_mb timeout color' -d 'The setting, as `config show` names it'
 
 # llmcli config unset
 complete -c llmcli -n '__llmcli_at "config unset"' -s h -l help -d 'Show the help and exit'

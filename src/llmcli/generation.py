@@ -15,6 +15,7 @@ from pathlib import Path
 from llmcli import prompting, render, signals
 from llmcli.contract import Done, Prepared, Request, SamplingParams, ThreadsChanged
 from llmcli.loader import Loaded
+from llmcli.logdb import Logged
 
 
 @dataclass
@@ -110,22 +111,33 @@ def run_generate(
     prompt_cache_ro: bool = False,
     show_thinking: bool = True,
     think: bool | None = None,
+    history: list[dict[str, str]] | None = None,
+    log: Logged | None = None,
 ) -> Result:
     """Run one prompt; `raw` continues it as plain text, else it becomes a user turn (the caller
     decides between the two with `prompting.generate_format`). With `prompt_cache`, the KV state
     in that file is reused for the longest common prefix and (unless `prompt_cache_ro`) the file
-    is rewritten with this run's state afterwards."""
+    is rewritten with this run's state afterwards. `history`: the messages of a conversation this
+    prompt continues (`--continue`), between the system prompt and it. `log`: how the request is
+    logged (None: it is not)."""
     engine = loaded.engine
     if raw:
         request = Request(params, text=text)
     else:
-        request = Request(params, messages=prompting.messages_for(text, system), think=think)
+        messages = prompting.messages_for(text, system)
+        if history:
+            messages[-1:-1] = history
+        request = Request(params, messages=messages, think=think)
     cache: dict | None = None
     if prompt_cache is not None:
         cache = {"path": str(prompt_cache), "restored_tokens": 0, "restore_ms": 0.0,
                  "read_only": prompt_cache_ro, "saved_bytes": 0}  # fmt: skip
         request.before_prefill = lambda tokens: _restore_prompt_cache(engine, cache, tokens)
-    done, prepared = consume(engine, request, stream_stdout=stream_stdout, show_thinking=show_thinking)
+        if log is not None:
+            log.prompt_cache = cache
+            log.kv_state = log.kv_state or (None if prompt_cache_ro else str(prompt_cache))
+    done, prepared = consume(engine, request, stream_stdout=stream_stdout, show_thinking=show_thinking,
+                             log=log)  # fmt: skip
     for notice in (exact_limit_notice(done.stats, engine.info), draft_context_notice(done.stats)):
         if notice:
             render.info(notice)
@@ -204,7 +216,7 @@ def threads_changed(event: ThreadsChanged) -> str:
 
 
 def consume(
-    engine, request: Request, *, stream_stdout: bool, show_thinking: bool = True
+    engine, request: Request, *, stream_stdout: bool, show_thinking: bool = True, log: Logged | None = None
 ) -> tuple[Done, Prepared]:
     """Drive the request; print text pieces to stdout (ending with a newline) if asked, and a
     reasoning model's reasoning to stderr (dim on a terminal) unless `show_thinking` is off."""
@@ -216,7 +228,7 @@ def consume(
         thoughts = sys.stderr if show_thinking and not render.quiet() else None
         sink = PlainSink(sys.stdout, thoughts, dim=render.color_enabled(sys.stderr))
     try:
-        done, prepared = drive(engine, request, sink)
+        done, prepared = drive(engine, request, sink, log=log)
     except StreamBrokenError:  # a served model's stream broke off: its partial text ends its line
         if sink is not None:
             sink.stop()
@@ -226,25 +238,64 @@ def consume(
     return done, prepared
 
 
-def drive(engine, request: Request, sink=None) -> tuple[Done, Prepared]:
+def drive(engine, request: Request, sink=None, log: Logged | None = None) -> tuple[Done, Prepared]:
     """One request, as generate and each chat turn run it: Ctrl-C through the signal watcher, every
     event to `sink`, the thread policy's decisions to --debug; returns the final Done and how the
-    prompt was built."""
+    prompt was built. With `log`, the request is written to the conversation log when it ends
+    (llmcli.logdb), a served stream that broke off included."""
+    from llmcli.errors import StreamBrokenError
+
     done: Done | None = None
     prepared: Prepared | None = None
     events = engine.respond(request)  # a local engine builds the prompt here, before the watcher
-    with signals.interrupt_on_sigint(engine.interrupt) as pressed_before, closing(events):
-        for event in events:
-            if pressed_before:  # Ctrl-C before the request began: it stops now, at its first event
-                engine.interrupt()
-                pressed_before = False
-            if sink is not None:
-                sink(event)
-            if isinstance(event, ThreadsChanged):
-                render.debug_log(threads_changed(event))
-            elif isinstance(event, Prepared):
-                prepared = event
-            elif isinstance(event, Done):
-                done = event
+    try:
+        with signals.interrupt_on_sigint(engine.interrupt) as pressed_before, closing(events):
+            for event in events:
+                if pressed_before:  # Ctrl-C before the request began: it stops now, at its first event
+                    engine.interrupt()
+                    pressed_before = False
+                if sink is not None:
+                    sink(event)
+                if isinstance(event, ThreadsChanged):
+                    render.debug_log(threads_changed(event))
+                elif isinstance(event, Prepared):
+                    prepared = event
+                elif isinstance(event, Done):
+                    done = event
+    except StreamBrokenError as exc:
+        if log is not None:
+            log_request(engine, request, log, None, prepared, error=exc.message, partial=exc.text)
+        raise
     assert done is not None and prepared is not None
+    if log is not None:
+        log_request(engine, request, log, done, prepared)
     return done, prepared
+
+
+def log_request(
+    engine, request: Request, log: Logged, done: Done | None, prepared: Prepared | None,
+    *, error: str | None = None, partial: str = "",
+) -> int | None:  # fmt: skip
+    """The one hook after each request: its record, prompt and conversation id to the log. Never
+    raises (a log that cannot be written is one warning line, see logdb.write); returns the row id."""
+    from llmcli import logdb, record
+
+    if done is not None and done.finish_reason == "interrupted" and not done.text:
+        return None  # stopped before its first token: the request did not happen (chat keeps nothing)
+    try:
+        rec = record.build(
+            ref=log.ref, info=engine.info, params=request.params, done=done,
+            prompt_format=prepared.prompt_format if prepared is not None else None,
+            constraint=log.constraint if request.params.grammar else None,
+            constraint_complete=done is not None and done.constraint_complete is not False,
+            prompt_cache=log.prompt_cache, error=error, partial_text=partial,
+        )  # fmt: skip
+        row = logdb.row_values(
+            rec, cid=log.cid, command=log.command, messages=request.messages, text=request.text,
+            think=request.think, grammar=request.params.grammar,
+            tokens=done.tokens if done is not None else None, session=log.session, kv_state=log.kv_state,
+        )  # fmt: skip
+    except Exception as exc:  # a record that cannot be built is a bug, but never costs the answer
+        render.warn(f"not logged: {exc}")
+        return None
+    return logdb.write(row)

@@ -204,6 +204,20 @@ SETTINGS: dict[str, Setting] = {
             minimum=0,
         ),
         Setting(
+            "log",
+            bool,
+            True,
+            "Log every request (generate, each chat turn) to the conversation log, logs.db in the data "
+            "directory (`llmcli logs`); false: log nothing. Flags: --log/--no-log; `llmcli logs off`.",
+        ),
+        Setting(
+            "log_max_mb",
+            int,
+            500,
+            "Megabytes the conversation log may use; past it the oldest entries are removed (0: no cap).",
+            minimum=0,
+        ),
+        Setting(
             "timeout",
             float,
             120.0,

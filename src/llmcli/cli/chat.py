@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -78,6 +79,11 @@ def chat(
     if policy not in OVERFLOW_POLICIES:
         raise UsageError(f"--on-overflow must be one of {', '.join(OVERFLOW_POLICIES)}, got {policy!r}")
     params = flags.sampling()
+    history = flags.continued()  # --continue / --cid: a logged conversation
+    if history is not None and (session or resume):
+        raise UsageError("--continue/--cid and --session/--resume both name a conversation: give one")
+    if history is not None and model is None:
+        model = history.model
     name, saved = _session_to_continue(session, resume)
     if saved and model is None:
         model = saved.get("model")
@@ -128,10 +134,23 @@ def chat(
         from llmcli import kvstore
 
         chat_session.kv_restore = kvstore.session_state_path(name)
+    if history is not None:
+        from llmcli.conversation import Message
+
+        chat_session.conversation = Conversation(
+            history.system or "", [Message(m["role"], m["content"]) for m in history.messages]
+        )
+        state = history.last.get("kv_state")
+        if state and not loaded.served and Path(state).is_file():
+            chat_session.kv_restore = Path(state)  # warm: kvstore uses it only where it belongs
+    from llmcli import kvstore
+
+    kv_state = str(kvstore.session_state_path(name)) if name and not loaded.served else None
+    chat_session.log = flags.logged(loaded.ref, "chat", history, session=name, kv_state=kv_state)
     system = settings.resolve("system", system)
     if system:
         chat_session.conversation.system = system
-    elif not saved:
+    elif not saved and history is None:
         chat_session.conversation = Conversation()
     repl = Repl(chat_session, interactive=environment.current().interactive, autosave=bool(name),
                 quiet=render.quiet(), show_thinking=not hide_thinking)  # fmt: skip
@@ -207,8 +226,7 @@ def _banner(repl, saved: dict | None) -> None:
         from llmcli.endpoints import display_ref
 
         repl.info(f"llmcli chat · {display_ref(s.loaded.ref)} · {context} · template: the server's")
-        if saved:
-            repl.info(f"continuing session {s.session_name!r}: {len(s.conversation.messages)} messages")
+        _continuing(repl, saved)
         if repl.interactive:
             repl.info('/help for commands, """ for multiline, Ctrl-C stops a reply, Ctrl-D exits')
         return
@@ -217,10 +235,19 @@ def _banner(repl, saved: dict | None) -> None:
     if prompting.is_base(s.engine):
         repl.warn(prompting.base_warning(s.loaded.ref))
     repl.info(f"llmcli chat · {s.loaded.ref} · context {s.engine.n_ctx} · template {fmt.source}{note}")
-    if saved:
-        repl.info(f"continuing session {s.session_name!r}: {len(s.conversation.messages)} messages")
+    _continuing(repl, saved)
     if repl.interactive:
         repl.info('/help for commands, """ for multiline, Ctrl-C stops a reply, Ctrl-D exits')
+
+
+def _continuing(repl, saved: dict | None) -> None:
+    s = repl.session
+    if saved:
+        repl.info(f"continuing session {s.session_name!r}: {len(s.conversation.messages)} messages")
+    elif s.conversation.messages and s.log is not None:
+        repl.info(f"continuing conversation {s.log.cid}: {len(s.conversation.messages)} messages")
+    elif s.conversation.messages:
+        repl.info(f"continuing a logged conversation: {len(s.conversation.messages)} messages")
 
 
 def register(app: typer.Typer) -> None:

@@ -70,7 +70,10 @@ def generate(
         raise UsageError("--prompt-cache-ro needs --prompt-cache FILE")
     text = read_prompt(prompt, file)
     params = flags.sampling()
-    system = settings.resolve("system", system) or None
+    history = flags.continued()  # --continue / --cid: the logged conversation
+    if history is not None and model is None:
+        model = history.model
+    system = settings.resolve("system", system) or (history.system if history is not None else None)
     from llmcli.loader import load_engine
 
     env = environment.current()
@@ -93,14 +96,30 @@ def generate(
         ignored = " (--system does not apply to plain text and is ignored)" if system else ""
         render.info(f"{loaded.ref}: {notice}{ignored}")
     raw = how == "raw"
+    if history is not None and history.raw != raw:
+        raise UsageError(
+            f"conversation {history.cid} is "
+            + ("plain text (--raw)" if history.raw else "a chat")
+            + " and this prompt "
+            + ("is plain text" if raw else "is not"),
+            hint="continue it the way it began" + (" (add --raw)" if history.raw else ""),
+        )
+    if history is not None and history.raw:
+        text = history.text + text
     constraint = flags.constraint
+    log = flags.logged(loaded.ref, "generate", history, constraint=constraint)
+    if prompt_cache is None and history is not None and not loaded.served:
+        prompt_cache, prompt_cache_ro = _warm_state(history), True
+        if log is not None and prompt_cache is not None:
+            log.kv_state = str(prompt_cache)  # the state this conversation warms from next time too
     from llmcli.errors import StreamBrokenError
 
     try:
         result = run_generate(
             loaded, text, params, system=system, raw=raw, stream_stdout=not as_json, constraint=constraint,
             prompt_cache=prompt_cache, prompt_cache_ro=prompt_cache_ro, show_thinking=not hide_thinking,
-            think=flags.thinking(),
+            think=flags.thinking(), history=history.messages if history is not None and not raw else None,
+            log=log,
         )  # fmt: skip
     except StreamBrokenError as exc:  # a served model broke off: the partial text was printed
         if as_json:
@@ -124,6 +143,13 @@ def generate(
         raise typer.Exit(int(ExitCode.INTERRUPTED))
     if result.incomplete:
         raise result.incomplete_error()
+
+
+def _warm_state(history) -> Path | None:
+    """The saved KV state a continued conversation left (a chat session's, a --prompt-cache file),
+    if it is still there: its prefix is reused where it matches (kvstore checks that it belongs)."""
+    state = history.last.get("kv_state")
+    return Path(state) if state and Path(state).is_file() else None
 
 
 def read_prompt(prompt: str | None, file: Path | None) -> str:

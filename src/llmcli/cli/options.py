@@ -265,6 +265,30 @@ ReasoningBudgetMessage = Annotated[
         show_default=False,
     ),
 ]
+LogFlag = Annotated[
+    bool | None,
+    typer.Option(
+        "--log/--no-log",
+        help="Write this request (each chat turn) to the conversation log, or not (default: config "
+        "`log`, on; see `llmcli logs`).",
+        envvar="LLMCLI_LOG",
+        show_default=False,
+    ),
+]
+Continue = Annotated[
+    bool,
+    typer.Option(
+        "--continue",
+        "-C",
+        help="Continue the last logged conversation (its model, unless -m; its system prompt, unless "
+        "--system). -c is --ctx-size, as in llama.cpp.",
+    ),
+]
+Cid = Annotated[
+    str | None,
+    typer.Option("--cid", help="Continue the logged conversation with this id (`llmcli logs`).",
+                 show_default=False),
+]  # fmt: skip
 SpecType = Annotated[
     str | None,
     typer.Option("--spec-type", help="Speculative decoding: none, lookup (prompt lookup: copy n-grams "
@@ -690,6 +714,9 @@ class RunFlags:
     think: Think = None
     reasoning_budget: ReasoningBudget = None
     reasoning_budget_message: ReasoningBudgetMessage = None
+    log: LogFlag = None
+    continue_last: Continue = False
+    cid: Cid = None
     spec_type: SpecType = None
     spec_draft_n_max: SpecDraftNMax = None
     spec_draft_n_min: SpecDraftNMin = None
@@ -740,6 +767,27 @@ class RunFlags:
     def constraint(self) -> str | None:
         """ "json_schema" or "grammar" when the answer is constrained, else None."""
         return "json_schema" if self.json_schema is not None else "grammar" if self.grammar_file else None
+
+    def continued(self):
+        """The logged conversation `--continue` / `--cid` name (logdb.History), or None."""
+        if not self.continue_last and not self.cid:
+            return None
+        from llmcli import logdb
+        from llmcli.errors import UsageError
+
+        if self.continue_last and self.cid:
+            raise UsageError("--continue and --cid both name a conversation: give one")
+        return logdb.history(self.cid)
+
+    def logged(self, ref: str, command: str, history=None, **extra):
+        """What the request path logs each request with (logdb.Logged), or None under --no-log."""
+        from llmcli import logdb
+
+        if not logdb.enabled(self.log):
+            return None
+        if history is not None:
+            extra.setdefault("cid", history.cid)
+        return logdb.Logged(ref, command, **extra)
 
     def after_load(self, loaded) -> None:
         """What the loaded model makes of the flags: a warning for --repack on an AMX build, and one

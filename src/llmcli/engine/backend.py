@@ -12,6 +12,7 @@ into a private name of llama-cpp-python to get that library.
 from __future__ import annotations
 
 import ctypes
+import functools
 import re
 from typing import Any
 
@@ -27,8 +28,10 @@ def library():
     return llama_cpp
 
 
+@functools.cache
 def llama_cpp_version() -> str | None:
-    """llama-cpp-python's version, from the package metadata; None when it is not installed."""
+    """llama-cpp-python's version, from the package metadata (read once: parsing it costs a
+    few milliseconds, and every request's record names it); None when it is not installed."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:

@@ -246,4 +246,5 @@ class FakeEngine:
         # runs to its end (the end-of-generation token is allowed only there) or is cut right there.
         complete = (ended or (reason == "length" and n == len(pieces))) if params.grammar else None
         seed = params.seed if params.seed is not None else 1234
-        yield Done(text.text, reason, stats, seed, [], complete)
+        ids = [ord(p.decode("utf-8", "replace")[:1] or "\0") for p in pieces[:n]]  # a token id per piece
+        yield Done(text.text, reason, stats, seed, ids, complete)

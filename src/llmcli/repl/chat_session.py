@@ -18,6 +18,7 @@ from llmcli.contract import Done, Event, Fit, Request, SamplingParams, Stats
 from llmcli.conversation import Conversation
 from llmcli.errors import StreamBrokenError
 from llmcli.loader import Loaded
+from llmcli.logdb import Logged
 
 
 class Sink(Protocol):
@@ -90,6 +91,7 @@ class ChatSession:
     think_given: bool = (
         False  # the command line (flag, LLMCLI_THINK, config) set `think`: a session's does not
     )
+    log: Logged | None = None  # how each turn is logged (llmcli.logdb); None: --no-log
 
     def apply_recommended(self) -> dict[str, Any]:
         """Use the loaded model's recommended sampling where the user set nothing (again after a
@@ -241,8 +243,10 @@ class ChatSession:
             fit=Fit(self.answer_reserve(), self.on_overflow), before_prefill=self._restore_kv,
             think=self.think,
         )  # fmt: skip
+        if self.log is not None:
+            self.log.ref = self.loaded.ref  # after /model, the model now answering
         try:
-            done, prepared = drive(self.engine, request, sink)
+            done, prepared = drive(self.engine, request, sink, log=self.log)
         except StreamBrokenError as exc:  # a served model broke off: its partial answer is kept
             self.conversation.add_assistant(exc.text, interrupted=True)
             raise
@@ -293,6 +297,10 @@ class ChatSession:
 
     def clear(self) -> None:
         self.last_reasoning = ""
+        if self.log is not None:  # a new conversation in the log too
+            from llmcli.logdb import new_cid
+
+            self.log.cid = new_cid()
         self.conversation.clear()
         self.engine.reset()
 

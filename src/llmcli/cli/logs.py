@@ -1,0 +1,468 @@
+"""`llmcli logs`: the conversation log (llmcli.logdb) read back: list and search, show, rerun,
+speed over time, import from simonw/llm, prune, and the switch that turns logging off or on."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from llmcli import render
+
+logs_app = typer.Typer(
+    name="logs",
+    invoke_without_command=True,
+    rich_markup_mode=None,
+)
+
+AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of text.")]
+ModelFilter = Annotated[
+    str | None,
+    typer.Option("--model", "-m", help="Only this model (its reference, or part of it).", show_default=False),
+]
+Since = Annotated[
+    str | None,
+    typer.Option(
+        "--since",
+        help="Only entries from this long ago (30m, 12h, 7d, 2w) or since this date (2025-06-01).",
+        metavar="WHEN",
+        show_default=False,
+    ),
+]
+
+
+@logs_app.callback()
+def logs(
+    ctx: typer.Context,
+    query: Annotated[
+        str | None,
+        typer.Option(
+            "--query",
+            "-q",
+            help="Search prompts, answers, reasoning and tool calls (full text, best match first).",
+            show_default=False,
+        ),
+    ] = None,  # fmt: skip
+    model: ModelFilter = None,
+    since: Since = None,
+    cid: Annotated[
+        str | None, typer.Option("--cid", help="Only this conversation.", show_default=False)
+    ] = None,
+    count: Annotated[int, typer.Option("--count", "-n", help="Show at most N entries (0: all).", min=0)] = 10,
+    as_json: AsJson = False,
+) -> None:
+    """The conversation log: every generate and chat turn, with its settings and timings. Alone:
+    the recent entries (the newest last); -q searches them, best match first.
+
+    Example: llmcli logs -q "binary search" -m gemma -n 5
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from llmcli import logdb
+
+    db = logdb.reader()
+    try:
+        rows = logdb.select(db, query=query, model=model, since=parse_since(since), cid=cid,
+                            limit=count or None)  # fmt: skip
+    except Exception as exc:
+        import sqlite3
+
+        if isinstance(exc, sqlite3.Error):
+            from llmcli.errors import UsageError
+
+            raise UsageError(f"cannot search the log: {exc}") from None
+        raise
+    finally:
+        db.close()
+    if as_json:
+        render.out_json([logdb.as_json(r) for r in rows])
+        return
+    if not rows:
+        render.info("no log entries" + (" match" if query or model or since or cid else " yet"))
+        return
+    render.out_text("".join(_entry(r) for r in reversed(rows)))  # oldest first: the newest ends on screen
+
+
+def _entry(r) -> str:
+    from llmcli.render.tables import printable
+
+    head = (f"#{r['id']}  {_when(r['created'])}  {r['model']}  cid {r['conversation_id']}"
+            f"{'  ' + r['finish_reason'] if r['finish_reason'] not in (None, 'stop') else ''}")  # fmt: skip
+    seed = f"  seed {r['seed']}" if r["seed"] is not None else ""
+    speed = f"  {r['decode_tps']:.1f} tok/s" if r["decode_tps"] else ""
+    return (f"{head}{seed}{speed}\n  > {printable(_clip(r['prompt']))}\n"
+            f"  < {printable(_clip(r['response']))}\n")  # fmt: skip
+
+
+def _clip(text: str | None, width: int = 100) -> str:
+    one = " ".join((text or "").split())
+    return one if len(one) <= width else one[: width - 1] + "…"
+
+
+def _when(created: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(created))
+
+
+def parse_since(value: str | None) -> float | None:
+    """`--since`: a duration back from now (30s, 30m, 12h, 7d, 2w) or a date/time (ISO 8601)."""
+    if value is None:
+        return None
+    import re
+
+    from llmcli.errors import UsageError
+
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", value.lower())
+    if found:
+        seconds = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[found[2]]
+        return time.time() - float(found[1]) * seconds
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(value.strip()).timestamp()
+    except ValueError:
+        raise UsageError(f"--since: not a duration or a date: {value!r}",
+                         hint="e.g. 30m, 12h, 7d, 2w, or 2025-06-01") from None  # fmt: skip
+
+
+def _row(rowid: int):
+    from llmcli import logdb
+    from llmcli.errors import UsageError
+
+    db = logdb.reader()
+    try:
+        row = logdb.one(db, rowid)
+    finally:
+        db.close()
+    if row is None:
+        raise UsageError(f"no log entry #{rowid}", hint="`llmcli logs` lists them")
+    return row
+
+
+@logs_app.command("show")
+def show(
+    entry: Annotated[int, typer.Argument(help="The entry's id (#N in `llmcli logs`).", metavar="ID")],
+    as_json: AsJson = False,
+) -> None:
+    """Show one entry whole: prompt messages, reasoning, answer, settings and timings.
+
+    Example: llmcli logs show 42 --json
+    """
+    import json
+
+    from llmcli import logdb
+
+    row = _row(entry)
+    if as_json:
+        render.out_json(logdb.as_json(row))
+        return
+    d = logdb.as_json(row)
+    out = [f"#{d['id']}  {_when(d['created'])}  {d['command']}  conversation {d['conversation_id']}",
+           f"model: {d['model']}" + (f"  ({d['endpoint']})" if d["endpoint"] else "")]  # fmt: skip
+    params = d.get("params") or {}
+    if params:
+        out.append(
+            "settings: " + ", ".join(f"{k}={v}" for k, v in params.items() if v not in (None, [], False))
+        )
+    usage = (d.get("record") or {}).get("usage") or {}
+    if d["prompt_tokens"] is not None or d["completion_tokens"] is not None:
+        out.append(
+            f"tokens: prompt {d['prompt_tokens']} ({d['cached_tokens'] or 0} cached), "
+            f"answer {d['completion_tokens']}"
+            + (f", reasoning {usage.get('reasoning_tokens')}" if usage.get("reasoning_tokens") else "")
+        )
+    if d["prefill_tps"] is not None or d["decode_tps"] is not None:
+        out.append(f"timings: prefill {d['prefill_ms']} ms ({d['prefill_tps']} tok/s), "
+                   f"decode {d['decode_ms']} ms "
+                   f"({d['decode_tps']} tok/s), first token {d['ttft_ms']} ms")  # fmt: skip
+    if d["finish_reason"]:
+        out.append(f"finish: {d['finish_reason']}" + (f" ({d['error']})" if d["error"] else ""))
+    if d["command"] == "import":
+        out.append("imported from simonw/llm's log")
+    out.append("")
+    for m in d.get("messages") or [{"role": "text", "content": d["prompt"]}]:
+        out.append(f"## {m['role']}\n{m['content']}\n")
+    if d["reasoning"]:
+        out.append(f"## reasoning\n{d['reasoning']}\n")
+    if d["tool_calls"]:
+        out.append(f"## tool calls\n{json.dumps(d['tool_calls'], indent=2, ensure_ascii=False)}\n")
+    out.append(f"## answer\n{d['response']}\n")
+    render.out_text("\n".join(out))
+
+
+@logs_app.command("rerun")
+def rerun(
+    entry: Annotated[int, typer.Argument(help="The entry's id (#N in `llmcli logs`).", metavar="ID")],
+    as_json: AsJson = False,
+    log: Annotated[bool, typer.Option("--log/--no-log", help="Log the rerun as a new entry.")] = False,
+) -> None:
+    """Run a logged request again: the same model, messages, settings and seed. The text goes to
+    stdout; stderr says whether it is identical, or from which token it differs.
+
+    Example: llmcli logs rerun 42
+    """
+    from llmcli import environment, logdb
+    from llmcli.contract import EngineOptions, Request, SamplingParams
+    from llmcli.errors import UsageError
+    from llmcli.generation import consume
+    from llmcli.loader import load_engine
+
+    row = logdb.as_json(_row(entry))
+    if row["command"] == "import":
+        raise UsageError(f"entry #{entry} was imported from llm: its model and settings are llm's")
+    rec = row.get("record") or {}
+    saved = row.get("params") or {}
+    known = set(SamplingParams.__dataclass_fields__) - {"grammar", "json_schema", "defaulted"}
+    params = SamplingParams(**{k: v for k, v in saved.items() if k in known})
+    params.seed = row["seed"]
+    params.grammar = row["grammar"]
+    model = rec.get("model") or {}
+    options = EngineOptions(ctx_size=model.get("context_size"), type_k=_kv(model.get("cache_type_k")),
+                            type_v=_kv(model.get("cache_type_v")))  # fmt: skip
+    env = environment.current()
+    loaded = load_engine(row["model"], options, debug=render.debug(), factory=env.engine_factory,
+                         check_files=env.checks_model_files)  # fmt: skip
+    messages = row.get("messages")
+    think = None if row["think"] is None else bool(row["think"])
+    request = (
+        Request(params, text=row["prompt"]) if row["raw"] else Request(params, messages=messages, think=think)
+    )
+    logged = logdb.Logged(loaded.ref, "rerun") if log and logdb.enabled() else None
+    done, _ = consume(loaded.engine, request, stream_stdout=not as_json, log=logged)
+    verdict = compare(row, done)
+    if as_json:
+        render.out_json({"id": entry, **verdict, "text": done.text, "original_text": row["response"],
+                         "seed": done.seed})  # fmt: skip
+        return
+    render.err_line(describe(verdict, entry))
+
+
+def _kv(kind: str | None) -> str | None:
+    return None if kind in (None, "f16") else kind
+
+
+def compare(row: dict[str, Any], done) -> dict[str, Any]:
+    """Whether the rerun's answer is the logged one; where not, the first token (and character) that
+    differs. Without token ids (a served model) the text is compared."""
+    before, after = row.get("tokens") or [], list(done.tokens)
+    old, new = row["response"] or "", done.text
+    char = next(
+        (i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new))
+    )
+    if old == new and (not before or not after or before == after):
+        return {"identical": True, "differs_at_token": None, "differs_at_char": None,
+                "compared": "tokens" if before and after else "text"}  # fmt: skip
+    token = None
+    if before and after:
+        token = next((i for i, (a, b) in enumerate(zip(before, after, strict=False)) if a != b),
+                     min(len(before), len(after)))  # fmt: skip
+    return {"identical": False, "differs_at_token": token, "differs_at_char": char,
+            "compared": "tokens" if token is not None else "text",
+            "original_tokens": len(before) or None, "rerun_tokens": len(after) or None}  # fmt: skip
+
+
+def describe(verdict: dict[str, Any], entry: int) -> str:
+    if verdict["identical"]:
+        return f"identical to #{entry} ({verdict['compared']} compared)"
+    if verdict["differs_at_token"] is not None:
+        return (f"differs from #{entry} from token {verdict['differs_at_token']} "
+                f"(character {verdict['differs_at_char']}; {verdict['original_tokens'] or 0} tokens then, "
+                f"{verdict['rerun_tokens'] or 0} now)")  # fmt: skip
+    return f"differs from #{entry} from character {verdict['differs_at_char']} (no token ids: text compared)"
+
+
+@logs_app.command("stats")
+def stats(
+    model: ModelFilter = None,
+    since: Since = None,
+    as_json: AsJson = False,
+) -> None:
+    """Prefill and decode speed per model and prompt length, from the log: median and spread
+    (quartiles), with a bar chart of the medians. A prefill served mostly from the KV cache is
+    left out of the prefill figures (it measures the cache, not the model).
+
+    Example: llmcli logs stats -m gemma --since 30d
+    """
+    from llmcli import logdb
+
+    db = logdb.reader()
+    try:
+        groups = logdb.speeds(db, model=model, since=parse_since(since))
+    finally:
+        db.close()
+    if as_json:
+        for g in groups:
+            for key in ("prefill_tokens_per_s", "decode_tokens_per_s"):
+                if g[key]:
+                    g[key].pop("series")
+        render.out_json(groups)
+        return
+    if not groups:
+        render.info("no timed entries" + (" match" if model or since else " yet"))
+        return
+    render.out_text(speed_table(groups))
+
+
+def speed_table(groups: list[dict[str, Any]], width: int = 24) -> str:
+    """A table per model: each prompt-length bucket's requests, median prefill and decode speed with
+    their quartiles, and a bar of the decode median (scaled to the fastest), in plain text."""
+    from llmcli.render.tables import plain
+
+    top = max((g["decode_tokens_per_s"] or {}).get("median", 0) for g in groups) or 1
+    out: list[str] = []
+    for name in dict.fromkeys(g["model"] for g in groups):
+        rows = []
+        for g in (g for g in groups if g["model"] == name):
+            p, d = g["prefill_tokens_per_s"], g["decode_tokens_per_s"]
+            bar = "█" * max(1, round(width * d["median"] / top)) if d else ""
+            rows.append([g["prompt_tokens"], g["requests"], _spread(p), _spread(d), bar])
+        head = ["PROMPT TOK", "N", "PREFILL TOK/S (p25-p75)", "DECODE TOK/S (p25-p75)", "DECODE"]
+        out.append(f"{name}\n" + plain(head, rows))
+    return "\n".join(out)
+
+
+def _spread(s: dict | None) -> str:
+    if not s:
+        return "-"
+    return f"{s['median']:.1f} ({s['p25']:.1f}-{s['p75']:.1f})"
+
+
+@logs_app.command("import")
+def import_llm(
+    path: Annotated[
+        Path,
+        typer.Argument(help="simonw/llm's logs.db (`llm logs path` prints it).", dir_okay=False, exists=True),
+    ],  # fmt: skip
+) -> None:
+    """Import simonw/llm's log: every response with its conversation, prompt, system prompt,
+    answer, reasoning, tool calls, options and token counts. Importing again skips what is there.
+
+    Example: llmcli logs import "$(llm logs path)"
+    """
+    from llmcli import logdb
+    from llmcli.errors import UsageError
+
+    try:
+        db = logdb.connect()
+    except Exception as exc:
+        raise UsageError(f"cannot open the log {logdb.db_path()}: {exc}") from None
+    try:
+        imported, skipped, conversations = logdb.import_llm(path, db)
+    finally:
+        db.close()
+    render.info(f"imported {imported} entr{'y' if imported == 1 else 'ies'} in {conversations} "
+                f"conversation{'' if conversations == 1 else 's'} from {path}"
+                + (f"; {skipped} already there" if skipped else ""))  # fmt: skip
+
+
+@logs_app.command("prune")
+def prune(
+    older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--older-than",
+            help="Remove entries older than this (30d, 12h, 2w) or a date.",
+            metavar="WHEN",
+            show_default=False,
+        ),
+    ] = None,  # fmt: skip
+    keep: Annotated[
+        int | None,
+        typer.Option("--keep", help="Keep only the newest N entries.", min=0, show_default=False),
+    ] = None,
+    max_mb: Annotated[
+        int | None,
+        typer.Option("--max-mb", help="Remove the oldest entries until the log is within this many "
+                     "megabytes (default: log_max_mb, which every write keeps to).",
+                     envvar="LLMCLI_LOG_MAX_MB", min=0, show_default=False),
+    ] = None,  # fmt: skip
+) -> None:
+    """Remove old entries and compact the file (the size cap, log_max_mb, removes the oldest by
+    itself).
+
+    Example: llmcli logs prune --older-than 90d
+    """
+    from llmcli import logdb
+    from llmcli.errors import UsageError
+
+    if older_than is None and keep is None and max_mb is None:
+        raise UsageError("say what to remove: --older-than WHEN, --keep N and/or --max-mb N")
+    db = logdb.reader()
+    try:
+        before = logdb.db_path().stat().st_size
+        removed = logdb.prune(db, before=parse_since(older_than), keep=keep)
+        if max_mb:
+            removed += logdb.prune_to(db, max_mb * 1_000_000)
+            db.execute("VACUUM")
+    finally:
+        db.close()
+    from llmcli.units import human_size
+
+    after = logdb.db_path().stat().st_size
+    render.info(f"removed {removed} entr{'y' if removed == 1 else 'ies'}; the log is {human_size(after)} "
+                f"(was {human_size(before)})")  # fmt: skip
+
+
+@logs_app.command("off")
+def off() -> None:
+    """Stop logging (sets config `log = false`; `--log` still logs one request).
+
+    Example: llmcli logs off
+    """
+    from llmcli import settings
+
+    settings.set_value("log", "false")
+    render.info("logging is off (config: log = false)")
+
+
+@logs_app.command("on")
+def on() -> None:
+    """Log every request again (sets config `log = true`).
+
+    Example: llmcli logs on
+    """
+    from llmcli import settings
+
+    settings.set_value("log", "true")
+    render.info("logging is on (config: log = true)")
+
+
+@logs_app.command("path")
+def path() -> None:
+    """Print where the log is (logs.db in the data directory).
+
+    Example: sqlite3 "$(llmcli logs path)" .schema
+    """
+    from llmcli import logdb
+
+    render.out_text(f"{logdb.db_path()}\n")
+
+
+@logs_app.command("status")
+def status() -> None:
+    """Whether logging is on, where the log is, how many entries and bytes.
+
+    Example: llmcli logs status
+    """
+    from llmcli import logdb, settings
+    from llmcli.units import human_size
+
+    value, source = settings.resolve_with_source("log")
+    where = logdb.db_path()
+    lines = [f"logging: {'on' if value else 'off'} ({source})", f"path: {where}"]
+    if where.exists():
+        db = logdb.reader()
+        try:
+            n = db.execute("SELECT count(*) FROM responses").fetchone()[0]
+            c = db.execute("SELECT count(*) FROM conversations").fetchone()[0]
+        finally:
+            db.close()
+        cap = logdb.cap_bytes()
+        lines.append(f"entries: {n} in {c} conversations; {human_size(where.stat().st_size)} of "
+                     f"{human_size(cap) if cap else 'no cap'} (log_max_mb)")  # fmt: skip
+    render.out_text("".join(line + "\n" for line in lines))
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(logs_app, name="logs")

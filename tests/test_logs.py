@@ -1,0 +1,473 @@
+"""The conversation log (llmcli.logdb, `llmcli logs`): what each request writes, finding it again,
+continuing and rerunning it, speed over time, and a log that is locked, read-only, full, damaged
+or from a newer llmcli costing one warning line and never the answer."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from helpers import run
+
+from llmcli import logdb
+
+
+def db_file(home: Path) -> Path:
+    return home / "data" / "logs.db"
+
+
+def rows(home: Path, sql: str = "SELECT * FROM responses ORDER BY id") -> list[dict]:
+    db = sqlite3.connect(db_file(home))
+    db.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in db.execute(sql)]
+    finally:
+        db.close()
+
+
+def warnings(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if "warning" in line]
+
+
+# -- recording ----------------------------------------------------------------------------------
+
+
+def test_the_log_lives_in_the_tests_data_dir(isolated):
+    assert logdb.db_path() == isolated / "data" / "logs.db"  # never the user's real data directory
+
+
+def test_generate_writes_one_row_with_its_record(fake, isolated):
+    result = run("generate", "hello there", "--system", "be brief", "--seed", "7", "--temperature", "0.5")
+    assert result.exit_code == 0, result.stderr
+    [row] = rows(isolated)
+    assert row["command"] == "generate" and row["prompt"] == "hello there"
+    assert row["response"] == result.stdout.rstrip("\n")
+    assert row["system"] == "be brief"
+    assert json.loads(row["messages"]) == [{"role": "system", "content": "be brief"},
+                                           {"role": "user", "content": "hello there"}]  # fmt: skip
+    assert row["seed"] == 7 and row["temperature"] == 0.5
+    assert json.loads(row["params"])["seed"] == 7
+    assert row["finish_reason"] == "stop" and row["error"] is None
+    assert row["completion_tokens"] > 0 and row["prompt_tokens"] > 0
+    assert row["decode_tps"] > 0 and row["ttft_ms"] >= 0
+    assert logdb.unpack_tokens(row["tokens"])  # the answer's token ids, for rerun
+    rec = json.loads(row["record"])
+    assert rec["text"] == row["response"] and rec["versions"]["llmcli"] == row["llmcli_version"]
+    assert rec["model"]["path"] == row["model_path"]
+
+
+def test_a_random_seed_is_logged_as_the_seed_used(fake, isolated):
+    assert run("generate", "hi").exit_code == 0
+    [row] = rows(isolated)
+    assert isinstance(row["seed"], int)
+
+
+def test_chat_turns_share_one_conversation_and_clear_starts_another(fake, isolated):
+    result = run("chat", input="first\nsecond\n/clear\nthird\n")
+    assert result.exit_code == 0, result.stderr
+    got = rows(isolated)
+    assert [r["prompt"] for r in got] == ["first", "second", "third"]
+    assert {r["command"] for r in got} == {"chat"}
+    assert got[0]["conversation_id"] == got[1]["conversation_id"] != got[2]["conversation_id"]
+    # the second turn's prompt messages are the whole history
+    assert [m["content"] for m in json.loads(got[1]["messages"])] == ["first", got[0]["response"], "second"]
+
+
+@pytest.mark.parametrize(
+    "how", ["flag", "env", "config", "logs-off"], ids=["--no-log", "LLMCLI_LOG", "config", "logs off"]
+)
+def test_logging_turned_off(fake, isolated, monkeypatch, how):
+    args = ["generate", "hello"]
+    if how == "flag":
+        args.append("--no-log")
+    elif how == "env":
+        monkeypatch.setenv("LLMCLI_LOG", "false")
+    elif how == "config":
+        (isolated / "config.toml").write_text("log = false\n")
+    else:
+        assert run("logs", "off").exit_code == 0
+    assert run(*args).exit_code == 0
+    assert not db_file(isolated).exists()
+    assert run("generate", "again", "--log").exit_code == 0  # --log logs this one request anyway
+    assert [r["prompt"] for r in rows(isolated)] == ["again"]
+
+
+def test_logs_on_after_off(fake, isolated):
+    run("logs", "off")
+    run("generate", "unlogged")
+    run("logs", "on")
+    run("generate", "logged")
+    assert [r["prompt"] for r in rows(isolated)] == ["logged"]
+
+
+def test_a_served_models_api_key_is_never_written(isolated, fault_server, monkeypatch):
+    from servers import Behaviour
+
+    secret = "sk-very-secret-key-123"
+    fault_server.state.behaviour = Behaviour(key=secret)
+    (isolated / "config.toml").write_text(
+        f'[endpoints.box]\nurl = "{fault_server.url}"\napi_key = "{secret}"\n', encoding="utf-8"
+    )
+    result = run("generate", "hello", "-m", "box/m")
+    assert result.exit_code == 0, result.stderr
+    monkeypatch.setenv("LLMCLI_API_KEY", secret)
+    assert run("chat", "-m", fault_server.ref, input="hi\n").exit_code == 0
+    got = rows(isolated)
+    assert len(got) == 2 and all("127.0.0.1" in r["endpoint"] for r in got)
+    for name in ("logs.db", "logs.db-wal"):
+        path = db_file(isolated).with_name(name)
+        assert not path.exists() or secret.encode() not in path.read_bytes()
+
+
+def test_a_served_stream_that_breaks_is_logged_with_its_error(isolated, fault_server):
+    from servers import Behaviour
+
+    fault_server.state.behaviour = Behaviour(mode="die", chunks=2)
+    result = run("generate", "hello", "-m", fault_server.ref)
+    assert result.exit_code != 0
+    [row] = rows(isolated)
+    assert row["finish_reason"] == "error" and row["error"] and row["response"] == result.stdout.strip()
+
+
+# -- finding it again ---------------------------------------------------------------------------
+
+
+def write_rows(entries: list[dict]) -> None:
+    """Rows straight through logdb, as the request path writes them."""
+    for e in entries:
+        usage = {"prompt_tokens": e.get("prompt_tokens", 10), "cached_tokens": 0, "completion_tokens": 5}
+        timings = {"prefill_tokens_per_s": e.get("prefill", 100.0),
+                   "decode_tokens_per_s": e.get("decode", 10.0),
+                   "prefill_ms": 1, "decode_ms": 1, "ttft_ms": 1, "total_ms": 2}  # fmt: skip
+        rec = {"text": e.get("response", ""), "reasoning": e.get("reasoning"),
+               "tool_calls": e.get("tool_calls"),
+               "finish_reason": "stop", "error": None, "model": {"ref": e.get("model", "m1"), "name": "n"},
+               "params": {"seed": 1, "temperature": 0.0}, "usage": usage, "timings": timings,
+               "versions": {"llmcli": "x"}}  # fmt: skip
+        row = logdb.row_values(rec, cid=e.get("cid", logdb.new_cid()), command="generate",
+                               messages=[{"role": "user", "content": e.get("prompt", "p")}],
+                               created=e.get("created"))  # fmt: skip
+        assert logdb.write(row) is not None
+
+
+def test_search_covers_prompts_answers_reasoning_and_tool_calls_ranked(isolated):
+    write_rows([
+        {"prompt": "tell me about otters", "response": "they swim"},
+        {"prompt": "unrelated", "response": "nothing here", "reasoning": "maybe otters?"},
+        {"prompt": "weather", "response": "calling",
+         "tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]},
+        {"prompt": "otters otters otters", "response": "otters are mustelids, otters"},
+    ])  # fmt: skip
+    found = json.loads(run("logs", "-q", "otters", "--json").stdout)
+    assert {r["id"] for r in found} == {1, 2, 4}
+    assert found[0]["id"] == 4  # the most relevant first (bm25)
+    assert [r["id"] for r in json.loads(run("logs", "-q", "Oslo", "--json").stdout)] == [3]
+    assert [r["id"] for r in json.loads(run("logs", "-q", "maybe", "--json").stdout)] == [2]
+    # punctuation is text, never FTS syntax
+    result = run("logs", "-q", 'otters" OR (', "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout) == []
+
+
+def test_filters_and_count(isolated):
+    import time
+
+    write_rows([
+        {"model": "alpha", "cid": "c1", "created": time.time() - 10 * 86400},
+        {"model": "alpha", "cid": "c1"},
+        {"model": "beta", "cid": "c2"},
+    ])  # fmt: skip
+    ids = lambda *a: [r["id"] for r in json.loads(run("logs", "--json", *a).stdout)]  # noqa: E731
+    assert ids() == [3, 2, 1]  # newest first
+    assert ids("-m", "alpha") == [2, 1]
+    assert ids("--cid", "c2") == [3]
+    assert ids("--since", "2d") == [3, 2]
+    assert ids("-n", "1") == [3]
+    text = run("logs").stdout
+    assert text.index("#1 ") < text.index("#3 ")  # the listing ends with the newest
+    bad = run("logs", "--since", "yesterday-ish")
+    assert bad.exit_code == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_show(fake, isolated):
+    run("generate", "what is two plus two", "--seed", "3")
+    shown = run("logs", "show", "1")
+    assert shown.exit_code == 0
+    assert "what is two plus two" in shown.stdout and "seed=3" in shown.stdout
+    doc = json.loads(run("logs", "show", "1", "--json").stdout)
+    assert doc["record"]["params"]["seed"] == 3 and doc["tokens"]
+    missing = run("logs", "show", "99")
+    assert missing.exit_code == 2 and "no log entry #99" in missing.stderr
+
+
+def test_logs_before_anything_is_logged(isolated):
+    result = run("logs")
+    assert result.exit_code == 2 and "nothing logged yet" in result.stderr and not result.stdout
+
+
+# -- continuing ---------------------------------------------------------------------------------
+
+
+def test_generate_continue_and_cid_rebuild_the_conversation(fake, isolated):
+    run("generate", "first question", "--system", "sys")
+    run("generate", "other conversation")
+    cid = rows(isolated)[0]["conversation_id"]
+    result = run("generate", "follow-up", "--cid", cid)
+    assert result.exit_code == 0, result.stderr
+    last = rows(isolated)[-1]
+    assert last["conversation_id"] == cid
+    assert [(m["role"], m["content"]) for m in json.loads(last["messages"])] == [
+        ("system", "sys"), ("user", "first question"), ("assistant", "echo: first question"),
+        ("user", "follow-up"),
+    ]  # fmt: skip
+    assert run("generate", "and then", "--continue").exit_code == 0  # the last one: the same conversation
+    assert rows(isolated)[-1]["conversation_id"] == cid
+    assert len(json.loads(rows(isolated)[-1]["messages"])) == 6
+
+
+def test_chat_continue(fake, isolated):
+    run("generate", "remember the word giraffe")
+    result = run("chat", "--continue", input="what word?\n")
+    assert result.exit_code == 0, result.stderr
+    assert "continuing conversation" in result.stderr
+    last = rows(isolated)[-1]
+    assert last["command"] == "chat" and last["conversation_id"] == rows(isolated)[0]["conversation_id"]
+    assert "remember the word giraffe" in last["messages"]
+
+
+def test_continue_refusals(fake, isolated):
+    nothing = run("generate", "x", "--continue", "--no-log")
+    assert nothing.exit_code == 2 and "nothing logged yet" in nothing.stderr
+    run("generate", "x")
+    both = run("generate", "y", "--continue", "--cid", "abc")
+    assert both.exit_code == 2 and "give one" in both.stderr
+    unknown = run("generate", "y", "--cid", "nope")
+    assert unknown.exit_code == 2 and "no logged conversation 'nope'" in unknown.stderr
+    session = run("chat", "--continue", "--session", "s", input="")
+    assert session.exit_code == 2
+
+
+# -- rerun --------------------------------------------------------------------------------------
+
+
+def test_rerun_identical_and_where_it_differs(fake, isolated):
+    run("generate", "hello", "--seed", "11")
+    same = run("logs", "rerun", "1")
+    assert same.exit_code == 0 and "identical to #1" in same.stderr
+    assert same.stdout.strip() == rows(isolated)[0]["response"]
+    # the logged answer's tokens from the third on were other ones: the rerun says where
+    db = sqlite3.connect(db_file(isolated))
+    tokens = logdb.unpack_tokens(db.execute("SELECT tokens FROM responses").fetchone()[0])
+    changed = tokens[:3] + [t + 1 for t in tokens[3:]]
+    db.execute("UPDATE responses SET tokens = ?, response = response || '!'", (logdb.pack_tokens(changed),))
+    db.commit()
+    db.close()
+    differs = run("logs", "rerun", "1", "--json")
+    doc = json.loads(differs.stdout)
+    assert doc["identical"] is False and doc["differs_at_token"] == 3
+    assert len(rows(isolated)) == 1  # a rerun is not logged unless --log
+
+
+# -- speed over time ----------------------------------------------------------------------------
+
+
+def test_stats_median_and_spread_by_model_and_prompt_length(isolated):
+    small_prompts = [
+        {"model": "m", "prompt_tokens": 20, "decode": d, "prefill": 100 * d} for d in (10, 20, 30, 40)
+    ]
+    write_rows([*small_prompts, {"model": "m", "prompt_tokens": 1000, "decode": 5}])
+    groups = json.loads(run("logs", "stats", "--json").stdout)
+    small = next(g for g in groups if g["prompt_tokens"] == "0-127")
+    assert small["requests"] == 4 and small["decode_tokens_per_s"]["median"] == 25
+    assert small["decode_tokens_per_s"]["p25"] <= 25 <= small["decode_tokens_per_s"]["p75"]
+    assert small["prefill_tokens_per_s"]["median"] == 2500
+    assert any(g["prompt_tokens"] == "512-2047" for g in groups)
+    table = run("logs", "stats")
+    assert table.exit_code == 0 and "0-127" in table.stdout and "█" in table.stdout
+
+
+# -- never in the way ---------------------------------------------------------------------------
+
+
+def _answer_and_one_warning(result) -> None:
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.strip() == "echo: hello"
+    warned = warnings(result.stderr)
+    assert len(warned) == 1 and "not logged" in warned[0], result.stderr
+
+
+def test_a_damaged_log_costs_one_warning(fake, isolated):
+    run("generate", "before")
+    path = db_file(isolated)
+    logdb.close_all()
+    data = path.read_bytes()
+    path.write_bytes(b"this is no database at all" + data[len(data) // 2 :])
+    _answer_and_one_warning(run("generate", "hello"))
+
+
+def test_a_truncated_log_costs_one_warning(fake, isolated):
+    write_rows([{"prompt": "x" * 5000} for _ in range(20)])
+    logdb.close_all()
+    path = db_file(isolated)
+    for extra in ("-wal", "-shm"):
+        path.with_name("logs.db" + extra).unlink(missing_ok=True)
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size // 3)
+    result = run("generate", "hello")
+    assert result.exit_code == 0 and result.stdout.strip() == "echo: hello"
+    assert (
+        len(warnings(result.stderr)) <= 1
+    )  # a truncation SQLite notices costs one line; one it cannot, none
+
+
+def test_a_chat_warns_once_then_carries_on(fake, isolated):
+    db_file(isolated).parent.mkdir(parents=True)
+    db_file(isolated).write_bytes(b"garbage" * 100)
+    result = run("chat", input="one\ntwo\nthree\n")
+    assert result.exit_code == 0
+    assert result.stdout.count("echo:") == 3
+    assert len(warnings(result.stderr)) == 1
+
+
+def test_a_locked_log_costs_one_warning(fake, isolated, monkeypatch):
+    monkeypatch.setattr(logdb, "BUSY_TIMEOUT_MS", 200)
+    run("generate", "before")
+    logdb.close_all()
+    holder = sqlite3.connect(db_file(isolated), isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        _answer_and_one_warning(run("generate", "hello"))
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert [r["prompt"] for r in rows(isolated)] == ["before"]
+
+
+def _make_read_only(path: Path) -> callable:
+    if os.geteuid() != 0:
+        os.chmod(path, 0o444)
+        os.chmod(path.parent, 0o555)
+        return lambda: (os.chmod(path.parent, 0o755), os.chmod(path, 0o644))
+    made = subprocess.run(["chattr", "+i", str(path)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip("running as root, and chattr cannot make the file immutable here")
+    return lambda: subprocess.run(["chattr", "-i", str(path)], check=False)
+
+
+def test_a_read_only_log_costs_one_warning(fake, isolated):
+    run("generate", "before")
+    logdb.close_all()
+    db = sqlite3.connect(db_file(isolated))
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    undo = _make_read_only(db_file(isolated))
+    try:
+        _answer_and_one_warning(run("generate", "hello"))
+    finally:
+        undo()
+    assert [r["prompt"] for r in rows(isolated)] == ["before"]
+
+
+def test_a_full_disk_costs_one_warning(fake, isolated):
+    import resource
+    import signal
+
+    run("generate", "before")
+    logdb.close_all()
+    db = sqlite3.connect(db_file(isolated))
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the next write must grow the WAL file
+    db.close()
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1024, limit[1]))  # no file may grow past 1 kB: full
+    try:
+        result = run("generate", "hello")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+        signal.signal(signal.SIGXFSZ, handler)
+    _answer_and_one_warning(result)
+    assert [r["prompt"] for r in rows(isolated)] == ["before"]
+
+
+def test_a_log_from_a_newer_llmcli_is_left_alone(fake, isolated):
+    run("generate", "before")
+    logdb.close_all()
+    db = sqlite3.connect(db_file(isolated))
+    db.execute(f"PRAGMA user_version = {logdb.SCHEMA + 5}")
+    db.close()
+    result = run("generate", "hello")
+    _answer_and_one_warning(result)
+    assert "newer llmcli" in result.stderr
+
+
+def test_the_schema_migrates_forward(isolated, monkeypatch):
+    write_rows([{"prompt": "kept"}])
+    logdb.close_all()
+    step = logdb._script(
+        "ALTER TABLE responses ADD COLUMN rating INTEGER;\nUPDATE responses SET rating = 5;\n"
+    )
+    monkeypatch.setattr(logdb, "MIGRATIONS", [*logdb.MIGRATIONS, step])
+    monkeypatch.setattr(logdb, "SCHEMA", logdb.SCHEMA + 1)
+    db = logdb.connect()
+    try:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == logdb.SCHEMA
+        assert [tuple(r) for r in db.execute("SELECT prompt, rating FROM responses")] == [("kept", 5)]
+    finally:
+        db.close()
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from llmcli import logdb
+    for i in range(int(sys.argv[1])):
+        rec = {"text": f"answer {i}", "model": {"ref": "m"}, "params": {}, "usage": {}, "timings": {}}
+        row = logdb.row_values(rec, cid=sys.argv[2], command="generate",
+                               messages=[{"role": "user", "content": f"q {i}"}])
+        assert logdb.write(row) is not None, "not written"
+    """
+)
+
+
+def test_writers_in_separate_processes_all_land(isolated):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    n, writers = 40, 4
+    command = [sys.executable, "-c", WRITER, str(n)]
+    procs = [subprocess.Popen([*command, f"w{k}"], env=env, stderr=subprocess.PIPE, text=True)
+             for k in range(writers)]  # fmt: skip
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        assert "warning" not in err
+    got = rows(isolated, "SELECT conversation_id, count(*) AS n FROM responses GROUP BY conversation_id")
+    assert sorted((r["conversation_id"], r["n"]) for r in got) == [(f"w{k}", n) for k in range(writers)]
+    assert rows(isolated, "PRAGMA journal_mode")[0]["journal_mode"] == "wal"
+
+
+def test_the_size_cap_removes_the_oldest(isolated, monkeypatch):
+    monkeypatch.setenv("LLMCLI_LOG_MAX_MB", "1")
+    write_rows([{"prompt": f"entry {i} " + "y" * 20_000} for i in range(120)])
+    db = logdb.connect()
+    try:
+        assert logdb.used_bytes(db) <= 1_000_000
+        ids = [r[0] for r in db.execute("SELECT id FROM responses ORDER BY id")]
+    finally:
+        db.close()
+    assert ids[-1] == 120 and ids[0] > 1  # the newest kept, the oldest gone
+
+
+def test_prune(isolated):
+    import time
+
+    write_rows([{"created": time.time() - 40 * 86400}, {"created": time.time() - 40 * 86400}, {}, {}, {}])
+    assert run("logs", "prune").exit_code == 2  # says what to remove
+    result = run("logs", "prune", "--older-than", "30d")
+    assert result.exit_code == 0 and "removed 2 entries" in result.stderr
+    assert run("logs", "prune", "--keep", "1").exit_code == 0
+    assert [r["id"] for r in rows(isolated)] == [5]
+    assert rows(isolated, "SELECT count(*) AS n FROM conversations")[0]["n"] == 1
