@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from llmcli import defaults
 from llmcli.reasoning import ReasoningFormat
@@ -208,6 +208,8 @@ class Stats:
     # passes of the target (a verification batch or a plain step), and the proposer's settings
     # with what the adaptive k chose ({} when it was off).
     reasoning_tokens: int = 0  # of completion_tokens, those decoded inside the reasoning block
+    # Tool calling (generation.py's loop): the time the calls ran, apart from prefill and decode
+    tool_ms: float = 0.0
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     target_passes: int = 0
@@ -248,6 +250,8 @@ class Done:
     constraint_complete: bool | None = None
     # A reasoning model: its reasoning, apart from `text` (the answer), without the tags
     reasoning: str = ""
+    # The tools the model called in this answer (their markup is in neither text)
+    tool_calls: list[ToolCall] = field(default_factory=list)
 
 
 @dataclass
@@ -269,12 +273,18 @@ class Request:
     server does all of that. Callers never ask which."""
 
     params: SamplingParams
-    messages: list[dict[str, str]] | None = None  # system (optional) first, ending with the user's turn
+    # system (optional) first, ending with the user's turn or tool results; an assistant message may
+    # carry `tool_calls` ([{"id", "type": "function", "function": {"name", "arguments": dict}}]) and a
+    # "tool" message a `tool_call_id`
+    messages: list[dict[str, Any]] | None = None
     text: str | None = None  # plain text to continue, with no template
     fit: Fit | None = None  # None: a conversation longer than the context is refused
     # A reasoning model's switch (`enable_thinking` in its template, or the server's): None leaves
     # it at the template's default
     think: bool | None = None
+    # Tools the model may call (OpenAI-style definitions: {"type": "function", "function": {"name",
+    # "description", "parameters"}}): rendered into the template, or sent to the server
+    tools: list[dict] | None = None
     # Called by an engine that prefills here, with the prompt's tokens, before the prefill: the
     # caller may load a saved KV state for them (kvstore). Returns the ms it took, which count toward
     # the time to the first token. An engine whose cache lives elsewhere (a server) never calls it.
@@ -308,11 +318,12 @@ class Reasoning:
 @dataclass
 class ToolCall:
     """A call of a tool the model asked for, parsed from its output (or a server's `tool_calls`).
-    Reserved in the contract: no engine emits it yet."""
+    `error`: the call's markup could not be read (not JSON, no name): why, for the model to read."""
 
     id: str
     name: str
     arguments: dict
+    error: str | None = None
 
 
 @dataclass

@@ -20,13 +20,27 @@ OVERFLOW_POLICIES = ("drop-oldest", "error")
 
 @dataclass
 class Message:
-    role: str  # "user" or "assistant"
+    role: str  # "user", "assistant", or "tool" (a tool's result)
     content: str
     interrupted: bool = False
     stats: dict[str, Any] | None = None
+    # an assistant message's tool calls ([{"id", "type": "function", "function": {"name",
+    # "arguments": dict}}]); a tool message's call id and tool name
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def template(self) -> dict[str, Any]:
+        """The message as chat templates and servers take it."""
+        d: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            d["tool_calls"] = self.tool_calls
+        if self.role == "tool":
+            d.update(tool_call_id=self.tool_call_id or "", name=self.name or "")
+        return d
 
     def as_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"role": self.role, "content": self.content}
+        d = self.template()
         if self.interrupted:
             d["interrupted"] = True
         if self.stats:
@@ -34,14 +48,21 @@ class Message:
         return d
 
     @classmethod
+    def from_template(cls, d: dict[str, Any]) -> Message:
+        return cls(d["role"], d.get("content") or "", tool_calls=d.get("tool_calls"),
+                   tool_call_id=d.get("tool_call_id"), name=d.get("name"))  # fmt: skip
+
+    @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Message:
         if (
             not isinstance(d, dict)
-            or d.get("role") not in ("user", "assistant")
+            or d.get("role") not in ("user", "assistant", "tool")
             or not isinstance(d.get("content"), str)
+            or not isinstance(d.get("tool_calls") or [], list)
         ):
             raise ValueError(f"not a message: {d!r:.80}")
-        return cls(d["role"], d["content"], bool(d.get("interrupted")), d.get("stats"))
+        return cls(d["role"], d["content"], bool(d.get("interrupted")), d.get("stats"),
+                   d.get("tool_calls") or None, d.get("tool_call_id"), d.get("name"))  # fmt: skip
 
 
 @dataclass
@@ -58,11 +79,9 @@ class Conversation:
     system: str = ""
     messages: list[Message] = field(default_factory=list)
 
-    def template_messages(self, messages: list[Message] | None = None) -> list[dict[str, str]]:
-        out = [{"role": "system", "content": self.system}] if self.system else []
-        out += [
-            {"role": m.role, "content": m.content} for m in (self.messages if messages is None else messages)
-        ]
+    def template_messages(self, messages: list[Message] | None = None) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = [{"role": "system", "content": self.system}] if self.system else []
+        out += [m.template() for m in (self.messages if messages is None else messages)]
         return out
 
     def add_user(self, text: str) -> None:
@@ -91,7 +110,7 @@ class Conversation:
 
     def fit(
         self,
-        render: Callable[[list[dict[str, str]]], list[int]],
+        render: Callable[[list[dict[str, Any]]], list[int]],
         n_ctx: int,
         reserve: int,
         policy: str = "drop-oldest",
@@ -136,6 +155,6 @@ class Conversation:
 def _drop_first_exchange(messages: list[Message]) -> list[Message]:
     """Drop the oldest message and the replies that belong to it, never the last message."""
     rest = messages[1:]
-    while len(rest) > 1 and rest[0].role == "assistant":
+    while len(rest) > 1 and rest[0].role in ("assistant", "tool"):
         rest = rest[1:]
     return rest

@@ -96,11 +96,15 @@ def generate(
     constraint = flags.constraint
     from llmcli.errors import StreamBrokenError
 
+    if flags.wants_tools and raw:
+        raise UsageError("tools need the chat template: --raw (or a base model's plain continuation) "
+                         "cannot offer them")  # fmt: skip
+    toolset = flags.toolset()
     try:
         result = run_generate(
             loaded, text, params, system=system, raw=raw, stream_stdout=not as_json, constraint=constraint,
             prompt_cache=prompt_cache, prompt_cache_ro=prompt_cache_ro, show_thinking=not hide_thinking,
-            think=flags.think,
+            think=flags.think, tool_loop=tool_loop(flags, toolset),
         )  # fmt: skip
     except StreamBrokenError as exc:  # a served model broke off: the partial text was printed
         if as_json:
@@ -112,6 +116,9 @@ def generate(
             )  # fmt: skip
             render.out_json(failed)
         raise
+    finally:
+        if toolset is not None:
+            toolset.close()
     if as_json:
         render.out_json(result.record())
     if stats:  # stderr, so with --json too
@@ -122,6 +129,37 @@ def generate(
         raise typer.Exit(int(ExitCode.INTERRUPTED))
     if result.incomplete:
         raise result.incomplete_error()
+
+
+def tool_loop(flags: o.RunFlags, toolset):
+    """generate's tool loop: calls run only with --approve-tools (else the first one stops the run
+    before anything runs); --show-tools prints each call and its result on stderr."""
+    if toolset is None:
+        return None
+    from llmcli import render
+    from llmcli.generation import ToolLoop, refuse_unapproved
+
+    approve, rounds, timeout = flags.tool_settings()
+    on_result = None
+    if flags.show_tools:
+
+        def on_result(record: dict) -> None:
+            render.err_line(show_call(record))
+
+    return ToolLoop(toolset, (lambda call: "yes") if approve else refuse_unapproved, rounds, timeout,
+                    on_result=on_result)  # fmt: skip
+
+
+def show_call(record: dict) -> str:
+    """--show-tools: one line per call: `tool NAME(ARGS) -> RESULT (12 ms)`."""
+    import json
+
+    args = json.dumps(record["arguments"], ensure_ascii=False)
+    result = record["result"].replace("\n", " ")
+    if len(result) > 300:
+        result = result[:300] + "..."
+    took = f" ({record['duration_ms']:.0f} ms)" if record["duration_ms"] is not None else ""
+    return f"tool {record['name'] or '?'}({args}) -> {result}{took}"
 
 
 def read_prompt(prompt: str | None, file: Path | None) -> str:

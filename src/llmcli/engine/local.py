@@ -11,8 +11,8 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import replace
 
-from llmcli import prompting
-from llmcli.contract import Done, Engine, Event, Prepared, Reasoning, Request, Token
+from llmcli import prompting, toolcalls
+from llmcli.contract import Done, Engine, Event, Prepared, Reasoning, Request, Token, ToolCall
 from llmcli.conversation import Conversation, Message
 from llmcli.reasoning import Splitter
 
@@ -26,8 +26,24 @@ def respond(engine: Engine, request: Request) -> Iterator[Event]:
     events = run(engine, tokens, request.params, prepared, waited_ms)
     fmt = engine.info.reasoning
     if request.text is None and fmt is not None and fmt.open_tag and fmt.close_tag:
-        return split_reasoning(events, Splitter(fmt))
+        events = split_reasoning(events, Splitter(fmt))
+    if request.text is None and request.tools:
+        events = split_calls(events, toolcalls.Parser(call_format(engine)))
     return events
+
+
+def call_format(engine: Engine) -> toolcalls.CallFormat:
+    """How the model writes a tool call, from its chat template; a template that takes no tools
+    is refused in one line."""
+    from llmcli.errors import UsageError
+
+    fmt = toolcalls.detect(prompting.prompt_format(engine).template)
+    if fmt is None:
+        raise UsageError(
+            "the model's chat template takes no tools (no tool-call format in it)",
+            hint="use a model whose template has tools, e.g. Qwen2.5 or Llama 3.1+ Instruct",
+        )
+    return fmt
 
 
 def run(engine: Engine, tokens: list[int], params, prepared: Prepared, waited_ms: float) -> Iterator[Event]:
@@ -57,6 +73,9 @@ def prompt_tokens(engine: Engine, request: Request) -> tuple[list[int], Prepared
     variables: dict[str, object] | None = None
     if switch and request.think is not None:
         variables = {switch: request.think}
+    if request.tools:
+        call_format(engine)  # refused before anything is rendered
+        variables = {**(variables or {}), "tools": request.tools}
     if request.fit is None:
         return prompting.chat_tokens(engine, request.messages, fmt, variables), Prepared(fmt.source)
     conversation = _conversation(request.messages)
@@ -67,12 +86,12 @@ def prompt_tokens(engine: Engine, request: Request) -> tuple[list[int], Prepared
     return fitted.tokens, Prepared(fmt.source, fitted.dropped_messages, fitted.dropped_tokens)
 
 
-def _conversation(messages: list[dict[str, str]]) -> Conversation:
+def _conversation(messages: list[dict]) -> Conversation:
     """The messages as a `Conversation` (its system prompt apart), for the overflow policy."""
     system, turns = "", messages
     if messages and messages[0]["role"] == "system":
         system, turns = messages[0]["content"], messages[1:]
-    return Conversation(system, [Message(m["role"], m["content"]) for m in turns])
+    return Conversation(system, [Message.from_template(m) for m in turns])
 
 
 def split_reasoning(events: Iterator[Event], splitter: Splitter) -> Iterator[Event]:
@@ -105,6 +124,38 @@ def split_reasoning(events: Iterator[Event], splitter: Splitter) -> Iterator[Eve
                     yield Token(text, counted)
                 event.text, event.reasoning = "".join(answer), "".join(thought)
                 event.stats.reasoning_tokens = reasoning_tokens
+                yield event
+            else:
+                yield event
+    finally:
+        _close(events)
+
+
+def split_calls(events: Iterator[Event], parser: toolcalls.Parser) -> Iterator[Event]:
+    """The answer's tool calls as `ToolCall` events (numbered in this answer), the text around them
+    as `Token`; call markup reaches neither. `Done` carries the text and the calls."""
+    answer: list[str] = []
+    calls: list[ToolCall] = []
+    counted = 0
+
+    def out(pieces: list[toolcalls.Piece], n_tokens: int, like: Token | None) -> Iterator[Event]:
+        for piece in pieces:
+            if isinstance(piece, str):
+                answer.append(piece)
+                yield replace(like, text=piece) if like is not None else Token(piece, n_tokens)
+            else:
+                call = ToolCall(f"call{len(calls) + 1:05d}", piece.name, piece.arguments, piece.error)
+                calls.append(call)
+                yield call
+
+    try:
+        for event in events:
+            if isinstance(event, Token):
+                counted = event.n_tokens
+                yield from out(parser.feed(event.text), event.n_tokens, event)
+            elif isinstance(event, Done):
+                yield from out(parser.finish(), counted, None)
+                event.text, event.tool_calls = "".join(answer), calls
                 yield event
             else:
                 yield event

@@ -146,7 +146,7 @@ class ChatSession:
     def prompt_format(self) -> templates.PromptFormat:
         return prompting.prompt_format(self.engine)
 
-    def render_tokens(self, messages: list[dict[str, str]]) -> list[int]:
+    def render_tokens(self, messages: list[dict]) -> list[int]:
         return prompting.chat_tokens(self.engine, messages, self.prompt_format)
 
     def answer_reserve(self) -> int:
