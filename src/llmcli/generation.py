@@ -391,9 +391,12 @@ def _message_call(call: ToolCall) -> dict:
 
 
 def _add(a: Stats, b: Stats) -> Stats:
-    """The figures of two rounds of one answer: counts and times added, the context as it ends."""
+    """The figures of two rounds of one answer: counts and times added (the prompt tokens of every
+    round, so that reused + evaluated = prompt still holds), the context as it ends."""
     return replace(
         b,
+        prompt_tokens=a.prompt_tokens + b.prompt_tokens,
+        cached_tokens=a.cached_tokens + b.cached_tokens,
         prefill_tokens=a.prefill_tokens + b.prefill_tokens,
         prefill_ms=a.prefill_ms + b.prefill_ms,
         completion_tokens=a.completion_tokens + b.completion_tokens,

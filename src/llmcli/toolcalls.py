@@ -19,6 +19,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+# The markers of every format: where a vocabulary has one as a control token, the engine shows it
+# in the text (control tokens are otherwise not shown), for the parser to find and take out.
+MARKUP = ("<tool_call>", "</tool_call>", "<|python_tag|>", "[TOOL_CALLS]")
+
 
 @dataclass(frozen=True)
 class CallFormat:
@@ -101,13 +105,22 @@ class Parser:
         out: list[Piece] = []
         buf, self.held = self.held + text, ""
         while buf:
-            if self.state == "start" and self.kind in ("llama3", "mistral"):
+            if self.state == "start":
+                # An answer that starts as a call: the marker (which a vocabulary may not show), or
+                # bare JSON (small models drop the tags): held to the end, then read (`finish`)
                 stripped = buf.lstrip()
-                bare = "{" if self.kind == "llama3" else "[{"  # the marker may be a control token, not shown
-                if stripped.startswith(self.open) or stripped.startswith(bare):
+                bare = {"llama3": ("{",), "mistral": ("[{",), "hermes": ("{", "```")}[self.kind]
+                if stripped.startswith(self.open) and self.kind != "hermes":
                     self.state, self.held = "json", stripped.removeprefix(self.open)
                     return out
-                if not stripped or self.open.startswith(stripped) or bare.startswith(stripped):
+                if stripped.startswith(bare):
+                    self.state, self.held = "json", stripped
+                    return out
+                if (
+                    not stripped
+                    or any(b.startswith(stripped) for b in bare)
+                    or (self.kind != "hermes" and self.open.startswith(stripped))
+                ):
                     self.held = buf
                     return out
                 self.state = "text"
@@ -159,27 +172,44 @@ class Parser:
         return []
 
     def _json_calls(self, text: str) -> list[Piece]:
-        """llama3 / mistral: the held answer as calls; for llama3, JSON that is not a call is text."""
+        """The held answer as calls (llama3, mistral, bare JSON in hermes); an answer in JSON that
+        is not a call is text, except after a mistral marker."""
+        original = text
         text = text.strip().removeprefix(self.open).strip()
+        if text.startswith("```"):
+            text = text.strip("`").strip().removeprefix("json").strip()
+        marked = self.kind == "mistral" and original.strip().startswith(self.open)
         values: list[Any] = []
         decoder = json.JSONDecoder()
-        at = 0
-        try:
-            while at < len(text):
+        at, problem = 0, None
+        while at < len(text):
+            try:
                 value, at = decoder.raw_decode(text, at)
-                values += value if isinstance(value, list) else [value]
-                while at < len(text) and text[at] in " \t\r\n;,":
-                    at += 1
-        except ValueError as exc:
-            if self.kind == "llama3":
-                return [text]
-            return [Call("", {}, f"the calls are not valid JSON ({exc}): {text[:200]}")]
-        calls = [_call(v, json.dumps(v)) for v in values]
-        if self.kind == "llama3" and (not calls or any(c.error for c in calls)):
-            return [text]  # an answer in JSON, not a call
-        if not calls:
-            return [Call("", {}, f"no call in {text[:200]}")]
-        return list(calls)
+            except ValueError as exc:  # what follows is cut or not JSON
+                problem = exc
+                break
+            values += value if isinstance(value, list) else [value]
+            while at < len(text) and text[at] in " \t\r\n;,":
+                at += 1
+        calls: list[Piece] = []
+        for value in values:  # the calls it begins with; a small model may repeat one until cut
+            if not (marked or _looks_like_call(value)):
+                break
+            call = _call(value, json.dumps(value))
+            if not any(isinstance(c, Call) and (c.name, c.arguments) == (call.name, call.arguments)
+                       for c in calls):  # fmt: skip
+                calls.append(call)
+        if calls:
+            return calls
+        if marked:
+            why = f"not valid JSON ({problem})" if problem else "no call"
+            return [Call("", {}, f"the calls are {why}: {text[:200]}")]
+        return [original.strip()]  # an answer in JSON, not a call
+
+
+def _looks_like_call(value: Any) -> bool:
+    """An unmarked JSON answer is a call only with exactly a name and its arguments."""
+    return isinstance(value, dict) and set(value) in ({"name", "arguments"}, {"name", "parameters"})
 
 
 def _partial_tail(text: str, tag: str) -> int:
