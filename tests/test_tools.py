@@ -328,3 +328,9 @@ def test_mcp_server_that_does_not_start():
     assert result.exit_code == 2
     (line,) = result.stderr.strip().splitlines()
     assert "did not start" in line and "/nonexistent/mcp-server" in line
+
+
+def test_chat_refuses_tool_flags_in_one_line(fake, functions):
+    result = run("chat", "--functions", str(functions), input="hi\n")
+    assert result.exit_code == 2
+    assert "chat does not offer tools yet" in result.stderr and len(result.stderr.strip().splitlines()) == 1

@@ -69,6 +69,8 @@ def chat(
     if policy not in OVERFLOW_POLICIES:
         raise UsageError(f"--on-overflow must be one of {', '.join(OVERFLOW_POLICIES)}, got {policy!r}")
     params = flags.sampling()
+    if flags.wants_tools:
+        raise UsageError("chat does not offer tools yet: --functions, --tool and --mcp work with generate")
     name, saved = _session_to_continue(session, resume)
     if saved and model is None:
         model = saved.get("model")
