@@ -4,11 +4,12 @@
 
 __llmcli_commands() {  # PATH: REPLY = its subcommands
     case $1 in
-        '') REPLY='generate pull chat doctor models bench kv logs config' ;;
+        '') REPLY='generate pull chat doctor models bench kv logs tools config' ;;
         'models') REPLY='list show rm alias path verify' ;;
         'bench') REPLY='compare' ;;
         'kv') REPLY='list clear' ;;
         'logs') REPLY='show rerun stats import prune off on path status' ;;
+        'tools') REPLY='list' ;;
         'config') REPLY='show path set unset' ;;
         *) REPLY='' ;;
     esac
@@ -17,9 +18,9 @@ __llmcli_commands() {  # PATH: REPLY = its subcommands
 __llmcli_options() {  # PATH: REPLY = its options
     case $1 in
         '') REPLY='--color --debug --help --no-color --quiet --version -V -h -q' ;;
-        'generate') REPLY='--batch-size --cache-type-k --cache-type-k-draft --cache-type-v --cache-type-v-draft --cid --continue --ctx-size --ctx-size-draft --fallback-template --file --flash-attn --force --gpu-layers --gpu-layers-draft --grammar-file --help --hide-thinking --json --json-schema --log --max-tokens --min-p --model --model-draft --n-gpu-layers --n-gpu-layers-draft --no-flash-attn --no-log --no-repack --no-spec-adaptive --no-spec-exact --no-think --offline --prompt-cache --prompt-cache-ro --raw --reasoning-budget --reasoning-budget-message --repack --repeat-penalty --seed --spec-adaptive --spec-draft-model --spec-draft-n-max --spec-draft-n-min --spec-draft-ngl --spec-exact --spec-ngram-max --spec-ngram-min --spec-type --stats --stop --system --temp --temperature --think --threads --timeout --top-k --top-p -C -b -c -cd -ctk -ctkd -ctv -ctvd -f -fa -h -m -md -n -nfa -ngl -ngld -s -t' ;;
+        'generate') REPLY='--approve-tools --batch-size --cache-type-k --cache-type-k-draft --cache-type-v --cache-type-v-draft --cid --continue --ctx-size --ctx-size-draft --fallback-template --file --flash-attn --force --functions --gpu-layers --gpu-layers-draft --grammar-file --help --hide-thinking --json --json-schema --log --max-tokens --mcp --min-p --model --model-draft --n-gpu-layers --n-gpu-layers-draft --no-flash-attn --no-log --no-repack --no-spec-adaptive --no-spec-exact --no-think --offline --prompt-cache --prompt-cache-ro --raw --reasoning-budget --reasoning-budget-message --repack --repeat-penalty --seed --show-tools --spec-adaptive --spec-draft-model --spec-draft-n-max --spec-draft-n-min --spec-draft-ngl --spec-exact --spec-ngram-max --spec-ngram-min --spec-type --stats --stop --system --temp --temperature --think --threads --timeout --tool --tool-rounds --tool-timeout --top-k --top-p -C -b -c -cd -ctk -ctkd -ctv -ctvd -f -fa -h -m -md -n -nfa -ngl -ngld -s -t' ;;
         'pull') REPLY='--force --help --json --list --offline -f -h -l' ;;
-        'chat') REPLY='--batch-size --cache-type-k --cache-type-k-draft --cache-type-v --cache-type-v-draft --cid --continue --ctx-size --ctx-size-draft --fallback-template --flash-attn --force --gpu-layers --gpu-layers-draft --grammar-file --help --hide-thinking --json-schema --kv-cache-max-mb --log --max-tokens --min-p --model --model-draft --n-gpu-layers --n-gpu-layers-draft --no-flash-attn --no-log --no-repack --no-spec-adaptive --no-spec-exact --no-think --offline --on-overflow --reasoning-budget --reasoning-budget-message --repack --repeat-penalty --resume --seed --session --spec-adaptive --spec-draft-model --spec-draft-n-max --spec-draft-n-min --spec-draft-ngl --spec-exact --spec-ngram-max --spec-ngram-min --spec-type --stop --system --temp --temperature --think --threads --timeout --top-k --top-p -C -b -c -cd -ctk -ctkd -ctv -ctvd -fa -h -m -md -n -nfa -ngl -ngld -s -t' ;;
+        'chat') REPLY='--approve-tools --batch-size --cache-type-k --cache-type-k-draft --cache-type-v --cache-type-v-draft --cid --continue --ctx-size --ctx-size-draft --fallback-template --flash-attn --force --functions --gpu-layers --gpu-layers-draft --grammar-file --help --hide-thinking --json-schema --kv-cache-max-mb --log --max-tokens --mcp --min-p --model --model-draft --n-gpu-layers --n-gpu-layers-draft --no-flash-attn --no-log --no-repack --no-spec-adaptive --no-spec-exact --no-think --offline --on-overflow --reasoning-budget --reasoning-budget-message --repack --repeat-penalty --resume --seed --session --show-tools --spec-adaptive --spec-draft-model --spec-draft-n-max --spec-draft-n-min --spec-draft-ngl --spec-exact --spec-ngram-max --spec-ngram-min --spec-type --stop --system --temp --temperature --think --threads --timeout --tool --tool-rounds --tool-timeout --top-k --top-p -C -b -c -cd -ctk -ctkd -ctv -ctvd -fa -h -m -md -n -nfa -ngl -ngld -s -t' ;;
         'doctor') REPLY='--help --json --offline -h' ;;
         'models') REPLY='--help -h' ;;
         'models list') REPLY='--endpoint --help --json -h' ;;
@@ -43,6 +44,8 @@ __llmcli_options() {  # PATH: REPLY = its options
         'logs on') REPLY='--help -h' ;;
         'logs path') REPLY='--help -h' ;;
         'logs status') REPLY='--help -h' ;;
+        'tools') REPLY='--help -h' ;;
+        'tools list') REPLY='--functions --help --json --mcp --tool -h' ;;
         'config') REPLY='--help -h' ;;
         'config show') REPLY='--help --json -h' ;;
         'config path') REPLY='--help -h' ;;
@@ -86,6 +89,11 @@ __llmcli_option_kind() {  # PATH OPTION: REPLY = what its value is (empty: a fla
         'generate/-cd'|'generate/--ctx-size-draft') REPLY='text' ;;
         'generate/-ctkd'|'generate/--cache-type-k-draft') REPLY='choice  f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1' ;;
         'generate/-ctvd'|'generate/--cache-type-v-draft') REPLY='choice  f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1' ;;
+        'generate/--functions') REPLY='text' ;;
+        'generate/--tool') REPLY='text' ;;
+        'generate/--mcp') REPLY='text' ;;
+        'generate/--tool-rounds') REPLY='text' ;;
+        'generate/--tool-timeout') REPLY='text' ;;
         'generate/--prompt-cache') REPLY='file' ;;
         'generate/--timeout') REPLY='text' ;;
         'chat/-m'|'chat/--model') REPLY='dynamic model' ;;
@@ -122,6 +130,11 @@ __llmcli_option_kind() {  # PATH OPTION: REPLY = what its value is (empty: a fla
         'chat/-cd'|'chat/--ctx-size-draft') REPLY='text' ;;
         'chat/-ctkd'|'chat/--cache-type-k-draft') REPLY='choice  f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1' ;;
         'chat/-ctvd'|'chat/--cache-type-v-draft') REPLY='choice  f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1' ;;
+        'chat/--functions') REPLY='text' ;;
+        'chat/--tool') REPLY='text' ;;
+        'chat/--mcp') REPLY='text' ;;
+        'chat/--tool-rounds') REPLY='text' ;;
+        'chat/--tool-timeout') REPLY='text' ;;
         'chat/--timeout') REPLY='text' ;;
         'models list/--endpoint') REPLY='text' ;;
         'bench/-m'|'bench/--model') REPLY='dynamic model' ;;
@@ -173,6 +186,9 @@ __llmcli_option_kind() {  # PATH OPTION: REPLY = what its value is (empty: a fla
         'logs prune/--older-than') REPLY='text' ;;
         'logs prune/--keep') REPLY='text' ;;
         'logs prune/--max-mb') REPLY='text' ;;
+        'tools list/--functions') REPLY='text' ;;
+        'tools list/--tool') REPLY='text' ;;
+        'tools list/--mcp') REPLY='text' ;;
         *) REPLY='' ;;
     esac
 }
@@ -193,7 +209,7 @@ __llmcli_argument_kind() {  # PATH N: REPLY = what the Nth argument is
         'logs show/1') REPLY='text' ;;
         'logs rerun/1') REPLY='text' ;;
         'logs import/1') REPLY='file' ;;
-        'config set/1') REPLY='choice model ctx_size gpu_layers threads batch_size cache_type_k cache_type_v temperature top_k top_p min_p repeat_penalty max_tokens system reasoning_budget reasoning_budget_message spec_type spec_draft_n_max spec_draft_n_min spec_ngram_max spec_ngram_min spec_adaptive spec_exact model_draft gpu_layers_draft ctx_size_draft cache_type_k_draft cache_type_v_draft think on_overflow kv_cache_max_mb log log_max_mb timeout color' ;;
+        'config set/1') REPLY='choice model ctx_size gpu_layers threads batch_size cache_type_k cache_type_v temperature top_k top_p min_p repeat_penalty max_tokens system reasoning_budget reasoning_budget_message approve_tools tool_rounds tool_timeout spec_type spec_draft_n_max spec_draft_n_min spec_ngram_max spec_ngram_min spec_adaptive spec_exact model_draft gpu_layers_draft ctx_size_draft cache_type_k_draft cache_type_v_draft think on_overflow kv_cache_max_mb log log_max_mb timeout color' ;;
         'config set/2') REPLY='text' ;;
         'config unset/1') REPLY='dynamic key' ;;
         *) REPLY='' ;;

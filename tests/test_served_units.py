@@ -7,8 +7,8 @@ import pytest
 
 from llmcli import endpoint_config, endpoints
 from llmcli.bench.stats import percentile
-from llmcli.engine import sse
 from llmcli.contract import SamplingParams, Stats
+from llmcli.engine import sse
 from llmcli.engine.served import _retry_after, request_body
 from llmcli.errors import UsageError
 from llmcli.render.stats import stats_line

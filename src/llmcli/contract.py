@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from llmcli import defaults
 from llmcli.reasoning import ReasoningFormat
@@ -222,6 +222,8 @@ class Stats:
     answer_ttft_ms: float | None = None
     reasoning_ms: float = 0.0
     answer_ms: float = 0.0
+    # Tool calling (generation.py's loop): the time the calls ran, apart from prefill and decode
+    tool_ms: float = 0.0
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     target_passes: int = 0
@@ -265,6 +267,8 @@ class Done:
     # The output ended inside the reasoning block (the token cap or the context came first): there
     # is no answer, and `text` is empty
     reasoning_open: bool = False
+    # The tools the model called in this answer (their markup is in neither text)
+    tool_calls: list[ToolCall] = field(default_factory=list)
 
 
 @dataclass
@@ -286,12 +290,18 @@ class Request:
     server does all of that. Callers never ask which."""
 
     params: SamplingParams
-    messages: list[dict[str, str]] | None = None  # system (optional) first, ending with the user's turn
+    # system (optional) first, ending with the user's turn or tool results; an assistant message may
+    # carry `tool_calls` ([{"id", "type": "function", "function": {"name", "arguments": dict}}]) and a
+    # "tool" message a `tool_call_id`
+    messages: list[dict[str, Any]] | None = None
     text: str | None = None  # plain text to continue, with no template
     fit: Fit | None = None  # None: a conversation longer than the context is refused
     # A reasoning model's switch (`enable_thinking` in its template, or the server's): None leaves
     # it at the template's default
     think: bool | None = None
+    # Tools the model may call (OpenAI-style definitions: {"type": "function", "function": {"name",
+    # "description", "parameters"}}): rendered into the template, or sent to the server
+    tools: list[dict] | None = None
     # Called by an engine that prefills here, with the prompt's tokens, before the prefill: the
     # caller may load a saved KV state for them (kvstore). Returns the ms it took, which count toward
     # the time to the first token. An engine whose cache lives elsewhere (a server) never calls it.
@@ -325,11 +335,12 @@ class Reasoning:
 @dataclass
 class ToolCall:
     """A call of a tool the model asked for, parsed from its output (or a server's `tool_calls`).
-    Reserved in the contract: no engine emits it yet."""
+    `error`: the call's markup could not be read (not JSON, no name): why, for the model to read."""
 
     id: str
     name: str
     arguments: dict
+    error: str | None = None
 
 
 @dataclass

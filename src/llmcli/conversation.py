@@ -25,14 +25,31 @@ REASONING_FIELD = "reasoning_content"
 
 @dataclass
 class Message:
-    role: str  # "user" or "assistant"
+    role: str  # "user", "assistant", or "tool" (a tool's result)
     content: str  # an answer's text alone: a reasoning model's reasoning is never inside it
     interrupted: bool = False
     stats: dict[str, Any] | None = None
     reasoning: str | None = None  # a reasoning model's reasoning before this answer (None: none)
+    # an assistant message's tool calls ([{"id", "type": "function", "function": {"name",
+    # "arguments": dict}}]); a tool message's call id and tool name
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def template(self, reasoning: bool = False) -> dict[str, Any]:
+        """The message as chat templates and servers take it; with `reasoning`, an answer's
+        reasoning in its `reasoning_content` field (never in its content)."""
+        d: dict[str, Any] = {"role": self.role, "content": self.content}
+        if reasoning and self.reasoning:
+            d[REASONING_FIELD] = self.reasoning
+        if self.tool_calls:
+            d["tool_calls"] = self.tool_calls
+        if self.role == "tool":
+            d.update(tool_call_id=self.tool_call_id or "", name=self.name or "")
+        return d
 
     def as_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"role": self.role, "content": self.content}
+        d = self.template()
         if self.interrupted:
             d["interrupted"] = True
         if self.stats:
@@ -42,17 +59,26 @@ class Message:
         return d
 
     @classmethod
+    def from_template(cls, d: dict[str, Any]) -> Message:
+        return cls(
+            d["role"], d.get("content") or "", reasoning=d.get(REASONING_FIELD),
+            tool_calls=d.get("tool_calls"), tool_call_id=d.get("tool_call_id"), name=d.get("name"),
+        )  # fmt: skip
+
+    @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Message:
         if (
             not isinstance(d, dict)
-            or d.get("role") not in ("user", "assistant")
+            or d.get("role") not in ("user", "assistant", "tool")
             or not isinstance(d.get("content"), str)
+            or not isinstance(d.get("tool_calls") or [], list)
         ):
             raise ValueError(f"not a message: {d!r:.80}")
         reasoning = d.get("reasoning")  # absent in sessions saved before reasoning models were told apart
         if reasoning is not None and not isinstance(reasoning, str):
             raise ValueError(f"a message's reasoning is not text: {reasoning!r:.80}")
-        return cls(d["role"], d["content"], bool(d.get("interrupted")), d.get("stats"), reasoning or None)
+        return cls(d["role"], d["content"], bool(d.get("interrupted")), d.get("stats"), reasoning or None,
+                   d.get("tool_calls") or None, d.get("tool_call_id"), d.get("name"))  # fmt: skip
 
 
 @dataclass
@@ -71,17 +97,13 @@ class Conversation:
 
     def template_messages(
         self, messages: list[Message] | None = None, *, reasoning: bool = True
-    ) -> list[dict[str, str]]:
+    ) -> list[dict[str, Any]]:
         """The messages as a chat template (or a server) takes them. An answer's reasoning, where
         `reasoning`, is its `reasoning_content` field, never part of its content: a template that
         reads the field decides what of it to show the model (engine/local.py drops the field for
         one that does not)."""
-        out = [{"role": "system", "content": self.system}] if self.system else []
-        for m in self.messages if messages is None else messages:
-            message = {"role": m.role, "content": m.content}
-            if reasoning and m.reasoning:
-                message[REASONING_FIELD] = m.reasoning
-            out.append(message)
+        out: list[dict[str, Any]] = [{"role": "system", "content": self.system}] if self.system else []
+        out += [m.template(reasoning) for m in (self.messages if messages is None else messages)]
         return out
 
     def add_user(self, text: str) -> None:
@@ -112,7 +134,7 @@ class Conversation:
 
     def fit(
         self,
-        render: Callable[[list[dict[str, str]]], list[int]],
+        render: Callable[[list[dict[str, Any]]], list[int]],
         n_ctx: int,
         reserve: int,
         policy: str = "drop-oldest",
@@ -157,6 +179,6 @@ class Conversation:
 def _drop_first_exchange(messages: list[Message]) -> list[Message]:
     """Drop the oldest message and the replies that belong to it, never the last message."""
     rest = messages[1:]
-    while len(rest) > 1 and rest[0].role == "assistant":
+    while len(rest) > 1 and rest[0].role in ("assistant", "tool"):
         rest = rest[1:]
     return rest

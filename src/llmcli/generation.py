@@ -8,12 +8,15 @@ line or the `--json` record (llmcli.record). Ctrl-C raises the engine's abort fl
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from contextlib import closing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
-from llmcli import prompting, render, signals
-from llmcli.contract import Done, Prepared, Request, SamplingParams, ThreadsChanged
+from llmcli import prompting, render, signals, tools
+from llmcli.contract import Done, Prepared, Request, SamplingParams, Stats, ThreadsChanged, Token, ToolCall
+from llmcli.errors import UsageError
 from llmcli.loader import Loaded
 from llmcli.logdb import Logged
 
@@ -27,6 +30,7 @@ class Result:
     extra: dict = field(default_factory=dict)
     constraint: str | None = None  # "grammar" or "json_schema" when the output was constrained
     prompt_cache: dict | None = None  # --prompt-cache: the file, what it gave, what was written
+    tool_calls: list[dict] | None = None  # the calls run (record field `tool_calls`), None: no tools
 
     def stats_line(self) -> str:
         from llmcli.render.stats import stats_line
@@ -58,6 +62,7 @@ class Result:
             ref=self.loaded.ref, info=self.loaded.engine.info, params=self.params, done=self.done,
             prompt_format=self.prompt_format, constraint=self.constraint,
             constraint_complete=not self.incomplete, prompt_cache=self.prompt_cache,
+            tool_calls=self.tool_calls,
         )  # fmt: skip
 
 
@@ -113,6 +118,7 @@ def run_generate(
     think: bool | None = None,
     history: list[dict[str, str]] | None = None,
     log: Logged | None = None,
+    tool_loop: ToolLoop | None = None,
 ) -> Result:
     """Run one prompt; `raw` continues it as plain text, else it becomes a user turn (the caller
     decides between the two with `prompting.generate_format`). With `prompt_cache`, the KV state
@@ -128,6 +134,8 @@ def run_generate(
         if history:
             messages[-1:-1] = history
         request = Request(params, messages=messages, think=think)
+        if tool_loop is not None:
+            request.tools = tool_loop.toolset.specs()
     cache: dict | None = None
     if prompt_cache is not None:
         cache = {"path": str(prompt_cache), "restored_tokens": 0, "restore_ms": 0.0,
@@ -136,8 +144,8 @@ def run_generate(
         if log is not None:
             log.prompt_cache = cache
             log.kv_state = log.kv_state or (None if prompt_cache_ro else str(prompt_cache))
-    done, prepared = consume(engine, request, stream_stdout=stream_stdout, show_thinking=show_thinking,
-                             log=log)  # fmt: skip
+    done, prepared, turn = consume(engine, request, stream_stdout=stream_stdout, show_thinking=show_thinking,
+                                   tool_loop=tool_loop, log=log)  # fmt: skip
     for notice in (exact_limit_notice(done.stats, engine.info), draft_context_notice(done.stats)):
         if notice:
             render.info(notice)
@@ -147,7 +155,8 @@ def run_generate(
         saved = kvstore.save(engine, Path(cache["path"]), cap=None)
         cache.update(saved_bytes=saved.bytes, save_ms=round(saved.ms, 3))
     return Result(loaded, done, params, prepared.prompt_format,
-                  constraint=constraint if params.grammar else None, prompt_cache=cache)  # fmt: skip
+                  constraint=constraint if params.grammar else None, prompt_cache=cache,
+                  tool_calls=turn.calls if tool_loop is not None else None)  # fmt: skip
 
 
 def _restore_prompt_cache(engine, cache: dict, tokens: list[int]) -> float:
@@ -216,10 +225,17 @@ def threads_changed(event: ThreadsChanged) -> str:
 
 
 def consume(
-    engine, request: Request, *, stream_stdout: bool, show_thinking: bool = True, log: Logged | None = None
-) -> tuple[Done, Prepared]:
-    """Drive the request; print text pieces to stdout (ending with a newline) if asked, and a
-    reasoning model's reasoning to stderr (dim on a terminal) unless `show_thinking` is off."""
+    engine,
+    request: Request,
+    *,
+    stream_stdout: bool,
+    show_thinking: bool = True,
+    tool_loop: ToolLoop | None = None,
+    log: Logged | None = None,
+) -> tuple[Done, Prepared, ToolTurn]:
+    """Drive the request (and its tool calls, with `tool_loop`); print text pieces to stdout (ending
+    with a newline) if asked, and a reasoning model's reasoning to stderr (dim on a terminal) unless
+    `show_thinking` is off."""
     from llmcli.errors import StreamBrokenError
     from llmcli.render.stream import PlainSink
 
@@ -228,14 +244,14 @@ def consume(
         thoughts = sys.stderr if show_thinking and not render.quiet() else None
         sink = PlainSink(sys.stdout, thoughts, dim=render.color_enabled(sys.stderr))
     try:
-        done, prepared = drive(engine, request, sink, log=log)
-    except StreamBrokenError:  # a served model's stream broke off: its partial text ends its line
+        done, prepared, turn = drive_tools(engine, request, sink, tool_loop, log=log)
+    except (StreamBrokenError, ToolRefused):  # what was printed ends its line
         if sink is not None:
             sink.stop()
         raise
     if sink is not None:
         sink.stop()
-    return done, prepared
+    return done, prepared, turn
 
 
 def drive(engine, request: Request, sink=None, log: Logged | None = None) -> tuple[Done, Prepared]:
@@ -274,7 +290,7 @@ def drive(engine, request: Request, sink=None, log: Logged | None = None) -> tup
 
 def log_request(
     engine, request: Request, log: Logged, done: Done | None, prepared: Prepared | None,
-    *, error: str | None = None, partial: str = "",
+    *, error: str | None = None, partial: str = "", tool_calls: list[dict] | None = None,
 ) -> int | None:  # fmt: skip
     """The one hook after each request: its record, prompt and conversation id to the log. Never
     raises (a log that cannot be written is one warning line, see logdb.write); returns the row id."""
@@ -288,7 +304,7 @@ def log_request(
             prompt_format=prepared.prompt_format if prepared is not None else None,
             constraint=log.constraint if request.params.grammar else None,
             constraint_complete=done is not None and done.constraint_complete is not False,
-            prompt_cache=log.prompt_cache, error=error, partial_text=partial,
+            prompt_cache=log.prompt_cache, error=error, partial_text=partial, tool_calls=tool_calls,
         )  # fmt: skip
         row = logdb.row_values(
             rec, cid=log.cid, command=log.command, messages=request.messages, text=request.text,
@@ -299,3 +315,170 @@ def log_request(
         render.warn(f"not logged: {exc}")
         return None
     return logdb.write(row)
+# -- tool calling --------------------------------------------------------------------------------
+
+
+class ToolRefused(UsageError):
+    """`generate` met a call it may not run (no --approve-tools): nothing ran."""
+
+    label = "tool call refused"
+
+
+@dataclass
+class ToolLoop:
+    """How the tool calls of a request run: the tools, who approves each call (`approve(call)` says
+    "yes" or "no", or raises to stop the whole request), how many rounds of calls, the timeout of
+    one call, and who is told of each call (`on_call`, before it runs) and its record (`on_result`)."""
+
+    toolset: tools.Toolset
+    approve: Callable[[ToolCall], str]
+    rounds: int = 5
+    timeout: float = tools.TIMEOUT
+    on_call: Callable[[ToolCall], None] | None = None
+    on_result: Callable[[dict], None] | None = None
+
+
+@dataclass
+class ToolTurn:
+    """What a request's tool loop left: each call's record (`tool_calls` of the record) and the
+    messages it added after the request's own (assistant messages with their calls, tool results),
+    which a chat keeps in its history before the final answer."""
+
+    calls: list[dict] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    interrupted: bool = False
+
+
+def refuse_unapproved(call: ToolCall) -> str:
+    """`generate` without --approve-tools: the first call stops the run before anything runs."""
+    raise ToolRefused(f"the model called {describe_call(call)}; nothing was run",
+                      hint="pass --approve-tools to let calls run")  # fmt: skip
+
+
+def describe_call(call: ToolCall) -> str:
+    import json
+
+    args = json.dumps(call.arguments, ensure_ascii=False)
+    return f"{call.name or '?'}({args[:200] + '...' if len(args) > 200 else args})"
+
+
+def drive_tools(
+    engine, request: Request, sink=None, loop: ToolLoop | None = None, *, log: Logged | None = None
+) -> tuple[Done, Prepared, ToolTurn]:
+    """`drive`, then, while the model calls tools, run the calls (each approved, with a timeout; a
+    failure becomes text the model reads), send the results back as tool messages and drive again,
+    for at most `loop.rounds` rounds of calls. The final Done has the text of every round joined,
+    the figures of every round added up, and `stats.tool_ms` the time the calls took. With `log`,
+    the whole answer is one entry of the conversation log, its calls included."""
+    turn = ToolTurn()
+    if loop is None or not request.tools:
+        done, prepared = drive(engine, request, sink, log=log)
+        return done, prepared, turn
+    done, prepared = drive(engine, request, sink)
+    texts = [done.text]
+    total = done.stats
+    round_no = 0
+    while done.tool_calls and done.finish_reason == "stop":
+        round_no += 1
+        if round_no > loop.rounds:
+            for call in done.tool_calls:
+                turn.calls.append(
+                    _call_record(call, round_no, None, f"not run: --tool-rounds {loop.rounds} reached")
+                )
+            render.warn(f"the model asked for more tool calls after {loop.rounds} rounds (--tool-rounds); "
+                        "they were not run")  # fmt: skip
+            break
+        assistant = {"role": "assistant", "content": done.text,
+                     "tool_calls": [_message_call(call) for call in done.tool_calls]}  # fmt: skip
+        results: list[dict[str, Any]] = []
+        for call in done.tool_calls:
+            record = _run_call(call, loop, round_no, turn)
+            total.tool_ms += record["duration_ms"] or 0.0
+            results.append({"role": "tool", "tool_call_id": call.id, "name": call.name,
+                            "content": record["result"]})  # fmt: skip
+        turn.messages += [assistant, *results]
+        if turn.interrupted:
+            done.finish_reason = "interrupted"
+            break
+        assert request.messages is not None
+        follow = replace(request, messages=[*request.messages, *turn.messages], before_prefill=None)
+        if sink is not None and texts[-1] and not texts[-1].endswith("\n"):
+            sink(Token("\n", 0))  # the next round's text on a line of its own, as in the joined text
+        done, _ = drive(engine, follow, sink)
+        texts.append(done.text)
+        total = _add(total, done.stats)
+    total.total_ms += total.tool_ms
+    done = replace(done, text="\n".join(t for t in texts if t), stats=total)
+    if log is not None:
+        log_request(engine, request, log, done, prepared, tool_calls=turn.calls)
+    return done, prepared, turn
+
+
+def _run_call(call: ToolCall, loop: ToolLoop, round_no: int, turn: ToolTurn) -> dict:
+    """One call, approved or not, run or not: its record (its result is what the model reads)."""
+    if turn.interrupted:
+        return _done_call(call, round_no, loop, None, "not run: the user interrupted an earlier call", turn)
+    if call.error:
+        return _done_call(call, round_no, loop, None, f"the call could not be read: {call.error}", turn)
+    tool = loop.toolset.get(call.name)
+    if tool is None:
+        known = ", ".join(loop.toolset.tools) or "none"
+        return _done_call(
+            call, round_no, loop, None, f"no tool is named {call.name!r} (tools: {known})", turn
+        )
+    problem = tools.check_arguments(tool.parameters, call.arguments)
+    if problem:
+        return _done_call(call, round_no, loop, None,
+                          f"the arguments do not fit the tool's schema: {problem}", turn)  # fmt: skip
+    if loop.approve(call) != "yes":
+        return _done_call(call, round_no, loop, None, "the user declined this call", turn)
+    if loop.on_call is not None:
+        loop.on_call(call)
+    outcome = tools.run(tool, call.arguments, loop.timeout)
+    if outcome.interrupted:
+        turn.interrupted = True
+    return _done_call(call, round_no, loop, outcome, outcome.error, turn)
+
+
+def _done_call(call: ToolCall, round_no: int, loop: ToolLoop, outcome: tools.Outcome | None,
+               error: str | None, turn: ToolTurn) -> dict:  # fmt: skip
+    record = _call_record(call, round_no, outcome, error)
+    turn.calls.append(record)
+    if loop.on_result is not None:
+        loop.on_result(record)
+    return record
+
+
+def _call_record(call: ToolCall, round_no: int, outcome: tools.Outcome | None, error: str | None) -> dict:
+    """One call in the record (`tool_calls`): what was asked, what came back, how long, which round."""
+    result = outcome.result if outcome is not None else f"error: {error}"
+    return {"id": call.id, "name": call.name, "arguments": call.arguments, "result": result,
+            "error": error, "duration_ms": round(outcome.ms, 3) if outcome is not None else None,
+            "round": round_no}  # fmt: skip
+
+
+def _message_call(call: ToolCall) -> dict:
+    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+
+
+def _add(a: Stats, b: Stats) -> Stats:
+    """The figures of two rounds of one answer: counts and times added (the prompt tokens of every
+    round, so that reused + evaluated = prompt still holds), the context as it ends."""
+    return replace(
+        b,
+        prompt_tokens=a.prompt_tokens + b.prompt_tokens,
+        cached_tokens=a.cached_tokens + b.cached_tokens,
+        prefill_tokens=a.prefill_tokens + b.prefill_tokens,
+        prefill_ms=a.prefill_ms + b.prefill_ms,
+        completion_tokens=a.completion_tokens + b.completion_tokens,
+        decode_tokens=a.decode_tokens + b.decode_tokens,
+        decode_ms=a.decode_ms + b.decode_ms,
+        reasoning_tokens=a.reasoning_tokens + b.reasoning_tokens,
+        ttft_ms=a.ttft_ms,
+        load_ms=a.load_ms,
+        total_ms=a.total_ms + b.total_ms,
+        drafted_tokens=a.drafted_tokens + b.drafted_tokens,
+        accepted_tokens=a.accepted_tokens + b.accepted_tokens,
+        target_passes=a.target_passes + b.target_passes,
+        tool_ms=a.tool_ms,
+    )

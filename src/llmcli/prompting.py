@@ -54,7 +54,7 @@ def base_warning(ref: str) -> str:
 
 def chat_tokens(
     engine: Engine,
-    messages: list[dict[str, str]],
+    messages: list[dict],
     fmt: templates.PromptFormat | None = None,
     variables: dict[str, object] | None = None,
 ) -> list[int]:
@@ -71,7 +71,7 @@ def raw_tokens(engine: Engine, text: str) -> list[int]:
     return engine.tokenize(text, special=False, add_bos=engine.add_bos)
 
 
-def messages_for(prompt: str, system: str | None) -> list[dict[str, str]]:
+def messages_for(prompt: str, system: str | None) -> list[dict]:
     messages = [{"role": "system", "content": system}] if system else []
     messages.append({"role": "user", "content": prompt})
     return messages

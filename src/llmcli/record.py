@@ -32,9 +32,11 @@ def build(
     prompt_cache: dict | None = None,
     error: str | None = None,
     partial_text: str = "",
+    tool_calls: list[dict] | None = None,
 ) -> dict[str, Any]:
     """The record of one request. `done` None: it failed before its end (`error` says why, and
-    `partial_text` is what was streamed); its counts and timings are then unknown (null)."""
+    `partial_text` is what was streamed); its counts and timings are then unknown (null).
+    `tool_calls`: each call run in the answer (generation.py's tool loop); None: no tools offered."""
     s = done.stats if done is not None else None
     used = params.as_dict()
     if done is not None:
@@ -59,6 +61,7 @@ def build(
         "prompt_cache": prompt_cache,
         "sources": _sources(s) if s is not None and served else None,
         "server_timings": (s.server or None) if s is not None else None,
+        "tool_calls": tool_calls,
         "versions": versions(info),
     }
 
@@ -110,6 +113,7 @@ def _timings(s: Stats, served: bool) -> dict[str, Any]:
         "decode_tokens_per_s": round(s.decode_tps, 3),
         "ttft_ms": round(s.ttft_ms, 3),
         "total_ms": round(s.total_ms, 3),
+        "tool_ms": round(s.tool_ms, 3),
         "reasoning": _part(s.reasoning_ttft_ms, s.reasoning_ms, s.reasoning_tokens),
         "answer": _part(s.answer_ttft_ms, s.answer_ms, s.completion_tokens - s.reasoning_tokens)
         if s.reasoning_ttft_ms is not None

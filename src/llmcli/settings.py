@@ -101,6 +101,15 @@ SETTINGS: dict[str, Setting] = {
             "Text written into the reasoning before the closing tag a spent budget forces.",
         ),
         Setting(
+            "approve_tools",
+            bool,
+            False,
+            "Run the model's tool calls without asking (chat) or refusing (generate). The tools are "
+            "your own code (--functions, --mcp) and run with your rights.",
+        ),
+        Setting("tool_rounds", int, 5, "Most rounds of tool calls in one answer.", minimum=0),
+        Setting("tool_timeout", float, 30.0, "Seconds one tool call may run.", minimum=0.001),
+        Setting(
             "spec_type",
             str,
             "none",

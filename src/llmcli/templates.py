@@ -228,7 +228,7 @@ def probe(template: str) -> None:
 
 def render(
     fmt: PromptFormat,
-    messages: list[dict[str, str]],
+    messages: list[dict],
     *,
     bos_token: str = "",
     eos_token: str = "",

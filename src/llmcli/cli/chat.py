@@ -84,6 +84,8 @@ def chat(
         raise UsageError("--continue/--cid and --session/--resume both name a conversation: give one")
     if history is not None and model is None:
         model = history.model
+    if flags.wants_tools:
+        raise UsageError("chat does not offer tools yet: --functions, --tool and --mcp work with generate")
     name, saved = _session_to_continue(session, resume)
     if saved and model is None:
         model = saved.get("model")

@@ -229,7 +229,7 @@ def rerun(
         Request(params, text=row["prompt"]) if row["raw"] else Request(params, messages=messages, think=think)
     )
     logged = logdb.Logged(loaded.ref, "rerun") if log and logdb.enabled() else None
-    done, _ = consume(loaded.engine, request, stream_stdout=not as_json, log=logged)
+    done, _, _ = consume(loaded.engine, request, stream_stdout=not as_json, log=logged)
     verdict = compare(row, done)
     if as_json:
         render.out_json({"id": entry, **verdict, "text": done.text, "original_text": row["response"],

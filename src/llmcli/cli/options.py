@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # imported where used: `--help` need not build the engine's d
 MODEL_PANEL = "Model"
 SAMPLING_PANEL = "Sampling"
 SPEC_PANEL = "Speculative decoding"
+TOOLS_PANEL = "Tools"
 
 
 def _complete_models(incomplete: str) -> list[str]:
@@ -368,6 +369,56 @@ CacheTypeVDraft = Annotated[
                  "as -ctv (default: the target's).", envvar="LLMCLI_CACHE_TYPE_V_DRAFT",
                  rich_help_panel=SPEC_PANEL, show_default=False),
 ]  # fmt: skip
+
+Functions = Annotated[
+    list[Path] | None,
+    typer.Option("--functions", help="Offer the model every top-level function of this Python file as "
+                 "a tool (your own code: it runs with your rights); repeatable.", metavar="FILE.py",
+                 rich_help_panel=TOOLS_PANEL, show_default=False, dir_okay=False),
+]  # fmt: skip
+ToolName = Annotated[
+    list[str] | None,
+    typer.Option("--tool", help="Offer a built-in tool (current_time, arithmetic); repeatable.",
+                 metavar="NAME", rich_help_panel=TOOLS_PANEL, show_default=False),
+]  # fmt: skip
+Mcp = Annotated[
+    list[str] | None,
+    typer.Option("--mcp", help="Offer the tools of an MCP server started over stdio by this command "
+                 "line (your own choice of program: it runs with your rights); repeatable.",
+                 metavar="'COMMAND ARGS'", rich_help_panel=TOOLS_PANEL, show_default=False),
+]  # fmt: skip
+ApproveTools = Annotated[
+    bool | None,
+    typer.Option("--approve-tools", help="Run the model's tool calls without asking (chat); without it "
+                 "generate refuses to run any.", envvar="LLMCLI_APPROVE_TOOLS",
+                 rich_help_panel=TOOLS_PANEL, show_default=False),
+]  # fmt: skip
+ShowTools = Annotated[
+    bool,
+    typer.Option("--show-tools", help="Print each tool call and its result on stderr.",
+                 rich_help_panel=TOOLS_PANEL),
+]  # fmt: skip
+ToolRounds = Annotated[
+    int | None,
+    typer.Option("--tool-rounds", help="Most rounds of tool calls in one answer (default 5).", min=0,
+                 envvar="LLMCLI_TOOL_ROUNDS", rich_help_panel=TOOLS_PANEL, show_default=False),
+]  # fmt: skip
+ToolTimeout = Annotated[
+    float | None,
+    typer.Option("--tool-timeout", help="Seconds one tool call may run (default 30).", min=0.001,
+                 metavar="SECONDS", envvar="LLMCLI_TOOL_TIMEOUT", rich_help_panel=TOOLS_PANEL,
+                 show_default=False),
+]  # fmt: skip
+
+
+def build_toolset(functions: list[Path] | None, names: list[str] | None, mcp: list[str] | None):
+    """The tools of --functions, --tool and --mcp (MCP servers started here; close the set after)."""
+    import functools
+
+    from llmcli import mcp_tools, tools
+
+    servers = [functools.partial(mcp_tools.connect, command) for command in mcp or []]
+    return tools.build(functions, names, servers)
 
 
 def spec_options(
@@ -729,6 +780,31 @@ class RunFlags:
     ctx_size_draft: CtxSizeDraft = None
     cache_type_k_draft: CacheTypeKDraft = None
     cache_type_v_draft: CacheTypeVDraft = None
+    functions: Functions = None
+    tool: ToolName = None
+    mcp: Mcp = None
+    approve_tools: ApproveTools = None
+    show_tools: ShowTools = False
+    tool_rounds: ToolRounds = None
+    tool_timeout: ToolTimeout = None
+
+    @property
+    def wants_tools(self) -> bool:
+        return bool(self.functions or self.tool or self.mcp)
+
+    def toolset(self):
+        """The tools the flags name (None: none); the caller closes it (MCP servers)."""
+        if not self.wants_tools:
+            return None
+        return build_toolset(self.functions, self.tool, self.mcp)
+
+    def tool_settings(self) -> tuple[bool, int, float]:
+        """(approve without asking, rounds, timeout), each flag > LLMCLI_* > config > default."""
+        from llmcli import settings
+
+        return (bool(settings.resolve("approve_tools", self.approve_tools)),
+                int(settings.resolve("tool_rounds", self.tool_rounds)),
+                float(settings.resolve("tool_timeout", self.tool_timeout)))  # fmt: skip
 
     def sampling(self) -> SamplingParams:
         """Sampling settings resolved (flag > LLMCLI_* > config > default) and checked."""

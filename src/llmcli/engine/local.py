@@ -12,8 +12,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 
-from llmcli import prompting
-from llmcli.contract import Done, Engine, Event, Prepared, Reasoning, Request, Token
+from llmcli import prompting, toolcalls
+from llmcli.contract import Done, Engine, Event, Prepared, Reasoning, Request, Token, ToolCall
 from llmcli.conversation import REASONING_FIELD, Conversation, Message
 from llmcli.reasoning import Splitter, prompt_state
 
@@ -33,8 +33,12 @@ def respond(engine: Engine, request: Request) -> Iterator[Event]:
         events = run(engine, tokens, request.params, prepared, waited_ms, state)
         # after a closed block (thinking switched off) a model may still write an empty one of its
         # own: the splitter still takes a block at the start out of the answer
-        return split_reasoning(events, Splitter(fmt, "start" if state == "answer" else state))
-    return run(engine, tokens, request.params, prepared, waited_ms)
+        events = split_reasoning(events, Splitter(fmt, "start" if state == "answer" else state))
+    else:
+        events = run(engine, tokens, request.params, prepared, waited_ms)
+    if request.text is None and request.tools:
+        events = split_calls(events, toolcalls.Parser(call_format(engine)))
+    return events
 
 
 def thinking(engine: Engine, request: Request) -> Request:
@@ -50,6 +54,20 @@ def thinking(engine: Engine, request: Request) -> Request:
     if think is False and not fmt.switch and fmt.close_tag:
         params = replace(params, reasoning_budget=0)
     return replace(request, params=params, think=think)
+
+
+def call_format(engine: Engine) -> toolcalls.CallFormat:
+    """How the model writes a tool call, from its chat template; a template that takes no tools
+    is refused in one line."""
+    from llmcli.errors import UsageError
+
+    fmt = toolcalls.detect(prompting.prompt_format(engine).template)
+    if fmt is None:
+        raise UsageError(
+            "the model's chat template takes no tools (no tool-call format in it)",
+            hint="use a model whose template has tools, e.g. Qwen2.5 or Llama 3.1+ Instruct",
+        )
+    return fmt
 
 
 def run(engine: Engine, tokens: list[int], params, prepared: Prepared, waited_ms: float,
@@ -79,6 +97,9 @@ def prompt_tokens(engine: Engine, request: Request) -> tuple[list[int], Prepared
     fmt = prompting.prompt_format(engine)
     messages = template_messages(request.messages, fmt.template)
     variables = switch_variables(engine, request.think)
+    if request.tools:
+        call_format(engine)  # refused before anything is rendered
+        variables = {**(variables or {}), "tools": request.tools}
     if request.fit is None:
         return prompting.chat_tokens(engine, messages, fmt, variables), Prepared(fmt.source)
     conversation = _conversation(messages)
@@ -109,15 +130,13 @@ def reads_reasoning(template: str) -> bool:
     return REASONING_FIELD in template
 
 
-def _conversation(messages: list[dict[str, str]]) -> Conversation:
+def _conversation(messages: list[dict]) -> Conversation:
     """The messages as a `Conversation` (its system prompt apart), for the overflow policy; an
-    answer's reasoning goes with it."""
+    answer's reasoning and tool calls go with it."""
     system, turns = "", messages
     if messages and messages[0]["role"] == "system":
         system, turns = messages[0]["content"], messages[1:]
-    return Conversation(
-        system, [Message(m["role"], m["content"], reasoning=m.get(REASONING_FIELD)) for m in turns]
-    )
+    return Conversation(system, [Message.from_template(m) for m in turns])
 
 
 def split_reasoning(events: Iterator[Event], splitter: Splitter) -> Iterator[Event]:
@@ -193,6 +212,36 @@ class Clock:
         if self.first_answer is not None:
             stats.answer_ttft_ms = ms(self.first_answer)
             stats.answer_ms = max(0.0, (end - self.first_answer) * 1000)
+def split_calls(events: Iterator[Event], parser: toolcalls.Parser) -> Iterator[Event]:
+    """The answer's tool calls as `ToolCall` events (numbered in this answer), the text around them
+    as `Token`; call markup reaches neither. `Done` carries the text and the calls."""
+    answer: list[str] = []
+    calls: list[ToolCall] = []
+    counted = 0
+
+    def out(pieces: list[toolcalls.Piece], n_tokens: int, like: Token | None) -> Iterator[Event]:
+        for piece in pieces:
+            if isinstance(piece, str):
+                answer.append(piece)
+                yield replace(like, text=piece) if like is not None else Token(piece, n_tokens)
+            else:
+                call = ToolCall(f"call{len(calls) + 1:05d}", piece.name, piece.arguments, piece.error)
+                calls.append(call)
+                yield call
+
+    try:
+        for event in events:
+            if isinstance(event, Token):
+                counted = event.n_tokens
+                yield from out(parser.feed(event.text), event.n_tokens, event)
+            elif isinstance(event, Done):
+                yield from out(parser.finish(), counted, None)
+                event.text, event.tool_calls = "".join(answer), calls
+                yield event
+            else:
+                yield event
+    finally:
+        _close(events)
 
 
 def _close(events: Iterator[Event]) -> None:

@@ -14,6 +14,22 @@ class Tokenizer:
     def __init__(self, L, handle) -> None:
         self.L = L
         self.handle = handle
+        # Control tokens that are tool-call markup (`<tool_call>` in Qwen2.5, `<|python_tag|>`): shown
+        # in the text, where the call parser takes them out; every other control token is not.
+        self.shown = self._markup_tokens()
+
+    def _markup_tokens(self) -> frozenset[int]:
+        from llmcli.toolcalls import MARKUP
+
+        found = set()
+        for text in MARKUP:
+            try:
+                tokens = self.tokenize(text, special=True)
+            except Exception:  # a vocabulary that cannot tokenize it has no such token
+                continue
+            if len(tokens) == 1:
+                found.add(tokens[0])
+        return frozenset(found)
 
     def tokenize(self, text: str, *, special: bool = True, add_bos: bool = False) -> list[int]:
         """Tokens of `text`; `special` parses control tokens such as <start_of_turn>."""
@@ -30,10 +46,11 @@ class Tokenizer:
     def token_bytes(self, token: int, buf: ctypes.Array | None = None) -> bytes:
         """The raw bytes of one token; control tokens render as nothing."""
         buf = buf if buf is not None else ctypes.create_string_buffer(64)
-        n = self.L.llama_token_to_piece(self.handle, token, buf, len(buf), 0, False)
+        special = token in self.shown
+        n = self.L.llama_token_to_piece(self.handle, token, buf, len(buf), 0, special)
         if n < 0:  # the piece is longer than the buffer: never truncate, ask again
             buf = ctypes.create_string_buffer(-n)
-            n = self.L.llama_token_to_piece(self.handle, token, buf, len(buf), 0, False)
+            n = self.L.llama_token_to_piece(self.handle, token, buf, len(buf), 0, special)
         return buf.raw[:n]
 
     def detokenize(self, tokens: list[int]) -> str:

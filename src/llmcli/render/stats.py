@@ -30,6 +30,8 @@ def stats_line(s: Stats, *, context: int | None = None, ttft: bool = True, load:
         parts.append(speculation_part(s.drafted_tokens, s.accepted_tokens, s.decode_tokens, s.target_passes))
     if ttft:
         parts.append(f"ttft {s.ttft_ms / 1000:.2f} s")
+    if s.tool_ms:  # where a slow answer's time went: the model (the speeds above) or its tools
+        parts.append(f"tools {s.tool_ms / 1000:.2f} s (model {(s.prefill_ms + s.decode_ms) / 1000:.2f} s)")
     if context and not unknown:
         parts.append(f"context {s.context_used}/{context}")
     if load and not s.sources:

@@ -1,0 +1,336 @@
+"""Tool calling on the fake engine and real templates: tool definitions, call parsing, the loop in
+generate (approval, --show-tools, --json's tool_calls), bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import run, use_engine
+
+from llmcli import toolcalls, tools
+from llmcli.engine.fake import FakeEngine
+
+TEMPLATES = Path(__file__).parent / "data" / "templates"
+
+
+def template(name: str) -> str:
+    return (TEMPLATES / f"{name}.jinja").read_text()
+
+
+FUNCTIONS = '''
+from typing import Literal
+
+
+def word_length(word: str, times: int = 1) -> int:
+    """How many letters a word has.
+
+    Longer text that is not part of the description."""
+    return len(word) * times
+
+
+def weather(city: str, unit: Literal["C", "F"] = "C") -> dict:
+    """Today's weather in a city."""
+    return {"city": city, "temperature": 21, "unit": unit}
+
+
+def broken(x: int) -> int:
+    """Always fails."""
+    raise RuntimeError("the tool broke")
+
+
+def _private() -> None:
+    pass
+'''
+
+
+@pytest.fixture
+def functions(tmp_path) -> Path:
+    path = tmp_path / "fns.py"
+    path.write_text(FUNCTIONS)
+    return path
+
+
+def hermes(name: str, arguments: dict) -> str:
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+def qwen_fake(*replies: str):
+    return use_engine(FakeEngine.factory(chat_template=template("qwen2.5-instruct"), architecture="qwen2",
+                                         replies=list(replies)))  # fmt: skip
+
+
+# -- definitions -------------------------------------------------------------------------------
+
+
+def test_functions_file_gives_schemas(functions):
+    toolset = tools.build([functions])
+    assert sorted(toolset.tools) == ["broken", "weather", "word_length"]
+    spec = toolset.get("word_length").spec()["function"]
+    assert spec["description"] == "How many letters a word has."
+    assert spec["parameters"]["properties"] == {"word": {"type": "string"},
+                                                "times": {"type": "integer", "default": 1}}  # fmt: skip
+    assert spec["parameters"]["required"] == ["word"]
+    weather = toolset.get("weather").spec()["function"]["parameters"]
+    assert weather["properties"]["unit"]["enum"] == ["C", "F"]
+
+
+def test_builtins_are_safe_and_exact():
+    arithmetic = tools.builtin("arithmetic")
+    assert tools.run(arithmetic, {"operation": "multiply", "a": 12, "b": 34}).result == "408"
+    out = tools.run(arithmetic, {"operation": "divide", "a": 1, "b": 0})
+    assert out.error and "division by zero" in out.result
+    assert tools.run(arithmetic, {"operation": "power", "a": 10, "b": 10**6}).error
+    now = json.loads(tools.run(tools.builtin("current_time"), {}).result)
+    assert now["utc"].endswith("+00:00")
+
+
+def test_tools_list_shows_each_schema(functions):
+    result = run("tools", "list", "--functions", str(functions), "--tool", "current_time", "--json")
+    assert result.exit_code == 0, result.stderr
+    listed = {t["name"]: t for t in json.loads(result.stdout)}
+    assert set(listed) == {"word_length", "weather", "broken", "current_time"}
+    assert listed["word_length"]["parameters"]["required"] == ["word"]
+    assert listed["current_time"]["origin"] == "builtin"
+    plain = run("tools", "list", "--functions", str(functions))
+    assert plain.exit_code == 0 and "word_length" in plain.stdout and '"required"' in plain.stdout
+
+
+@pytest.mark.parametrize(
+    "setup, args, message",
+    [
+        ("raise ImportError('nope')", [], "failed to import: ImportError: nope"),
+        ("x = 1", [], "defines no public top-level function"),
+        (None, ["--tool", "rm_rf"], "no built-in tool 'rm_rf'"),
+        ("def arithmetic(a: int) -> int:\n    return a", ["--tool", "arithmetic"], "two tools are named"),
+    ],
+)
+def test_bad_tool_sets_are_one_line(tmp_path, setup, args, message):
+    flags = list(args)
+    if setup is not None:
+        path = tmp_path / "bad.py"
+        path.write_text(setup + "\n")
+        flags = ["--functions", str(path), *flags]
+    result = run("tools", "list", *flags)
+    assert result.exit_code == 2
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+# -- call formats on real templates ------------------------------------------------------------
+
+
+def test_formats_recognised_from_real_templates():
+    assert toolcalls.detect(template("qwen2.5-instruct")).kind == "hermes"
+    assert toolcalls.detect(template("llama3.2-instruct")).kind == "llama3"
+    assert toolcalls.detect(template("mistral-nemo-instruct")).kind == "mistral"
+    assert toolcalls.detect(template("smollm2")) is None
+    assert toolcalls.detect(template("deepseek-r1-distill")) is None
+
+
+def feed_all(parser: toolcalls.Parser, pieces: list[str]) -> list:
+    out = []
+    for piece in pieces:
+        out += parser.feed(piece)
+    return out + parser.finish()
+
+
+def chars(text: str) -> list[str]:
+    return list(text)
+
+
+@pytest.mark.parametrize("split", [lambda t: [t], chars])
+def test_hermes_calls_apart_from_text(split):
+    text = "Checking.\n" + hermes("weather", {"city": "Oslo"}) + "\n" + hermes("word_length", {"word": "x"})
+    out = feed_all(toolcalls.Parser(toolcalls.CallFormat("hermes")), split(text))
+    words = "".join(p for p in out if isinstance(p, str))
+    calls = [p for p in out if isinstance(p, toolcalls.Call)]
+    assert words == "Checking."
+    assert [(c.name, c.arguments) for c in calls] == [
+        ("weather", {"city": "Oslo"}),
+        ("word_length", {"word": "x"}),
+    ]
+
+
+def test_malformed_call_is_a_call_with_an_error():
+    out = feed_all(toolcalls.Parser(toolcalls.CallFormat("hermes")), ["<tool_call>{not json</tool_call>"])
+    assert len(out) == 1 and out[0].error and "not valid JSON" in out[0].error
+
+
+@pytest.mark.parametrize("split", [lambda t: [t], chars])
+def test_llama3_json_answer_is_a_call(split):
+    text = '{"name": "weather", "parameters": {"city": "Oslo"}}'
+    out = feed_all(toolcalls.Parser(toolcalls.CallFormat("llama3")), split(text))
+    assert [(c.name, c.arguments) for c in out] == [("weather", {"city": "Oslo"})]
+    plain = feed_all(toolcalls.Parser(toolcalls.CallFormat("llama3")), split("It is sunny {really}."))
+    assert "".join(plain) == "It is sunny {really}."
+    not_a_call = feed_all(toolcalls.Parser(toolcalls.CallFormat("llama3")), split('{"a": 1}'))
+    assert not_a_call == ['{"a": 1}']
+
+
+def test_mistral_calls():
+    text = '[TOOL_CALLS][{"name": "weather", "arguments": {"city": "Oslo"}}]'
+    out = feed_all(toolcalls.Parser(toolcalls.CallFormat("mistral")), chars(text))
+    assert [(c.name, c.arguments) for c in out] == [("weather", {"city": "Oslo"})]
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-instruct", "llama3.2-instruct", "mistral-nemo-instruct"])
+def test_real_templates_render_tools_calls_and_results(name):
+    from llmcli import templates
+
+    specs = tools.Toolset([tools.builtin("arithmetic")]).specs()
+    function = {"name": "arithmetic", "arguments": {"operation": "add", "a": 1, "b": 2}}
+    call = {"id": "call00001", "type": "function", "function": function}
+    messages = [
+        {"role": "user", "content": "1+2?"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call00001", "name": "arithmetic", "content": "3"},
+    ]
+    prompt = templates.render(templates.PromptFormat(template(name), "model"), messages,
+                              variables={"tools": specs})  # fmt: skip
+    assert "arithmetic" in prompt and "multiply" in prompt  # the tool's schema
+    assert prompt.count('"operation"') >= 2  # the schema and the call
+    assert "3" in prompt.rsplit("arithmetic", 1)[1]  # the result after the call
+
+
+# -- the loop in generate ----------------------------------------------------------------------
+
+
+def test_generate_runs_an_approved_call_and_records_it(functions):
+    factory = qwen_fake("On it.\n" + hermes("word_length", {"word": "llama", "times": 2}), "It has 10.")
+    result = run("generate", "how long?", "--functions", str(functions), "--approve-tools", "--json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert "<tool_call>" not in doc["text"] and doc["text"] == "On it.\nIt has 10."
+    (call,) = doc["tool_calls"]
+    assert call["name"] == "word_length" and call["arguments"] == {"word": "llama", "times": 2}
+    assert call["result"] == "10" and call["error"] is None and call["round"] == 1
+    assert call["duration_ms"] >= 0 and doc["timings"]["tool_ms"] >= 0
+    second = factory.made[0].history[1].prompt
+    assert "<tool_response>\n10\n</tool_response>" in second
+    assert '"word_length"' in factory.made[0].history[0].prompt  # the tools block
+
+
+def test_generate_streams_text_without_markup(functions):
+    qwen_fake("Sure. " + hermes("weather", {"city": "Oslo"}), "Sunny, 21 C.")
+    result = run("generate", "weather?", "--functions", str(functions), "--approve-tools", "--show-tools")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "Sure.\nSunny, 21 C.\n"
+    assert "tool weather(" in result.stderr and '"temperature": 21' in result.stderr
+
+
+def test_generate_without_approval_refuses_and_runs_nothing(tmp_path):
+    marker = tmp_path / "ran"
+    path = tmp_path / "side.py"
+    path.write_text(f"def touch() -> str:\n    '''Touch a file.'''\n    open({str(marker)!r}, 'w').close()\n"
+                    "    return 'done'\n")  # fmt: skip
+    factory = qwen_fake(hermes("touch", {}), "never")
+    result = run("generate", "go", "--functions", str(path))
+    assert result.exit_code == 2
+    assert not marker.exists()
+    (line,) = result.stderr.strip().splitlines()
+    assert "touch({})" in line and "--approve-tools" in line
+    assert len(factory.made[0].history) == 1  # no second request
+
+
+@pytest.mark.parametrize(
+    "call, said",
+    [
+        (hermes("nope", {}), "no tool is named 'nope'"),
+        (hermes("word_length", {"word": 3}), "argument 'word': must be string"),
+        (hermes("word_length", {}), "missing required argument: word"),
+        (hermes("broken", {"x": 1}), "RuntimeError: the tool broke"),
+        ("<tool_call>{oops</tool_call>", "could not be read"),
+    ],
+)
+def test_bad_calls_are_told_to_the_model(functions, call, said):
+    factory = qwen_fake(call, "Sorry.")
+    result = run("generate", "go", "--functions", str(functions), "--approve-tools", "--json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert said in doc["tool_calls"][0]["error"]
+    assert said in factory.made[0].history[1].prompt  # the model reads what went wrong
+    assert doc["text"] == "Sorry."
+
+
+def test_tool_timeout(tmp_path):
+    path = tmp_path / "slow.py"
+    path.write_text(
+        "import time\n\ndef slow() -> str:\n    '''Hangs.'''\n    time.sleep(30)\n    return 'x'\n"
+    )
+    qwen_fake(hermes("slow", {}), "Gave up.")
+    result = run("generate", "go", "--functions", str(path), "--approve-tools", "--tool-timeout", "0.2",
+                 "--json")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert "timed out after 0.2 s" in json.loads(result.stdout)["tool_calls"][0]["error"]
+
+
+def test_tool_rounds_limit(functions):
+    call = hermes("word_length", {"word": "a"})
+    qwen_fake(call, call, call)
+    result = run("generate", "go", "--functions", str(functions), "--approve-tools", "--tool-rounds", "2",
+                 "--json")  # fmt: skip
+    assert result.exit_code == 0
+    doc = json.loads(result.stdout)
+    assert [c["round"] for c in doc["tool_calls"]] == [1, 2, 3]
+    assert doc["tool_calls"][2]["error"].startswith("not run: --tool-rounds 2")
+    assert "--tool-rounds" in result.stderr
+
+
+def test_no_tools_record_is_null(fake):
+    doc = json.loads(run("generate", "hi", "--json").stdout)
+    assert doc["tool_calls"] is None and doc["timings"]["tool_ms"] == 0
+
+
+def test_template_without_tools_is_refused(fake, functions):
+    result = run("generate", "hi", "--functions", str(functions))
+    assert result.exit_code == 2 and "takes no tools" in result.stderr
+
+
+# -- MCP ---------------------------------------------------------------------------------------
+
+MCP_SERVER = Path(__file__).parent / "data" / "mcp" / "server.py"
+
+
+def mcp_command() -> str:
+    import shlex
+    import sys
+
+    return f"{shlex.quote(sys.executable)} {shlex.quote(str(MCP_SERVER))}"
+
+
+def test_mcp_server_tools_are_listed_and_called():
+    from llmcli.cli.options import build_toolset
+
+    toolset = build_toolset(None, None, [mcp_command()])
+    try:
+        assert {"add", "shout", "die"} <= set(toolset.tools)
+        add = toolset.get("add")
+        assert add.parameters["required"] == ["a", "b"] and add.origin.startswith("mcp: ")
+        assert tools.run(add, {"a": 2, "b": 40}, timeout=60).result == "42"
+        died = tools.run(toolset.get("die"), {}, timeout=60)
+        assert died.error  # the server died mid-call: an error result, not a crash
+        again = tools.run(add, {"a": 1, "b": 1}, timeout=60)
+        assert again.error
+    finally:
+        toolset.close()
+
+
+def test_mcp_in_generate(functions):
+    qwen_fake(hermes("shout", {"text": "hi"}), "Done.")
+    result = run("generate", "go", "--mcp", mcp_command(), "--approve-tools", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["tool_calls"][0]["result"] == "HI"
+
+
+def test_mcp_server_that_does_not_start():
+    result = run("tools", "list", "--mcp", "/nonexistent/mcp-server --flag")
+    assert result.exit_code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "did not start" in line and "/nonexistent/mcp-server" in line
+
+
+def test_chat_refuses_tool_flags_in_one_line(fake, functions):
+    result = run("chat", "--functions", str(functions), input="hi\n")
+    assert result.exit_code == 2
+    assert "chat does not offer tools yet" in result.stderr and len(result.stderr.strip().splitlines()) == 1

@@ -1,0 +1,69 @@
+"""Tool calling with a real model: Qwen2.5-Coder-0.5B-Instruct (its template has the Hermes tools
+block) calls a real Python function, and its result goes back through the template.
+
+At temperature 0 the 0.5B model reliably calls the one tool it is given for a question only the
+tool can answer; what it writes after the result varies, so the test asserts properties: a call
+parsed, its arguments valid for the schema, the result in the next prompt, no markup in the text."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llmcli import generation, tools
+from llmcli.contract import EngineOptions, Request, SamplingParams
+
+pytestmark = pytest.mark.model
+
+FUNCTIONS = '''
+def get_secret_code(name: str) -> str:
+    """Look up the secret code of a person by name."""
+    return "The secret code is 4817."
+'''
+
+
+class Recording:
+    """An engine whose requests are kept, to see what each round was sent."""
+
+    def __init__(self, engine):
+        self.engine, self.requests = engine, []
+
+    def respond(self, request):
+        self.requests.append(request)
+        return self.engine.respond(request)
+
+    def interrupt(self):
+        self.engine.interrupt()
+
+
+def test_qwen_calls_a_python_function_and_reads_its_result(qwen_model, tmp_path):
+    from llmcli.engine.llama import LlamaEngine
+
+    path = tmp_path / "fns.py"
+    path.write_text(FUNCTIONS)
+    toolset = tools.build([path])
+    engine = LlamaEngine(qwen_model, EngineOptions(ctx_size=4096))
+    try:
+        recording = Recording(engine)
+        pieces: list[str] = []
+        params = SamplingParams(temperature=0.0, seed=1, max_tokens=120)
+        request = Request(params, messages=[{"role": "user", "content": "What is the secret code of Alice?"}],
+                          tools=toolset.specs())  # fmt: skip
+        loop = generation.ToolLoop(toolset, approve=lambda call: "yes", rounds=2)
+        sink = lambda event: pieces.append(event.text) if type(event).__name__ == "Token" else None  # noqa: E731
+        done, _, turn = generation.drive_tools(recording, request, sink, loop)
+    finally:
+        engine.close()
+    first = turn.calls[0]
+    assert first["name"] == "get_secret_code" and first["round"] == 1
+    assert tools.check_arguments(toolset.get("get_secret_code").parameters, first["arguments"]) is None
+    assert first["result"] == "The secret code is 4817." and first["error"] is None
+    assert len(recording.requests) >= 2
+    fed = recording.requests[1].messages
+    assert fed[-1]["role"] == "tool" and fed[-1]["content"] == first["result"]
+    assert fed[-2]["tool_calls"][0]["function"]["name"] == "get_secret_code"
+    for text in (done.text, "".join(pieces)):
+        assert "<tool_call>" not in text and "</tool_call>" not in text
+        assert '"arguments"' not in text  # the calls' JSON is not in the answer either
+    json.dumps(turn.calls)  # the record's field is plain JSON
