@@ -334,3 +334,45 @@ def test_chat_refuses_tool_flags_in_one_line(fake, functions):
     result = run("chat", "--functions", str(functions), input="hi\n")
     assert result.exit_code == 2
     assert "chat does not offer tools yet" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+# -- the grammar a call's JSON is written under ---------------------------------------------------
+
+
+def test_a_calls_opening_is_seen_however_the_text_is_cut():
+    from llmcli.toolcalls import CallWatch
+
+    watch = CallWatch("<tool_call>")
+    assert [watch.feed(piece) for piece in ["Let me check.", "\n<tool", "_call>"]] == [False, False, True]
+    assert watch.feed("\n") is False  # once per opening
+    watch = CallWatch("<tool_call>")
+    assert watch.feed("<tool_call>\n") is True  # whitespace after it: nothing of the JSON yet
+    watch = CallWatch("<tool_call>")
+    assert watch.feed('<tool_call>{"name"') is False  # JSON already written free: left to the parser
+
+
+def test_one_calls_schema_names_a_tool_and_its_arguments():
+    from llmcli import toolcalls
+
+    specs = tools.build(None, ["arithmetic", "current_time"]).specs()
+    schema = toolcalls.call_schema(toolcalls.CallFormat("hermes"), specs)
+    names = [choice["properties"]["name"]["const"] for choice in schema["oneOf"]]
+    assert names == ["arithmetic", "current_time"]
+    assert all(choice["additionalProperties"] is False for choice in schema["oneOf"])
+    # formats whose call is the whole answer are checked once written, never constrained
+    assert toolcalls.call_schema(toolcalls.CallFormat("llama3"), specs) is None
+    assert toolcalls.call_schema(toolcalls.CallFormat("hermes"), []) is None
+
+
+def test_the_call_grammar_wraps_the_converted_schema():
+    from llmcli import toolcalls
+    from llmcli.engine.grammar import json_schema_to_gbnf
+
+    specs = tools.build(None, ["arithmetic"]).specs()
+    gbnf = json_schema_to_gbnf(json.dumps(toolcalls.call_schema(toolcalls.CallFormat("hermes"), specs)))
+    grammar = toolcalls.call_grammar(gbnf)
+    assert grammar is not None and grammar.trigger == "<tool_call>" and grammar.bare
+    rules = [line.split(" ::=")[0] for line in grammar.grammar.splitlines() if " ::=" in line]
+    assert rules.count("root") == 1 and toolcalls.CALL_RULE in rules
+    assert grammar.grammar.startswith(f"root ::= [ \\t\\n]* {toolcalls.CALL_RULE}\n")
+    assert toolcalls.call_grammar("space ::= \" \"?") is None  # no root: nothing to wrap

@@ -67,3 +67,23 @@ def test_qwen_calls_a_python_function_and_reads_its_result(qwen_model, tmp_path)
         assert "<tool_call>" not in text and "</tool_call>" not in text
         assert '"arguments"' not in text  # the calls' JSON is not in the answer either
     json.dumps(turn.calls)  # the record's field is plain JSON
+
+
+def test_a_calls_json_is_written_under_its_schemas_grammar(qwen_model, tmp_path):
+    """Unconstrained, the 0.5B model calls a tool that does not exist for this question (it writes
+    `{"name": "multiply", ...}`); under the call grammar every call names one of the tools and its
+    arguments fit that tool's schema, through the whole generate path."""
+    from realmodel import llmcli
+
+    result = llmcli("generate", "-m", str(qwen_model), "--temperature", "0", "-n", "80", "--tool", "arithmetic",
+                    "--tool", "current_time", "--approve-tools", "--tool-rounds", "1", "--json",
+                    "What is 17.5 times 3?", timeout=900)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    calls = json.loads(result.stdout)["tool_calls"]
+    assert calls, "the model called a tool"
+    toolset = tools.build(None, ["arithmetic", "current_time"])
+    for call in calls:
+        if call["result"].startswith("error: not run"):
+            continue  # past --tool-rounds: recorded, not run
+        assert call["error"] is None, call
+        assert tools.check_arguments(toolset.get(call["name"]).parameters, call["arguments"]) is None

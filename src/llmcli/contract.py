@@ -15,6 +15,7 @@ from typing import Any, Literal, Protocol
 
 from llmcli import defaults
 from llmcli.reasoning import ReasoningFormat
+from llmcli.toolcalls import CallGrammar
 
 FinishReason = Literal["stop", "length", "interrupted"]
 
@@ -432,7 +433,8 @@ class Engine(Protocol):
         ...
 
     def stream(
-        self, prompt: str | list[int], params: SamplingParams, *, reasoning: str | None = None
+        self, prompt: str | list[int], params: SamplingParams, *, reasoning: str | None = None,
+        calls: CallGrammar | None = None,
     ) -> Iterator[Event]:
         """Prefill `prompt` (reusing the cached prefix), then decode: PrefillProgress, Token..., one
         Done. Closing the generator early leaves the cache consistent with what was evaluated.

@@ -33,6 +33,7 @@ from llmcli.engine.speculation import Speculation
 from llmcli.engine.text import TextStream
 from llmcli.engine.vocab import Tokenizer
 from llmcli.reasoning import Tracker
+from llmcli.toolcalls import CallWatch
 
 MIN_PREFILL_SAMPLE = 32  # prefill batches smaller than this say little about thread speed
 
@@ -68,7 +69,7 @@ class Generation:
 
     def __init__(self, engine: Runner, tokens: list[int], params: SamplingParams, seed: int, sampler,
                  abort: AbortFlag, spec: Speculation | None = None, tracker: Tracker | None = None,
-                 answer_sampler=None) -> None:  # fmt: skip
+                 answer_sampler=None, calls: tuple[str, object, bool] | None = None) -> None:  # fmt: skip
         self.e = engine
         self.cache = engine.cache
         self.abort = abort
@@ -84,6 +85,11 @@ class Generation:
         # then lives in `answer_sampler` and applies from the answer's first token
         self.tracker = tracker
         self.answer_sampler = answer_sampler
+        # Tool calls: (the text that opens one, the chain whose grammar is one call's JSON, whether
+        # bare JSON opening the answer is one), which samples from the opening until the call's
+        # JSON is complete
+        self.calls = calls
+        self.call_may_open = calls is not None and calls[2]  # before the answer's first text
         constrained_now = params.grammar and answer_sampler is None
         self.grammar = GrammarProbe(engine.tokenizer, sampler) if constrained_now else None
         self.ended_by_eog = False
@@ -93,62 +99,10 @@ class Generation:
         greedy = params.temperature <= 0 and L.llama_sampler_chain_n(sampler) == 1
         self.pick = pick(L, self.cache.ctx, sampler, engine.n_vocab, greedy)
         self.step = self._step()
-        if tracker is not None:
-            self.pick = self._tracked_pick(self.pick, sampler, None if greedy else sampler)
-            self.step = self._tracked_step(self.step)
-
-    def _tracked_pick(self, free: Callable[[int], int], sampler, stateful) -> Callable[[int], int]:
-        """The pick of a request whose reasoning block is watched: the tokens a spent budget forces
-        (its message and the closing tag, fed to the sampler's state as if sampled), the grammar's
-        chain from the answer's first token, the free chain while the model reasons."""
-        tracker, text, L = self.tracker, self.text, self.cache.L
-        assert tracker is not None
-        forced: list[int] = []
-        answer = self.answer_sampler
-        constrained = None
-        if answer is not None:
-            constrained = pick(L, self.cache.ctx, answer, self.e.n_vocab, False)
-        token_bytes = self.e.tokenizer.token_bytes
-
-        def picked(i: int) -> int:
-            if not forced and (closing := tracker.due(mid_character=text.mid_character)):
-                forced.extend(self.e.tokenizer.tokenize(closing, special=True, add_bos=False))
-            if forced:
-                token = forced.pop(0)
-                if stateful is not None:
-                    L.llama_sampler_accept(stateful, token)
-                return token
-            if constrained is None:
-                return free(i)
-            if tracker.answering:
-                return constrained(i)
-            token = free(i)  # at the start, an answer begun without a block is the grammar's
-            if tracker.splitter.would_answer(token_bytes(token).decode("utf-8", "replace")):
-                return constrained(i)
-            return token
-
-        return picked
-
-    def _tracked_step(self, step: Callable[[int], Fed]) -> Callable[[int], Fed]:
-        """The per-token step, with the reasoning block watched: the grammar's probe starts where the
-        answer does."""
-        tracker, text = self.tracker, self.text
-        assert tracker is not None
-        grammar_waits = self.answer_sampler is not None
-
-        def tracked(token: int) -> Fed:
-            nonlocal grammar_waits
-            fed = step(token)
-            if fed is not None:
-                tracker.feed(text.last)
-                if grammar_waits and tracker.answering:
-                    grammar_waits = False
-                    self.grammar = GrammarProbe(self.e.tokenizer, self.answer_sampler, note_start=False)
-                if self.grammar is not None and self.answer_sampler is not None:
-                    self.grammar.note(text.decoded_chars, pending_bytes=text.mid_character)
-            return fed
-
-        return tracked
+        if tracker is not None or calls is not None:
+            self.in_call = False
+            self.pick = self._steered_pick(self.pick, None if greedy else sampler)
+            self.step = self._steered_step(self.step)
 
     def _step(self) -> Callable[[int], Fed]:
         """The one per-token step of both decode loops: record the token, time the first, end on
@@ -173,6 +127,89 @@ class Generation:
             return fed
 
         return step
+
+    def _steered_pick(self, free: Callable[[int], int], stateful) -> Callable[[int], int]:
+        """The pick of a request whose output is steered: the tokens a spent reasoning budget forces
+        (its message and the closing tag, fed to the sampler's state as if sampled), a tool call's
+        grammar while the model writes one, the answer's grammar from the answer's first token, the
+        free chain while the model reasons."""
+        tracker, text, L, ctx, n_vocab = self.tracker, self.text, self.cache.L, self.cache.ctx, self.e.n_vocab
+        forced: list[int] = []
+        answer = self.answer_sampler
+        constrained = pick(L, ctx, answer, n_vocab, False) if answer is not None else None
+        call_chain = self.calls[1] if self.calls is not None else None
+        in_call = pick(L, ctx, call_chain, n_vocab, False) if call_chain is not None else None
+        token_bytes = self.e.tokenizer.token_bytes
+
+        def picked(i: int) -> int:
+            closing = None if tracker is None or forced else tracker.due(mid_character=text.mid_character)
+            if closing:
+                forced.extend(self.e.tokenizer.tokenize(closing, special=True, add_bos=False))
+            if forced:
+                token = forced.pop(0)
+                if stateful is not None:
+                    L.llama_sampler_accept(stateful, token)
+                return token
+            if in_call is not None:
+                if self.in_call:
+                    return in_call(i)
+                if self.call_may_open and (tracker is None or tracker.answering):
+                    token = free(i)  # an answer that opens with bare JSON is a call: the call's grammar
+                    if token_bytes(token).decode("utf-8", "replace").lstrip().startswith("{"):
+                        L.llama_sampler_reset(call_chain)
+                        self.in_call = True
+                        return in_call(i)
+                    return token
+            if constrained is None or tracker is None:
+                return free(i)
+            if tracker.answering:
+                return constrained(i)
+            token = free(i)  # at the start, an answer begun without a block is the grammar's
+            if tracker.splitter.would_answer(token_bytes(token).decode("utf-8", "replace")):
+                return constrained(i)
+            return token
+
+        return picked
+
+    def _steered_step(self, step: Callable[[int], Fed]) -> Callable[[int], Fed]:
+        """The per-token step, with the reasoning block and tool calls watched: the answer's grammar
+        probe starts where the answer does; a call's grammar from its opening to its complete JSON."""
+        tracker, text, calls = self.tracker, self.text, self.calls
+        grammar_waits = self.answer_sampler is not None
+        L = self.cache.L
+        call_chain = calls[1] if calls is not None else None
+        call_probe = None if call_chain is None else GrammarProbe(self.e.tokenizer, call_chain, note_start=False)
+        watch = CallWatch(calls[0]) if calls is not None else None
+
+        def steered(token: int) -> Fed:
+            nonlocal grammar_waits
+            fed = step(token)
+            if fed is None:
+                return fed
+            if tracker is not None:
+                tracker.feed(text.last)
+                if grammar_waits and tracker.answering:
+                    grammar_waits = False
+                    self.grammar = GrammarProbe(self.e.tokenizer, self.answer_sampler, note_start=False)
+                if self.grammar is not None and self.answer_sampler is not None:
+                    self.grammar.note(text.decoded_chars, pending_bytes=text.mid_character)
+            if watch is not None and call_probe is not None and (tracker is None or tracker.answering):
+                if (
+                    self.call_may_open
+                    and text.last.strip()
+                    and (tracker is None or tracker.splitter.state == "answer")
+                ):
+                    self.call_may_open = False  # the answer began with text: a bare call no longer opens
+                if self.in_call:  # the call's JSON is complete where its grammar would end
+                    if not text.mid_character and call_probe.complete_now():
+                        self.in_call = False
+                else:
+                    if watch.feed(text.last):  # the call's opening: its JSON is the grammar's
+                        L.llama_sampler_reset(call_chain)
+                        self.in_call = True
+            return fed
+
+        return steered
 
     def run(self) -> Iterator[Event]:
         cache = self.cache

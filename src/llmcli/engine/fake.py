@@ -26,6 +26,7 @@ from llmcli.contract import (
 )
 from llmcli.engine import local
 from llmcli.engine.text import TextStream
+from llmcli.toolcalls import CallGrammar
 
 BOS = 0x10FFFF  # a code point no test text uses
 
@@ -154,7 +155,8 @@ class FakeEngine:
         return local.respond(self, request)
 
     def stream(
-        self, prompt: str | list[int], params: SamplingParams, *, reasoning: str | None = None
+        self, prompt: str | list[int], params: SamplingParams, *, reasoning: str | None = None,
+        calls: CallGrammar | None = None,
     ) -> Iterator[Event]:
         """The scripted reply; `reasoning` (where the prompt leaves a reasoning model) is kept for
         the tests to read, as `reasoning_state`: the scripted pieces are what they are."""

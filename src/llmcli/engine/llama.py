@@ -64,6 +64,7 @@ from llmcli.engine.threads import physical_cores
 from llmcli.engine.vocab import Tokenizer
 from llmcli.errors import InvalidModelError, LlmcliError, UsageError
 from llmcli.reasoning import tracker_for
+from llmcli.toolcalls import CallGrammar
 
 __all__ = [  # the engine, and the names other modules, tests and benchmarks import from here
     "DEFAULT_CTX_CAP", "GGML_KV_TYPES", "MIN_PREFILL_SAMPLE", "SPEC_VOCAB_MAX_DIFFERENCE", "AbortFlag",
@@ -440,11 +441,13 @@ class LlamaEngine:
         return local.respond(self, request)
 
     def stream(
-        self, prompt: str | list[int], params: SamplingParams, *, reasoning: str | None = None
+        self, prompt: str | list[int], params: SamplingParams, *, reasoning: str | None = None,
+        calls: CallGrammar | None = None,
     ) -> Iterator[Event]:
         """Prefill `prompt`, then decode; yields PrefillProgress, Token..., and one Done.
         `reasoning`: where the prompt leaves a reasoning model (`reasoning.prompt_state`), for the
-        budget and for a grammar that applies to the answer only; None: text is text.
+        budget and for a grammar that applies to the answer only; None: text is text. `calls`: the
+        grammar of one tool call, applied from each call's opening to its complete JSON.
 
         Closing the generator early (a closed pipe, an exception in the consumer) stops the request
         and leaves the cache consistent with what was evaluated."""
@@ -460,16 +463,20 @@ class LlamaEngine:
                 sampler = self._build_sampler(replace(params, grammar=None), seed)
             else:
                 sampler = self._build_sampler(params, seed)
+            call_sampler = None
+            if calls is not None:
+                call_sampler = self._build_sampler(replace(params, grammar=calls.grammar), seed)
             self._abort.clear()
             try:
                 spec = Speculation(self, tokens, params) if self.spec.enabled else None
+                steered = (calls.trigger, call_sampler, calls.bare) if calls is not None else None
                 yield from Generation(
-                    self, tokens, params, seed, sampler, self._abort, spec, tracker, answer_sampler
+                    self, tokens, params, seed, sampler, self._abort, spec, tracker, answer_sampler, steered
                 ).run()
             finally:
-                self._L.llama_sampler_free(sampler)
-                if answer_sampler is not None:
-                    self._L.llama_sampler_free(answer_sampler)
+                for chain in (sampler, answer_sampler, call_sampler):
+                    if chain is not None:
+                        self._L.llama_sampler_free(chain)
 
     def _build_sampler(self, params: SamplingParams, seed: int):
         """The sampler chain (engine/sampler.py)."""

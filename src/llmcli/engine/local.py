@@ -8,6 +8,7 @@ A served engine does none of this: its server applies the template and keeps the
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -27,18 +28,35 @@ def respond(engine: Engine, request: Request) -> Iterator[Event]:
     request = thinking(engine, request)
     tokens, prepared = prompt_tokens(engine, request)
     waited_ms = request.before_prefill(tokens) if request.before_prefill is not None else 0.0
+    calls = call_constraint(engine, request)
     fmt = engine.info.reasoning
     if request.text is None and fmt is not None and fmt.open_tag and fmt.close_tag:
         state = prompt_state(fmt, engine.detokenize(tokens[-TAIL_TOKENS:]))  # type: ignore[attr-defined]
-        events = run(engine, tokens, request.params, prepared, waited_ms, state)
+        events = run(engine, tokens, request.params, prepared, waited_ms, state, calls)
         # after a closed block (thinking switched off) a model may still write an empty one of its
         # own: the splitter still takes a block at the start out of the answer
         events = split_reasoning(events, Splitter(fmt, "start" if state == "answer" else state))
     else:
-        events = run(engine, tokens, request.params, prepared, waited_ms)
+        events = run(engine, tokens, request.params, prepared, waited_ms, calls=calls)
     if request.text is None and request.tools:
         events = split_calls(events, toolcalls.Parser(call_format(engine)))
     return events
+
+
+def call_constraint(engine: Engine, request: Request) -> toolcalls.CallGrammar | None:
+    """The grammar a tool call's JSON is written under, where the model's format allows one and
+    the tools' schemas convert (else None: the call is checked once written)."""
+    if request.text is not None or not request.tools or request.params.grammar:
+        return None
+    schema = toolcalls.call_schema(call_format(engine), request.tools)
+    if schema is None:
+        return None
+    from llmcli.engine.grammar import json_schema_to_gbnf
+
+    try:
+        return toolcalls.call_grammar(json_schema_to_gbnf(json.dumps(schema)))
+    except Exception:  # a schema feature the converter lacks
+        return None
 
 
 def thinking(engine: Engine, request: Request) -> Request:
@@ -70,11 +88,14 @@ def call_format(engine: Engine) -> toolcalls.CallFormat:
     return fmt
 
 
-def run(engine: Engine, tokens: list[int], params, prepared: Prepared, waited_ms: float,
-        reasoning: str | None = None) -> Iterator[Event]:  # fmt: skip
+def run(
+    engine: Engine, tokens: list[int], params, prepared: Prepared, waited_ms: float,
+    reasoning: str | None = None, calls: toolcalls.CallGrammar | None = None,
+) -> Iterator[Event]:  # fmt: skip
     """The events of a built prompt: Prepared, then `engine.stream`'s, the wait added to the timings.
-    `reasoning`: where the prompt leaves a reasoning model (`reasoning.prompt_state`)."""
-    events = engine.stream(tokens, params, reasoning=reasoning)
+    `reasoning`: where the prompt leaves a reasoning model (`reasoning.prompt_state`); `calls`: the
+    grammar of a tool call."""
+    events = engine.stream(tokens, params, reasoning=reasoning, calls=calls)
     try:
         # Prepared comes first, but after the stream has begun: a request clears the engine's
         # interrupt flag as it starts, and a Ctrl-C pressed before that is raised at the first event.

@@ -134,6 +134,10 @@ class GrammarProbe:
         if not pending_bytes and self.eog >= 0 and self._accepts_eog():
             self.points.add(chars)
 
+    def complete_now(self) -> bool:
+        """Whether the grammar's text is complete at this point (it would let EOG through)."""
+        return self._accepts_eog()
+
     def _accepts_eog(self) -> bool:
         self.data[0].id, self.data[0].logit, self.data[0].p = self.eog, 0.0, 0.0
         self.array.size, self.array.selected = 1, -1

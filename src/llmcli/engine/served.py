@@ -53,6 +53,7 @@ from llmcli.errors import (
     StreamBrokenError,
     UsageError,
 )
+from llmcli.toolcalls import CallGrammar
 
 if TYPE_CHECKING:
     import httpx
@@ -347,7 +348,8 @@ class ServedEngine:
         return ""
 
     def stream(
-        self, prompt: str | list[int], params: SamplingParams, *, reasoning: str | None = None
+        self, prompt: str | list[int], params: SamplingParams, *, reasoning: str | None = None,
+        calls: CallGrammar | None = None,
     ) -> Iterator[Event]:
         """A plain-text completion (`/completions`): the prompt as text, or token ids (which
         llama-server and vLLM take)."""
