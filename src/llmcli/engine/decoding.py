@@ -178,7 +178,9 @@ class Generation:
         grammar_waits = self.answer_sampler is not None
         L = self.cache.L
         call_chain = calls[1] if calls is not None else None
-        call_probe = None if call_chain is None else GrammarProbe(self.e.tokenizer, call_chain, note_start=False)
+        call_probe = None
+        if call_chain is not None:
+            call_probe = GrammarProbe(self.e.tokenizer, call_chain, note_start=False)
         watch = CallWatch(calls[0]) if calls is not None else None
 
         def steered(token: int) -> Fed:
