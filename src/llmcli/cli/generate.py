@@ -166,29 +166,17 @@ def tool_loop(flags: o.RunFlags, toolset):
     if toolset is None:
         return None
     from llmcli import render
-    from llmcli.generation import ToolLoop, refuse_unapproved
+    from llmcli.generation import ToolLoop, call_line, refuse_unapproved
 
     approve, rounds, timeout = flags.tool_settings()
     on_result = None
     if flags.show_tools:
 
         def on_result(record: dict) -> None:
-            render.err_line(show_call(record))
+            render.err_line(call_line(record))
 
     return ToolLoop(toolset, (lambda call: "yes") if approve else refuse_unapproved, rounds, timeout,
                     on_result=on_result)  # fmt: skip
-
-
-def show_call(record: dict) -> str:
-    """--show-tools: one line per call: `tool NAME(ARGS) -> RESULT (12 ms)`."""
-    import json
-
-    args = json.dumps(record["arguments"], ensure_ascii=False)
-    result = record["result"].replace("\n", " ")
-    if len(result) > 300:
-        result = result[:300] + "..."
-    took = f" ({record['duration_ms']:.0f} ms)" if record["duration_ms"] is not None else ""
-    return f"tool {record['name'] or '?'}({args}) -> {result}{took}"
 
 
 def read_prompt(prompt: str | None, file: Path | None) -> str:
