@@ -67,3 +67,36 @@ def test_qwen_calls_a_python_function_and_reads_its_result(qwen_model, tmp_path)
         assert "<tool_call>" not in text and "</tool_call>" not in text
         assert '"arguments"' not in text  # the calls' JSON is not in the answer either
     json.dumps(turn.calls)  # the record's field is plain JSON
+
+
+@pytest.mark.served
+def test_qwen_through_llama_server_calls_a_python_function(qwen_model, tmp_path):
+    """The same through a real llama-server with --jinja: llmcli sends `tools` and the server renders
+    them with the model's template; the call comes back (as `tool_calls` deltas where the server
+    parses it; this 0.5B model drops the tags, so the server passes its bare JSON on as text, which
+    llmcli reads as the call), and its result goes back in OpenAI's shape, which the server's
+    template takes, for the model to go on."""
+    import llamacpp_tools
+    from helpers import run
+    from servers import start_llama_server
+
+    path = tmp_path / "fns.py"
+    path.write_text(FUNCTIONS)
+    try:
+        server = start_llama_server(tmp_path, model=qwen_model, slots=1, ctx=4096, extra=["--jinja"])
+    except llamacpp_tools.ToolsUnavailable as exc:
+        pytest.skip(f"llama-server cannot be built here: {exc}")
+    try:
+        question = "What is the secret code of Alice?"
+        result = run("generate", "-m", server.ref, question, "--functions", str(path), "--approve-tools",
+                     "--tool-rounds", "2", "--temperature", "0", "--seed", "1", "-n", "60", "--json",
+                     "--timeout", "300")  # fmt: skip
+    finally:
+        server.stop()
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    first = doc["tool_calls"][0]
+    assert first["name"] == "get_secret_code" and first["round"] == 1 and first["error"] is None
+    assert first["result"] == "The secret code is 4817."
+    assert doc["usage"]["prompt_tokens"] > 100  # the tools block, rendered by the server's template
+    assert "<tool_call>" not in doc["text"] and '"arguments"' not in doc["text"]

@@ -114,9 +114,6 @@ def generate(
             log.kv_state = str(prompt_cache)  # the state this conversation warms from next time too
     from llmcli.errors import StreamBrokenError
 
-    if flags.wants_tools and loaded.served:
-        raise UsageError("tools are offered to local models only for now: a served model's `tools` are "
-                         "not sent yet")  # fmt: skip
     if flags.wants_tools and raw:
         raise UsageError("tools need the chat template: --raw (or a base model's plain continuation) "
                          "cannot offer them")  # fmt: skip
