@@ -461,3 +461,21 @@ def test_retry_regenerates_the_whole_answer_with_its_calls(functions, isolated):
     messages = session_doc(isolated, "x")["messages"]
     assert [m["role"] for m in messages] == ["user", "assistant"]
     assert messages[1]["content"] == "Retried without a call."
+
+
+def test_ctrl_c_at_the_question_stops_the_answer_and_runs_nothing(functions, isolated, monkeypatch):
+    from llmcli.repl.loop import Repl
+
+    def pressed(self, question):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Repl, "_ask", pressed)
+    factory = qwen_fake(hermes("word_length", {"word": "a"}), "Next answer.")
+    result = run("chat", "--functions", str(functions), "--session", "q", input="len?\nnext\n")
+    assert result.exit_code == 0, result.stderr
+    assert "[interrupted: the tool calls so far and their results are kept in the history]" in result.stderr
+    prompts = [r.prompt for r in factory.made[0].history]
+    assert len(prompts) == 2 and "not run: the user stopped the answer" in prompts[1]
+    messages = session_doc(isolated, "q")["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "user", "assistant"]
+    assert messages[-1]["content"] == "Next answer."

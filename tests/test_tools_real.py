@@ -100,3 +100,56 @@ def test_qwen_through_llama_server_calls_a_python_function(qwen_model, tmp_path)
     assert first["result"] == "The secret code is 4817."
     assert doc["usage"]["prompt_tokens"] > 100  # the tools block, rendered by the server's template
     assert "<tool_call>" not in doc["text"] and '"arguments"' not in doc["text"]
+
+
+SLOW = '''
+import time
+
+
+def get_secret_code(name: str) -> str:
+    """Look up the secret code of a person by name."""
+    time.sleep(120)
+    return "The secret code is 4817."
+'''
+
+
+@pytest.mark.terminal
+def test_chat_on_a_terminal_asks_then_ctrl_c_stops_the_call_and_the_chat_goes_on(qwen_model, tmp_path):
+    """In a real terminal: the call is shown and waits for y / n / a; the status line says which tool
+    runs; Ctrl-C stops the call, and the next turn answers from a consistent history."""
+    import os
+    import sys
+
+    import pexpect
+
+    path = tmp_path / "slow.py"
+    path.write_text(SLOW)
+    env = dict(os.environ, TERM="xterm", COLUMNS="120", LINES="40")
+    env.pop("NO_COLOR", None)
+    argv = ["-m", "llmcli", "chat", "-m", str(qwen_model), "--functions", str(path), "--temperature", "0",
+            "-n", "60", "-c", "4096", "--session", "tty-tools", "--tool-rounds", "2"]  # fmt: skip
+    child = pexpect.spawn(sys.executable, argv, env=env, encoding="utf-8", timeout=300, dimensions=(40, 120))
+    prompt = r"\x1b\[\?2004h"
+    child.expect(prompt)
+    child.sendline("What is the secret code of Alice?")
+    child.expect(r"run tool get_secret_code\(.*Alice.*\)\? \[y\]es, \[n\]o, \[a\]lways for get_secret_code")
+    child.sendline("y")
+    child.expect(r"tool get_secret_code · \d")  # the live status line: the tool runs, not the model
+    child.sendintr()
+    child.expect(r"the user interrupted this call")
+    child.expect(r"\[interrupted: the tool calls so far and their results are kept in the history\]")
+    child.expect(prompt)
+    child.sendline("Thanks. Say OK.")
+    question, stats = r"run tool get_secret_code\(.*\)\? \[y\]es", r"prompt \d+ tok \(\d+ reused\)"
+    while child.expect([question, stats]) == 0:  # it may ask for the code again: declined now
+        child.sendline("n")
+    child.expect(prompt)
+    child.sendeof()
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0, child.before
+    from llmcli.repl import session_files
+
+    messages = session_files.load("tty-tools")["messages"]
+    assert [m["role"] for m in messages[:3]] == ["user", "assistant", "tool"]
+    assert "interrupted" in messages[2]["content"] and messages[-1]["role"] == "assistant"

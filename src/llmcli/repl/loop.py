@@ -224,12 +224,19 @@ class Repl:
         if self.ask is not None:
             return self.ask(question)
         if self.interactive:
+            import signal
+
             from prompt_toolkit import prompt
 
+            # the prompt's event loop leaves SIGINT at Python's default handler when it ends: the
+            # turn's own (`sigint_held`) is put back, so a later Ctrl-C cuts nothing in half
+            handler = signal.getsignal(signal.SIGINT)
             try:
                 return prompt(question)
             except EOFError:
                 return None
+            finally:
+                signal.signal(signal.SIGINT, handler)
         self.err.write(question + "\n")  # piped: the next input line answers
         self.err.flush()
         stdin = self._stdin if self._stdin is not None else sys.stdin
