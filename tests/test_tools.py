@@ -1,9 +1,11 @@
 """Tool calling on the fake engine and real templates: tool definitions, call parsing, the loop in
-generate (approval, --show-tools, --json's tool_calls), bad input."""
+generate (approval, --show-tools, --json's tool_calls), bad input, and in chat (y / n / always, Ctrl-C,
+the history, saved sessions and the log)."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -479,3 +481,13 @@ def test_ctrl_c_at_the_question_stops_the_answer_and_runs_nothing(functions, iso
     messages = session_doc(isolated, "q")["messages"]
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "user", "assistant"]
     assert messages[-1]["content"] == "Next answer."
+
+
+def test_context_counts_the_tools_block_and_shows_the_calls(functions):
+    factory = qwen_fake(hermes("word_length", {"word": "ab"}), "Two.")
+    result = run("chat", "--functions", str(functions), "--approve-tools", input="len?\n/context\n")
+    assert result.exit_code == 0, result.stderr
+    assert "[calls word_length]" in result.stderr and "the tools block and the calls" in result.stderr
+    total = int(re.search(r"context: (\d+) of", result.stderr).group(1))
+    last = factory.made[0].history[-1].prompt  # the fake's tokens are characters
+    assert total >= len(last) > 1000  # the tools block is counted, as the turn sent it

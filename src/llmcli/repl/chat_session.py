@@ -174,14 +174,18 @@ class ChatSession:
 
     def render_text(self, messages: list[dict[str, str]]) -> str:
         """The prompt's text for `messages`, as a turn renders it (engine/local.py): an answer's
-        reasoning in the field the template reads, or dropped; the think switch as set."""
+        reasoning in the field the template reads, or dropped; the think switch as set; the tools
+        block where tools are offered."""
         from llmcli.engine import local
 
         fmt = self.prompt_format
         think = local.thinking(self.engine, Request(self.params, messages=messages, think=self.think)).think
+        variables = local.switch_variables(self.engine, think)
+        if self.tool_loop is not None:
+            variables = {**(variables or {}), "tools": self.tool_loop.toolset.specs()}
         return templates.render(
             fmt, local.template_messages(messages, fmt.template), bos_token=self.engine.bos_text(),
-            eos_token=self.engine.eos_text(), variables=local.switch_variables(self.engine, think),
+            eos_token=self.engine.eos_text(), variables=variables,
         )  # fmt: skip
 
     def reasoning_in(self, prompt: str) -> tuple[int, int, int]:
