@@ -491,3 +491,12 @@ def test_context_counts_the_tools_block_and_shows_the_calls(functions):
     total = int(re.search(r"context: (\d+) of", result.stderr).group(1))
     last = factory.made[0].history[-1].prompt  # the fake's tokens are characters
     assert total >= len(last) > 1000  # the tools block is counted, as the turn sent it
+
+
+def test_mcp_server_serves_every_turn_of_a_chat():
+    call = hermes("shout", {"text": "hi"})
+    factory = qwen_fake(call, "Done.", call, "Again.")
+    result = run("chat", "--mcp", mcp_command(), "--approve-tools", input="one\ntwo\n")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.count('tool shout({"text": "hi"}) -> HI') == 2  # the server lived on between turns
+    assert "Again." in result.stdout and len(factory.made[0].history) == 4
