@@ -157,6 +157,8 @@ def _warm_state(history) -> Path | None:
     if it is still there: its prefix is reused where it matches (kvstore checks that it belongs)."""
     state = history.last.get("kv_state")
     return Path(state) if state and Path(state).is_file() else None
+
+
 def tool_loop(flags: o.RunFlags, toolset):
     """generate's tool loop: calls run only with --approve-tools (else the first one stops the run
     before anything runs); --show-tools prints each call and its result on stderr."""
