@@ -81,7 +81,7 @@ def _wait_ready(url: str, process: subprocess.Popen, log: Path) -> None:
 def start_llama_server(
     log_dir: Path, *, slots: int = 4, ctx: int = 8192, threads: int = 2, extra: list[str] | None = None,
     model: Path | None = None,
-) -> Running:
+) -> Running:  # fmt: skip
     """llama-server on a free port with the bundled model (or `model`); raises ToolsUnavailable when
     it cannot build."""
     import llamacpp_tools
@@ -203,6 +203,9 @@ class Behaviour:
     message: str = "nope"
     key: str | None = None  # when set, a request without `Authorization: Bearer KEY` gets auth_status
     auth_status: int = 401
+    # mode "script": each request streams the next list of chunk documents as they are (the
+    # `choices`/`usage` of each `data:` event), then [DONE]
+    scripts: list[list[dict]] = field(default_factory=list)
 
 
 @dataclass
@@ -299,6 +302,12 @@ class FaultHandler(BaseHTTPRequestHandler):
 
     def _stream(self, b: Behaviour) -> None:
         words = ["Hello", " there", ",", " friend", "."]
+        if b.mode == "script":
+            for doc in b.scripts.pop(0) if b.scripts else []:
+                event = {"object": "chat.completion.chunk", "model": "m", **doc}
+                self._send(f"data: {json.dumps(event)}\n\n".encode())
+            self._send(b"data: [DONE]\n\n")
+            return
         if b.mode == "malformed":
             self._send(_chunk("Hello"))
             self._send(b"data: {this is not json\n\n")

@@ -139,3 +139,45 @@ def test_one_stats_line_for_chat_generate_and_the_session():
     assert stats_line(s, ttft=False) == common  # /stats session totals
     fresh = Stats(prompt_tokens=5, prefill_tokens=5, prefill_ms=10, completion_tokens=1, decode_tokens=1)
     assert stats_line(fresh, ttft=False).startswith("prompt 5 tok · prefill 500.0 tok/s")  # nothing reused
+
+
+def test_tool_calls_show_in_the_status_apart_from_the_model_and_leave_the_text_intact():
+    out = io.StringIO()
+    readout = LiveReadout(out, columns=60, dim=False)
+    for i, ch in enumerate("Checking."):
+        readout(Token(ch, i + 1))
+    readout.pause()  # a call's approval is asked below the text
+    out.write("run tool weather? y\n")
+    readout.resume()
+    readout.tool_started("weather")
+    assert readout.status_text().startswith("tool weather · ")
+    readout._draw()
+    readout.tool_finished(1500.0)
+    readout.note("tool weather({}) -> sunny (1500 ms)", out)
+    assert (
+        readout.status_text().startswith("waiting for the first token")
+        and "· tools 1.5 s" in readout.status_text()
+    )
+    readout(PrefillProgress(10, 10, 5.0))
+    for i, ch in enumerate("Sunny."):
+        readout(Token(ch, i + 1))
+    status = readout.status_text()
+    assert status.startswith("decode ") and status.endswith("· tools 1.5 s")  # where the time went
+    readout._draw()
+    screen, stream = make(60, 8)
+    feed(stream, out.getvalue())
+    rows = [r.rstrip() for r in screen.display]
+    assert rows[:4] == ["Checking.", "run tool weather? y", "tool weather({}) -> sunny (1500 ms)", "Sunny."]
+    assert rows[4].startswith("decode ") and rows[4].endswith("tools 1.5 s")
+    readout(Done("Sunny.", "stop", Stats(), 1))
+    readout.stop()
+    screen, stream = make(60, 8)
+    feed(stream, out.getvalue())
+    assert [r.rstrip() for r in screen.display][4] == ""  # the status line is gone
+
+
+def test_stats_line_shows_tool_time_apart_from_the_model():
+    s = Stats(prompt_tokens=10, prefill_tokens=10, prefill_ms=500, completion_tokens=5, decode_tokens=5,
+              decode_ms=1000, tool_ms=2500)  # fmt: skip
+    assert "tools 2.50 s (model 1.50 s)" in stats_line(s)
+    assert "tools" not in stats_line(Stats())

@@ -1,9 +1,11 @@
 """Tool calling on the fake engine and real templates: tool definitions, call parsing, the loop in
-generate (approval, --show-tools, --json's tool_calls), bad input."""
+generate (approval, --show-tools, --json's tool_calls), bad input, and in chat (y / n / always, Ctrl-C,
+the history, saved sessions and the log)."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -57,8 +59,10 @@ def hermes(name: str, arguments: dict) -> str:
 
 
 def qwen_fake(*replies: str):
+    """The fake engine under Qwen2.5's real template (its tools block is long in the fake's one
+    token a character: a context that holds a few turns with it)."""
     return use_engine(FakeEngine.factory(chat_template=template("qwen2.5-instruct"), architecture="qwen2",
-                                         replies=list(replies)))  # fmt: skip
+                                         replies=list(replies), n_ctx=16384))  # fmt: skip
 
 
 # -- definitions -------------------------------------------------------------------------------
@@ -330,10 +334,172 @@ def test_mcp_server_that_does_not_start():
     assert "did not start" in line and "/nonexistent/mcp-server" in line
 
 
-def test_chat_refuses_tool_flags_in_one_line(fake, functions):
+# -- chat ----------------------------------------------------------------------------------------
+
+
+def session_doc(isolated, name: str) -> dict:
+    return json.loads((isolated / "data" / "sessions" / f"{name}.json").read_text())
+
+
+def test_chat_asks_runs_and_keeps_the_call_in_history_session_and_log(functions, isolated):
+    factory = qwen_fake("On it.\n" + hermes("word_length", {"word": "llama", "times": 2}), "It has 10.",
+                        "Yes.")  # fmt: skip
+    result = run("chat", "--functions", str(functions), "--session", "t", input="how long?\ny\nsure?\n")
+    assert result.exit_code == 0, result.stderr
+    assert "<tool_call>" not in result.stdout and "On it." in result.stdout and "It has 10." in result.stdout
+    question = 'run tool word_length({"word": "llama", "times": 2})? [y]es, [n]o, [a]lways for word_length'
+    assert question in result.stderr
+    assert 'tool word_length({"word": "llama", "times": 2}) -> 10' in result.stderr
+    assert "· tools " in result.stderr  # the stats line has the tools' time apart from the model's
+    prompts = [r.prompt for r in factory.made[0].history]
+    assert len(prompts) == 3  # the call's round, the answer after its result, the next turn
+    assert "<tool_response>\n10\n</tool_response>" in prompts[1]
+    # the next turn's prompt holds the call and its result as the model saw them
+    assert "<tool_response>\n10\n</tool_response>" in prompts[2] and '"word_length"' in prompts[2]
+    messages = session_doc(isolated, "t")["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant", "user", "assistant"]
+    assert messages[1]["content"] == "On it."
+    function = messages[1]["tool_calls"][0]["function"]
+    assert function == {"name": "word_length", "arguments": {"word": "llama", "times": 2}}
+    assert (
+        messages[2]["content"] == "10" and messages[2]["tool_call_id"] == messages[1]["tool_calls"][0]["id"]
+    )
+    assert messages[3]["content"] == "It has 10." and messages[3]["stats"]["tool_ms"] >= 0
+    from test_logs import rows
+
+    logged = rows(isolated)
+    assert [r["prompt"] for r in logged] == ["how long?", "sure?"]  # one row for the turn, its calls in it
+    (call,) = json.loads(logged[0]["record"])["tool_calls"]
+    assert call["name"] == "word_length" and call["result"] == "10"
+
+
+def test_chat_resumes_a_session_with_tool_calls(functions, isolated):
+    qwen_fake(hermes("word_length", {"word": "ab"}), "Two.")
+    assert run("chat", "--functions", str(functions), "--approve-tools", "--session", "r",
+               input="len?\n").exit_code == 0  # fmt: skip
+    factory = qwen_fake("Still two.")
+    result = run("chat", "--resume", input="again?\n")
+    assert result.exit_code == 0, result.stderr
+    assert "<tool_response>\n2\n</tool_response>" in factory.made[0].history[0].prompt
+    assert [m["role"] for m in session_doc(isolated, "r")["messages"]][-2:] == ["user", "assistant"]
+
+
+def test_chat_declined_call_does_not_run_and_the_model_is_told(tmp_path):
+    marker = tmp_path / "ran"
+    path = tmp_path / "side.py"
+    path.write_text(f"def touch() -> str:\n    '''Touch a file.'''\n    open({str(marker)!r}, 'w').close()\n"
+                    "    return 'done'\n")  # fmt: skip
+    factory = qwen_fake(hermes("touch", {}), "Fine, I did not.")
+    result = run("chat", "--functions", str(path), input="touch it\nn\n")
+    assert result.exit_code == 0, result.stderr
+    assert not marker.exists()
+    assert "the user declined this call" in factory.made[0].history[1].prompt
+    assert "Fine, I did not." in result.stdout
+
+
+def test_chat_always_approves_that_tool_for_the_session(functions):
+    call = hermes("word_length", {"word": "a"})
+    qwen_fake(call, "One.", call, "One again.")
+    result = run("chat", "--functions", str(functions), input="len a?\na\nand again?\n")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.count("run tool word_length") == 1  # asked once, then always
+    assert result.stderr.count("tool word_length({") == 3 and "One again." in result.stdout
+
+
+def test_chat_answers_other_than_y_n_a_ask_again_and_end_of_input_declines(functions):
+    factory = qwen_fake(hermes("word_length", {"word": "a"}), "Ok.")
+    result = run("chat", "--functions", str(functions), input="len a?\nmaybe\n")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.count("run tool word_length") == 2
+    assert "answer y (run it), n" in result.stderr and "(end of input): not run" in result.stderr
+    assert "the user declined this call" in factory.made[0].history[1].prompt
+
+
+@pytest.mark.parametrize("how", ["flag", "config"])
+def test_chat_approve_tools_asks_nothing(functions, isolated, how):
+    qwen_fake(hermes("word_length", {"word": "abc"}), "Three.")
+    args = ["--functions", str(functions)]
+    if how == "flag":
+        args.append("--approve-tools")
+    else:
+        (isolated / "config.toml").write_text("approve_tools = true\n")
+    result = run("chat", *args, input="len?\n")
+    assert result.exit_code == 0, result.stderr
+    assert "run tool" not in result.stderr and 'tool word_length({"word": "abc"}) -> 3' in result.stderr
+    assert "Three." in result.stdout
+
+
+def test_ctrl_c_during_a_call_stops_it_and_the_next_turn_goes_on(tmp_path, isolated):
+    path = tmp_path / "hang.py"
+    path.write_text(
+        "import _thread\nimport time\n\n\ndef hang() -> str:\n    '''Hangs.'''\n"
+        "    _thread.interrupt_main()  # as Ctrl-C does, while the call runs\n    time.sleep(30)\n"
+        "    return 'never'\n"
+    )
+    factory = qwen_fake("Trying. " + hermes("hang", {}), "Understood.")
+    result = run("chat", "--functions", str(path), "--approve-tools", "--tool-timeout", "60",
+                 "--session", "c", input="go\nnext\n")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert "[interrupted: the tool calls so far and their results are kept in the history]" in result.stderr
+    prompts = [r.prompt for r in factory.made[0].history]
+    assert len(prompts) == 2  # no round after the interrupted call: the next turn came next
+    assert "the user interrupted this call" in prompts[1] and prompts[1].rstrip().endswith("assistant")
+    messages = session_doc(isolated, "c")["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "user", "assistant"]
+    assert messages[1]["interrupted"] is True and messages[4]["content"] == "Understood."
+
+
+def test_chat_with_tools_on_a_template_without_them_is_one_line(fake, functions):
     result = run("chat", "--functions", str(functions), input="hi\n")
     assert result.exit_code == 2
-    assert "chat does not offer tools yet" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert "takes no tools" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_retry_regenerates_the_whole_answer_with_its_calls(functions, isolated):
+    qwen_fake(hermes("word_length", {"word": "ab"}), "Two.", "Retried without a call.")
+    result = run("chat", "--functions", str(functions), "--approve-tools", "--session", "x",
+                 input="len?\n/retry\n")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    messages = session_doc(isolated, "x")["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    assert messages[1]["content"] == "Retried without a call."
+
+
+def test_ctrl_c_at_the_question_stops_the_answer_and_runs_nothing(functions, isolated, monkeypatch):
+    from llmcli.repl.loop import Repl
+
+    def pressed(self, question):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Repl, "_ask", pressed)
+    factory = qwen_fake(hermes("word_length", {"word": "a"}), "Next answer.")
+    result = run("chat", "--functions", str(functions), "--session", "q", input="len?\nnext\n")
+    assert result.exit_code == 0, result.stderr
+    assert "[interrupted: the tool calls so far and their results are kept in the history]" in result.stderr
+    prompts = [r.prompt for r in factory.made[0].history]
+    assert len(prompts) == 2 and "not run: the user stopped the answer" in prompts[1]
+    messages = session_doc(isolated, "q")["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "user", "assistant"]
+    assert messages[-1]["content"] == "Next answer."
+
+
+def test_context_counts_the_tools_block_and_shows_the_calls(functions):
+    factory = qwen_fake(hermes("word_length", {"word": "ab"}), "Two.")
+    result = run("chat", "--functions", str(functions), "--approve-tools", input="len?\n/context\n")
+    assert result.exit_code == 0, result.stderr
+    assert "[calls word_length]" in result.stderr and "the tools block and the calls" in result.stderr
+    total = int(re.search(r"context: (\d+) of", result.stderr).group(1))
+    last = factory.made[0].history[-1].prompt  # the fake's tokens are characters
+    assert total >= len(last) > 1000  # the tools block is counted, as the turn sent it
+
+
+def test_mcp_server_serves_every_turn_of_a_chat():
+    call = hermes("shout", {"text": "hi"})
+    factory = qwen_fake(call, "Done.", call, "Again.")
+    result = run("chat", "--mcp", mcp_command(), "--approve-tools", input="one\ntwo\n")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.count('tool shout({"text": "hi"}) -> HI') == 2  # the server lived on between turns
+    assert "Again." in result.stdout and len(factory.made[0].history) == 4
 
 
 # -- the grammar a call's JSON is written under ---------------------------------------------------

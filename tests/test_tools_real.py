@@ -87,3 +87,89 @@ def test_a_calls_json_is_written_under_its_schemas_grammar(qwen_model, tmp_path)
             continue  # past --tool-rounds: recorded, not run
         assert call["error"] is None, call
         assert tools.check_arguments(toolset.get(call["name"]).parameters, call["arguments"]) is None
+
+
+@pytest.mark.served
+def test_qwen_through_llama_server_calls_a_python_function(qwen_model, tmp_path):
+    """The same through a real llama-server with --jinja: llmcli sends `tools` and the server renders
+    them with the model's template; the call comes back (as `tool_calls` deltas where the server
+    parses it; this 0.5B model drops the tags, so the server passes its bare JSON on as text, which
+    llmcli reads as the call), and its result goes back in OpenAI's shape, which the server's
+    template takes, for the model to go on."""
+    import llamacpp_tools
+    from helpers import run
+    from servers import start_llama_server
+
+    path = tmp_path / "fns.py"
+    path.write_text(FUNCTIONS)
+    try:
+        server = start_llama_server(tmp_path, model=qwen_model, slots=1, ctx=4096, extra=["--jinja"])
+    except llamacpp_tools.ToolsUnavailable as exc:
+        pytest.skip(f"llama-server cannot be built here: {exc}")
+    try:
+        question = "What is the secret code of Alice?"
+        result = run("generate", "-m", server.ref, question, "--functions", str(path), "--approve-tools",
+                     "--tool-rounds", "2", "--temperature", "0", "--seed", "1", "-n", "60", "--json",
+                     "--timeout", "300")  # fmt: skip
+    finally:
+        server.stop()
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    first = doc["tool_calls"][0]
+    assert first["name"] == "get_secret_code" and first["round"] == 1 and first["error"] is None
+    assert first["result"] == "The secret code is 4817."
+    assert doc["usage"]["prompt_tokens"] > 100  # the tools block, rendered by the server's template
+    assert "<tool_call>" not in doc["text"] and '"arguments"' not in doc["text"]
+
+
+SLOW = '''
+import time
+
+
+def get_secret_code(name: str) -> str:
+    """Look up the secret code of a person by name."""
+    time.sleep(120)
+    return "The secret code is 4817."
+'''
+
+
+@pytest.mark.terminal
+def test_chat_on_a_terminal_asks_then_ctrl_c_stops_the_call_and_the_chat_goes_on(qwen_model, tmp_path):
+    """In a real terminal: the call is shown and waits for y / n / a; the status line says which tool
+    runs; Ctrl-C stops the call, and the next turn answers from a consistent history."""
+    import os
+    import sys
+
+    import pexpect
+
+    path = tmp_path / "slow.py"
+    path.write_text(SLOW)
+    env = dict(os.environ, TERM="xterm", COLUMNS="120", LINES="40")
+    env.pop("NO_COLOR", None)
+    argv = ["-m", "llmcli", "chat", "-m", str(qwen_model), "--functions", str(path), "--temperature", "0",
+            "-n", "60", "-c", "4096", "--session", "tty-tools", "--tool-rounds", "2"]  # fmt: skip
+    child = pexpect.spawn(sys.executable, argv, env=env, encoding="utf-8", timeout=300, dimensions=(40, 120))
+    prompt = r"\x1b\[\?2004h"
+    child.expect(prompt)
+    child.sendline("What is the secret code of Alice?")
+    child.expect(r"run tool get_secret_code\(.*Alice.*\)\? \[y\]es, \[n\]o, \[a\]lways for get_secret_code")
+    child.sendline("y")
+    child.expect(r"tool get_secret_code · \d")  # the live status line: the tool runs, not the model
+    child.sendintr()
+    child.expect(r"the user interrupted this call")
+    child.expect(r"\[interrupted: the tool calls so far and their results are kept in the history\]")
+    child.expect(prompt)
+    child.sendline("Thanks. Say OK.")
+    question, stats = r"run tool get_secret_code\(.*\)\? \[y\]es", r"prompt \d+ tok \(\d+ reused\)"
+    while child.expect([question, stats]) == 0:  # it may ask for the code again: declined now
+        child.sendline("n")
+    child.expect(prompt)
+    child.sendeof()
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0, child.before
+    from llmcli.repl import session_files
+
+    messages = session_files.load("tty-tools")["messages"]
+    assert [m["role"] for m in messages[:3]] == ["user", "assistant", "tool"]
+    assert "interrupted" in messages[2]["content"] and messages[-1]["role"] == "assistant"

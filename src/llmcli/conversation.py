@@ -126,11 +126,17 @@ class Conversation:
                 return removed
         return 0
 
-    def pop_last_answer(self) -> Message | None:
-        """For /retry: remove the last assistant message, leaving its question last."""
-        if self.messages and self.messages[-1].role == "assistant":
-            return self.messages.pop()
-        return None
+    def pop_last_answer(self) -> list[Message]:
+        """For /retry: remove the last answer (its tool calls and their results too), leaving its
+        question last; returns what was removed ([]: the last message is not an answer)."""
+        if not self.messages or self.messages[-1].role == "user":
+            return []
+        at = len(self.messages)
+        while at > 0 and self.messages[at - 1].role in ("assistant", "tool"):
+            at -= 1
+        removed = self.messages[at:]
+        del self.messages[at:]
+        return removed
 
     def fit(
         self,

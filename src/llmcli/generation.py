@@ -315,6 +315,8 @@ def log_request(
         render.warn(f"not logged: {exc}")
         return None
     return logdb.write(row)
+
+
 # -- tool calling --------------------------------------------------------------------------------
 
 
@@ -327,8 +329,10 @@ class ToolRefused(UsageError):
 @dataclass
 class ToolLoop:
     """How the tool calls of a request run: the tools, who approves each call (`approve(call)` says
-    "yes" or "no", or raises to stop the whole request), how many rounds of calls, the timeout of
-    one call, and who is told of each call (`on_call`, before it runs) and its record (`on_result`)."""
+    "yes" or "no"; "stop" when the user stopped the answer there: that call and the rest are not
+    run and the answer ends interrupted; or it raises to stop the whole request), how many rounds of
+    calls, the timeout of one call, and who is told of each call (`on_call`, before it runs) and its
+    record (`on_result`)."""
 
     toolset: tools.Toolset
     approve: Callable[[ToolCall], str]
@@ -346,7 +350,10 @@ class ToolTurn:
 
     calls: list[dict] = field(default_factory=list)
     messages: list[dict[str, Any]] = field(default_factory=list)
-    interrupted: bool = False
+    interrupted: bool = False  # Ctrl-C during a call (or at its approval): the answer ends with `messages`
+    # the text of the last round, which `messages` does not hold: the final answer ("" when the
+    # answer ended on tool results, interrupted)
+    last_text: str = ""
 
 
 def refuse_unapproved(call: ToolCall) -> str:
@@ -373,6 +380,7 @@ def drive_tools(
     turn = ToolTurn()
     if loop is None or not request.tools:
         done, prepared = drive(engine, request, sink, log=log)
+        turn.last_text = done.text
         return done, prepared, turn
     done, prepared = drive(engine, request, sink)
     texts = [done.text]
@@ -407,6 +415,7 @@ def drive_tools(
         done, _ = drive(engine, follow, sink)
         texts.append(done.text)
         total = _add(total, done.stats)
+    turn.last_text = "" if turn.interrupted else texts[-1]  # interrupted: that text is in `messages`
     total.total_ms += total.tool_ms
     done = replace(done, text="\n".join(t for t in texts if t), stats=total)
     if log is not None:
@@ -430,11 +439,20 @@ def _run_call(call: ToolCall, loop: ToolLoop, round_no: int, turn: ToolTurn) -> 
     if problem:
         return _done_call(call, round_no, loop, None,
                           f"the arguments do not fit the tool's schema: {problem}", turn)  # fmt: skip
-    if loop.approve(call) != "yes":
+    answer = loop.approve(call)
+    if answer == "stop":
+        turn.interrupted = True
+        return _done_call(call, round_no, loop, None, "not run: the user stopped the answer", turn)
+    if answer != "yes":
         return _done_call(call, round_no, loop, None, "the user declined this call", turn)
     if loop.on_call is not None:
         loop.on_call(call)
-    outcome = tools.run(tool, call.arguments, loop.timeout)
+    try:
+        with signals.sigint_raises():  # Ctrl-C stops the wait for the call, in a chat turn too
+            outcome = tools.run(tool, call.arguments, loop.timeout)
+    except KeyboardInterrupt:  # between the call's own checks
+        outcome = tools.Outcome("error: the user interrupted this call", "the user interrupted this call",
+                                0.0, interrupted=True)  # fmt: skip
     if outcome.interrupted:
         turn.interrupted = True
     return _done_call(call, round_no, loop, outcome, outcome.error, turn)
@@ -455,6 +473,18 @@ def _call_record(call: ToolCall, round_no: int, outcome: tools.Outcome | None, e
     return {"id": call.id, "name": call.name, "arguments": call.arguments, "result": result,
             "error": error, "duration_ms": round(outcome.ms, 3) if outcome is not None else None,
             "round": round_no}  # fmt: skip
+
+
+def call_line(record: dict) -> str:
+    """One call as --show-tools and chat show it: `tool NAME(ARGS) -> RESULT (12 ms)`."""
+    import json
+
+    args = json.dumps(record["arguments"], ensure_ascii=False)
+    result = record["result"].replace("\n", " ")
+    if len(result) > 300:
+        result = result[:300] + "..."
+    took = f" ({record['duration_ms']:.0f} ms)" if record["duration_ms"] is not None else ""
+    return f"tool {record['name'] or '?'}({args}) -> {result}{took}"
 
 
 def _message_call(call: ToolCall) -> dict:

@@ -174,6 +174,8 @@ def turn(record: dict[str, Any]) -> dict[str, Any]:
         "decode_ms": timings.get("decode_ms"),
         "ttft_ms": timings.get("ttft_ms"),
     }
+    if record.get("tool_calls"):  # the calls themselves are messages of the history
+        kept.update(tool_calls=len(record["tool_calls"]), tool_ms=timings.get("tool_ms"))
     if spec:
         kept.update(drafted_tokens=spec["drafted_tokens"], accepted_tokens=spec["accepted_tokens"],
                     target_passes=spec["target_passes"])  # fmt: skip

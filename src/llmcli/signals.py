@@ -41,6 +41,23 @@ def sigint_held() -> Iterator[None]:
 
 
 @contextmanager
+def sigint_raises() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt in here, as Python's default handler does, even inside
+    `sigint_held` (a chat turn): for what can only be stopped by breaking the wait for it (a tool
+    call). Main thread only; elsewhere this does nothing."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
 def interrupt_on_sigint(interrupt: Callable[[], None]) -> Iterator[bool]:
     """While streaming: the first Ctrl-C calls `interrupt` (generation stops soon and what was
     produced is kept), a second one raises KeyboardInterrupt at once. SIGTERM calls `interrupt`

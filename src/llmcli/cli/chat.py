@@ -84,8 +84,6 @@ def chat(
         raise UsageError("--continue/--cid and --session/--resume both name a conversation: give one")
     if history is not None and model is None:
         model = history.model
-    if flags.wants_tools:
-        raise UsageError("chat does not offer tools yet: --functions, --tool and --mcp work with generate")
     name, saved = _session_to_continue(session, resume)
     if saved and model is None:
         model = saved.get("model")
@@ -112,6 +110,9 @@ def chat(
         return load_engine(ref, opts, offline=offline, force=force, debug=render.debug(), timeout=timeout,
                            factory=env.engine_factory, check_files=env.checks_model_files)  # fmt: skip
 
+    toolset = flags.toolset()  # a bad functions file, an MCP server that does not start: before the load
+    if toolset is not None:
+        ctx.call_on_close(toolset.close)  # its MCP servers stop when the chat ends, however it ends
     loaded = load(model)
     flags.after_load(loaded)
     constraint = flags.constraint
@@ -121,6 +122,10 @@ def chat(
                                think_given=flags.think_given())  # fmt: skip
     try:
         chat_session.check_model(loaded)
+        if toolset is not None and not loaded.served:  # a template that takes no tools: refused now
+            from llmcli.engine.local import call_format
+
+            call_format(loaded.engine)
     except UsageError:
         loaded.engine.close()
         raise
@@ -140,7 +145,7 @@ def chat(
         from llmcli.conversation import Message
 
         chat_session.conversation = Conversation(
-            history.system or "", [Message(m["role"], m["content"]) for m in history.messages]
+            history.system or "", [Message.from_template(m) for m in history.messages]
         )
         state = history.last.get("kv_state")
         if state and not loaded.served and Path(state).is_file():
@@ -156,6 +161,11 @@ def chat(
         chat_session.conversation = Conversation()
     repl = Repl(chat_session, interactive=environment.current().interactive, autosave=bool(name),
                 quiet=render.quiet(), show_thinking=not hide_thinking)  # fmt: skip
+    if toolset is not None:
+        approve, rounds, tool_timeout = flags.tool_settings()
+        chat_session.tool_loop = repl.tool_loop(
+            toolset, approve_all=approve, rounds=rounds, timeout=tool_timeout
+        )
     _banner(repl, saved)
     if repl.interactive:
         repl.run_interactive()

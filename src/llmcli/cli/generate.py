@@ -114,9 +114,6 @@ def generate(
             log.kv_state = str(prompt_cache)  # the state this conversation warms from next time too
     from llmcli.errors import StreamBrokenError
 
-    if flags.wants_tools and loaded.served:
-        raise UsageError("tools are offered to local models only for now: a served model's `tools` are "
-                         "not sent yet")  # fmt: skip
     if flags.wants_tools and raw:
         raise UsageError("tools need the chat template: --raw (or a base model's plain continuation) "
                          "cannot offer them")  # fmt: skip
@@ -160,35 +157,25 @@ def _warm_state(history) -> Path | None:
     if it is still there: its prefix is reused where it matches (kvstore checks that it belongs)."""
     state = history.last.get("kv_state")
     return Path(state) if state and Path(state).is_file() else None
+
+
 def tool_loop(flags: o.RunFlags, toolset):
     """generate's tool loop: calls run only with --approve-tools (else the first one stops the run
     before anything runs); --show-tools prints each call and its result on stderr."""
     if toolset is None:
         return None
     from llmcli import render
-    from llmcli.generation import ToolLoop, refuse_unapproved
+    from llmcli.generation import ToolLoop, call_line, refuse_unapproved
 
     approve, rounds, timeout = flags.tool_settings()
     on_result = None
     if flags.show_tools:
 
         def on_result(record: dict) -> None:
-            render.err_line(show_call(record))
+            render.err_line(call_line(record))
 
     return ToolLoop(toolset, (lambda call: "yes") if approve else refuse_unapproved, rounds, timeout,
                     on_result=on_result)  # fmt: skip
-
-
-def show_call(record: dict) -> str:
-    """--show-tools: one line per call: `tool NAME(ARGS) -> RESULT (12 ms)`."""
-    import json
-
-    args = json.dumps(record["arguments"], ensure_ascii=False)
-    result = record["result"].replace("\n", " ")
-    if len(result) > 300:
-        result = result[:300] + "..."
-    took = f" ({record['duration_ms']:.0f} ms)" if record["duration_ms"] is not None else ""
-    return f"tool {record['name'] or '?'}({args}) -> {result}{took}"
 
 
 def read_prompt(prompt: str | None, file: Path | None) -> str:

@@ -234,9 +234,12 @@ class Clock:
         if self.first_answer is not None:
             stats.answer_ttft_ms = ms(self.first_answer)
             stats.answer_ms = max(0.0, (end - self.first_answer) * 1000)
+
+
 def split_calls(events: Iterator[Event], parser: toolcalls.Parser) -> Iterator[Event]:
     """The answer's tool calls as `ToolCall` events (numbered in this answer), the text around them
-    as `Token`; call markup reaches neither. `Done` carries the text and the calls."""
+    as `Token`; call markup reaches neither. `Done` carries the text and the calls: those read
+    from the text and those that came as events already (a server's `tool_calls`)."""
     answer: list[str] = []
     calls: list[ToolCall] = []
     counted = 0
@@ -259,6 +262,9 @@ def split_calls(events: Iterator[Event], parser: toolcalls.Parser) -> Iterator[E
             elif isinstance(event, Done):
                 yield from out(parser.finish(), counted, None)
                 event.text, event.tool_calls = "".join(answer), calls
+                yield event
+            elif isinstance(event, ToolCall):
+                calls.append(event)
                 yield event
             else:
                 yield event

@@ -39,11 +39,22 @@ from collections.abc import Iterator
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
-from llmcli import reporting
-from llmcli.contract import Done, Event, ModelInfo, Prepared, Reasoning, Request, SamplingParams, Stats, Token
+from llmcli import reporting, toolcalls
+from llmcli.contract import (
+    Done,
+    Event,
+    ModelInfo,
+    Prepared,
+    Reasoning,
+    Request,
+    SamplingParams,
+    Stats,
+    Token,
+    ToolCall,
+)
 from llmcli.endpoint_config import stall_timeout
 from llmcli.endpoints import Endpoint
-from llmcli.engine.local import Clock
+from llmcli.engine.local import Clock, split_calls
 from llmcli.errors import (
     ContextOverflowError,
     LlmcliError,
@@ -366,19 +377,36 @@ class ServedEngine:
             return
         assert request.messages is not None
         yield Prepared("server")
-        yield from self.stream_messages(request.messages, request.params, think=request.think)
+        events = self.stream_messages(request.messages, request.params, think=request.think,
+                                      tools=request.tools)  # fmt: skip
+        if request.tools:  # calls the server left in the text (a small model that drops the tags)
+            events = split_calls(events, toolcalls.Parser(self.call_format()))
+        yield from events
+
+    def call_format(self) -> toolcalls.CallFormat:
+        """How the model writes a call the server did not parse: from its template where the server
+        shows it (llama-server's /props), else the Hermes/Qwen format, the most common one."""
+        template = (self.props or {}).get("chat_template")
+        return toolcalls.detect(template if isinstance(template, str) else None) or toolcalls.CallFormat(
+            "hermes"
+        )
 
     def stream_messages(
-        self, messages: list[dict[str, str]], params: SamplingParams, *, think: bool | None = None
+        self,
+        messages: list[dict[str, Any]],
+        params: SamplingParams,
+        *,
+        think: bool | None = None,
+        tools: list[dict] | None = None,
     ) -> Iterator[Event]:
-        """A chat completion of `messages` (`/chat/completions`): Token..., one Done. `think`: a
-        reasoning model's switch, as llama-server and vLLM take it (`chat_template_kwargs`)."""
-        from llmcli.conversation import REASONING_FIELD
-
+        """A chat completion of `messages` (`/chat/completions`): Token..., the model's ToolCalls,
+        one Done. `think`: a reasoning model's switch, as llama-server and vLLM take it
+        (`chat_template_kwargs`). `tools`: OpenAI tool definitions (the server renders them with its
+        template and parses the calls: llama-server with `--jinja`, vLLM with a tool parser)."""
         body = request_body(params, self.model, self.flavour, chat=True)
-        # an earlier answer's reasoning is not sent back: the server's template would drop it or,
-        # worse, put it before the answer again (what llama-server and vLLM ask of their clients)
-        body["messages"] = [{k: v for k, v in m.items() if k != REASONING_FIELD} for m in messages]
+        body["messages"] = openai_messages(messages)
+        if tools:
+            body["tools"] = tools
         if params.reasoning_budget == 0 and think is None:
             think = False  # no reasoning at all: the template's switch, where it has one
         if think is not None:
@@ -481,6 +509,8 @@ class ServedEngine:
         reasoning = "".join(reply.reasoning)
         if reasoning:
             clock.timings(stats)
+        calls = reply.tool_calls() if reply.finish_reason != "interrupted" else []
+        yield from calls
         yield Done(
             reply.text,
             reply.finish_reason,
@@ -489,6 +519,7 @@ class ServedEngine:
             constraint_complete=_constraint_complete(reply, params),
             reasoning=reasoning,
             reasoning_open=bool(reasoning) and not reply.text and reply.finish_reason == "length",
+            tool_calls=calls,
         )
 
     def _forget(self) -> None:
@@ -508,6 +539,9 @@ class Reply:
         self.finish: str | None = None
         self.usage: dict = {}
         self.timings: dict = {}
+        # the model's tool calls as the deltas build them, by their index: id, name, and the
+        # arguments' JSON text in the pieces it streams in (or why a delta could not be read)
+        self.calls: dict[int, dict[str, str]] = {}
 
     @property
     def text(self) -> str:
@@ -538,6 +572,8 @@ class Reply:
                 )
                 if isinstance(thought, str) and thought:
                     self.fresh_reasoning += thought
+                if isinstance(delta, dict) and delta.get("tool_calls"):
+                    self.add_calls(delta["tool_calls"])
             else:
                 piece = choice.get("text")
             if isinstance(piece, str) and piece:
@@ -550,6 +586,56 @@ class Reply:
         if self.fresh_reasoning:
             self.reasoning.append(self.fresh_reasoning)
         return text
+
+    def add_calls(self, deltas: Any) -> None:
+        """`tool_calls` deltas, OpenAI's shape: each with its `index`, and in its first piece the
+        call's `id` and `function.name`; `function.arguments` comes in string pieces."""
+        for delta in deltas if isinstance(deltas, list) else [deltas]:
+            free = max(self.calls) + 1 if self.calls else 0
+            if not isinstance(delta, dict):
+                problem = f"the server sent a tool call that is not an object: {delta!r:.200}"
+                self.calls[free] = {"id": "", "name": "", "arguments": "", "error": problem}
+                continue
+            index = delta.get("index")
+            if not isinstance(index, int):  # a whole message's calls (no index): one call each
+                index = free
+            call = self.calls.setdefault(index, {"id": "", "name": "", "arguments": "", "error": ""})
+            if isinstance(delta.get("id"), str) and delta["id"]:
+                call["id"] = delta["id"]
+            function = delta.get("function")
+            if not isinstance(function, dict):
+                continue
+            name = function.get("name")
+            if isinstance(name, str) and name != call["name"]:  # sent once; a server that repeats it
+                call["name"] += name
+            arguments = function.get("arguments")
+            if isinstance(arguments, str):
+                call["arguments"] += arguments
+            elif arguments is not None:  # an object instead of its JSON text
+                call["arguments"] += json.dumps(arguments)
+
+    def tool_calls(self) -> list[ToolCall]:
+        """The calls the deltas built; one that cannot be read (no name, arguments that are not a
+        JSON object) is still a call, whose error the model is told."""
+        calls: list[ToolCall] = []
+        for n, index in enumerate(sorted(self.calls)):
+            call = self.calls[index]
+            call_id, name, text = call["id"] or f"call{n + 1:05d}", call["name"], call["arguments"]
+            arguments: Any = {}
+            error = call["error"] or None
+            if not error and not name:
+                error = f"the server's tool call has no function name (arguments: {text[:200]})"
+            elif not error:
+                try:
+                    arguments = json.loads(text) if text.strip() else {}
+                except ValueError as exc:
+                    error = f"the arguments are not valid JSON ({exc}): {text[:200]}"
+                    arguments = {}
+                if not error and not isinstance(arguments, dict):
+                    error = f"the arguments must be a JSON object: {text[:200]}"
+                    arguments = {}
+            calls.append(ToolCall(call_id, name, arguments, error))
+        return calls
 
     @property
     def finish_reason(self):
@@ -608,6 +694,29 @@ _TIMINGS = (
     "draft_n",
     "draft_n_accepted",
 )
+
+
+def openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation as the OpenAI API takes it. An earlier answer's reasoning is not sent back:
+    the server's template would drop it or, worse, put it before the answer again (what llama-server
+    and vLLM ask of their clients). A call's arguments go as a JSON string; a tool result as a
+    "tool" message with its `tool_call_id`."""
+    from llmcli.conversation import REASONING_FIELD
+
+    out = []
+    for message in messages:
+        m = {k: v for k, v in message.items() if k != REASONING_FIELD}
+        if m.get("tool_calls"):
+            m["tool_calls"] = [_openai_call(call) for call in m["tool_calls"]]
+        out.append(m)
+    return out
+
+
+def _openai_call(call: dict[str, Any]) -> dict[str, Any]:
+    function = dict(call.get("function") or {})
+    if not isinstance(function.get("arguments"), str):
+        function["arguments"] = json.dumps(function.get("arguments") or {}, ensure_ascii=False)
+    return {"id": call.get("id") or "", "type": "function", "function": function}
 
 
 def server_figures(timings: dict) -> dict:

@@ -17,6 +17,7 @@ from llmcli import prompting, templates
 from llmcli.contract import Done, Event, Fit, Request, SamplingParams, Stats
 from llmcli.conversation import Conversation
 from llmcli.errors import StreamBrokenError
+from llmcli.generation import ToolLoop, ToolTurn
 from llmcli.loader import Loaded
 from llmcli.logdb import Logged
 
@@ -56,6 +57,7 @@ class TurnResult:
     dropped_messages: int = 0
     dropped_tokens: int = 0
     recorded: bool = True  # False: interrupted before the first token, so the history is as it was
+    stopped_in_call: bool = False  # Ctrl-C during a tool call (or at its approval): the answer ends there
 
 
 def _as_settings(message: str) -> str:
@@ -92,6 +94,8 @@ class ChatSession:
         False  # the command line (flag, LLMCLI_THINK, config) set `think`: a session's does not
     )
     log: Logged | None = None  # how each turn is logged (llmcli.logdb); None: --no-log
+    # the tools the model may call, and how each call is approved and shown (None: no tools)
+    tool_loop: ToolLoop | None = None
 
     def apply_recommended(self) -> dict[str, Any]:
         """Use the loaded model's recommended sampling where the user set nothing (again after a
@@ -170,14 +174,18 @@ class ChatSession:
 
     def render_text(self, messages: list[dict[str, str]]) -> str:
         """The prompt's text for `messages`, as a turn renders it (engine/local.py): an answer's
-        reasoning in the field the template reads, or dropped; the think switch as set."""
+        reasoning in the field the template reads, or dropped; the think switch as set; the tools
+        block where tools are offered."""
         from llmcli.engine import local
 
         fmt = self.prompt_format
         think = local.thinking(self.engine, Request(self.params, messages=messages, think=self.think)).think
+        variables = local.switch_variables(self.engine, think)
+        if self.tool_loop is not None:
+            variables = {**(variables or {}), "tools": self.tool_loop.toolset.specs()}
         return templates.render(
             fmt, local.template_messages(messages, fmt.template), bos_token=self.engine.bos_text(),
-            eos_token=self.engine.eos_text(), variables=local.switch_variables(self.engine, think),
+            eos_token=self.engine.eos_text(), variables=variables,
         )  # fmt: skip
 
     def reasoning_in(self, prompt: str) -> tuple[int, int, int]:
@@ -216,16 +224,16 @@ class ChatSession:
             raise
 
     def retry(self, sink: Sink) -> TurnResult | None:
-        """Regenerate the last answer (the previous one is discarded, unless the new one is
-        interrupted before its first token)."""
+        """Regenerate the last answer, its tool calls and results included (the previous one is
+        discarded, unless the new one is interrupted before its first token)."""
         previous = self.conversation.pop_last_answer()
-        if previous is None and not (
+        if not previous and not (
             self.conversation.messages and self.conversation.messages[-1].role == "user"
         ):
             return None
         result = self._answer(sink)
-        if not result.recorded and previous is not None:  # stopped before a new one began: keep the old
-            self.conversation.messages.append(previous)
+        if not result.recorded and previous:  # stopped before a new one began: keep the old
+            self.conversation.messages += previous
         return result
 
     @property
@@ -236,37 +244,51 @@ class ChatSession:
     def _answer(self, sink: Sink) -> TurnResult:
         """One turn: the whole history as one request (a local engine fits it to the context by the
         overflow policy and reuses its cached prefix; a server does its own)."""
-        from llmcli.generation import drive
+        from llmcli.conversation import Message
+        from llmcli.generation import drive_tools
 
         request = Request(
             self.params, messages=self.conversation.template_messages(),
             fit=Fit(self.answer_reserve(), self.on_overflow), before_prefill=self._restore_kv,
             think=self.think,
         )  # fmt: skip
+        if self.tool_loop is not None:
+            request.tools = self.tool_loop.toolset.specs()
         if self.log is not None:
             self.log.ref = self.loaded.ref  # after /model, the model now answering
         try:
-            done, prepared = drive(self.engine, request, sink, log=self.log)
+            done, prepared, turn = drive_tools(self.engine, request, sink, self.tool_loop, log=self.log)
         except StreamBrokenError as exc:  # a served model broke off: its partial answer is kept
             self.conversation.add_assistant(exc.text, interrupted=True)
             raise
         del self.conversation.messages[: prepared.dropped_messages]  # what the overflow policy dropped
-        recorded = self._record(done, prepared.prompt_format)
+        # the calls and their results, in order, then the final answer: the next turn's prompt
+        # holds them as the model saw them
+        self.conversation.messages += [Message.from_template(m) for m in turn.messages]
+        recorded = self._record(done, prepared.prompt_format, turn)
         self.last_reasoning = "" if recorded else done.reasoning.strip() and done.reasoning
         self.last = done.stats
         self.totals.add(done.stats)
-        return TurnResult(done, prepared.dropped_messages, prepared.dropped_tokens, recorded=recorded)
+        return TurnResult(done, prepared.dropped_messages, prepared.dropped_tokens, recorded=recorded,
+                          stopped_in_call=turn.interrupted)  # fmt: skip
 
-    def _record(self, done: Done, prompt_format: str) -> bool:
+    def _record(self, done: Done, prompt_format: str, turn: ToolTurn) -> bool:
         """Add the answer to the history, marked if interrupted; one stopped before its first token
-        is not an answer: returns False and adds nothing."""
+        is not an answer: returns False and adds nothing. After tool calls, the final answer is the
+        last round's text (the earlier rounds' are in the messages with their calls); an answer
+        stopped during a call ends with the calls' results, marked interrupted."""
         interrupted = done.finish_reason == "interrupted"
+        stats = stats_record(self.loaded, self.params, done, prompt_format, turn.calls or None)
+        if turn.messages and (turn.interrupted or (interrupted and not turn.last_text)):
+            last = next(m for m in reversed(self.conversation.messages) if m.role == "assistant")
+            last.interrupted, last.stats = True, stats
+            return True
         if interrupted and not done.text:
             return False
         self.conversation.add_assistant(
-            done.text,
+            turn.last_text,
             interrupted=interrupted,
-            stats=stats_record(self.loaded, self.params, done, prompt_format),
+            stats=stats,
             # apart from the answer (the template decides what of it to see); an empty block is none
             reasoning=done.reasoning if done.reasoning.strip() else None,
         )
@@ -603,12 +625,13 @@ def check_kv_type(name: str, value: str, is_v: bool, flash_attn: bool | None) ->
     return parsed
 
 
-def stats_record(loaded: Loaded, params: SamplingParams, done: Done, prompt_format: str) -> dict[str, Any]:
+def stats_record(loaded: Loaded, params: SamplingParams, done: Done, prompt_format: str,
+                 tool_calls: list[dict] | None = None) -> dict[str, Any]:  # fmt: skip
     """What the saved session keeps of a turn: the turn's record (llmcli.record), in brief."""
     from llmcli import record
 
     full = record.build(ref=loaded.ref, info=loaded.engine.info, params=params, done=done,
-                        prompt_format=prompt_format)  # fmt: skip
+                        prompt_format=prompt_format, tool_calls=tool_calls)  # fmt: skip
     return record.turn(full)
 
 

@@ -222,6 +222,9 @@ def _context(repl: Repl, arg: str) -> None:
         repl.info(f"  {'':>3} {'system':<9} {count(s.conversation.system)}")
     for i, m in enumerate(s.conversation.messages, 1):
         preview = m.content.replace("\n", " ")[:50]
+        if m.tool_calls:  # an answer that called tools: which (their JSON is in the template row)
+            names = ", ".join(str((c.get("function") or {}).get("name") or "?") for c in m.tool_calls)
+            preview = f"{preview} [calls {names}]".strip()
         mark = " [interrupted]" if m.interrupted else ""
         repl.info(f"  {i:>3} {m.role:<9} {count(m.content)}  {preview}{mark}")
     answers = dropped = kept = 0
@@ -234,7 +237,10 @@ def _context(repl: Repl, arg: str) -> None:
         )
     if total > counted + kept:  # what the rows do not show, so that they add up to the total
         extra = total - counted - kept
-        repl.info(f"  {'':>3} {'template':<9} {extra:>6} tok  turn markers and the template's own text")
+        what = "turn markers and the template's own text" + (
+            ", the tools block and the calls" if s.tool_loop is not None else ""
+        )
+        repl.info(f"  {'':>3} {'template':<9} {extra:>6} tok  {what}")
     if answers:
         repl.info(
             f"reasoning: {dropped} tokens of {answers} earlier answer(s) dropped from the context "

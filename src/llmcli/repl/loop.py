@@ -11,6 +11,7 @@ Piped (stdin not a terminal): one message per line, replies on stdout, the reado
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -41,6 +42,14 @@ class Repl:
     show_thinking: bool = True
     # the engine the exactness notice was last said for (weakly: a reload frees the old one)
     _exact_noticed: Any = field(default=None, init=False, repr=False)
+    # tool calls: run without asking (--approve-tools), the tools answered "always" this session,
+    # and how a question is answered (None: prompt-toolkit on a terminal, the next line when piped;
+    # returns None at the end of the input, raises KeyboardInterrupt for Ctrl-C)
+    approve_all: bool = False
+    approved: set[str] = field(default_factory=set)
+    ask: Callable[[str], str | None] | None = None
+    _sink: Any = field(default=None, init=False, repr=False)  # the turn's, while it runs
+    _stdin: TextIO | None = field(default=None, init=False, repr=False)
 
     # -- output ------------------------------------------------------------------------------
 
@@ -82,12 +91,14 @@ class Repl:
             thoughts = self.err if self.show_thinking and not self.quiet else None
             sink = PlainSink(self.out, thoughts, dim=render.color_enabled(self.err))
         sink.start()
+        self._sink = sink
         try:
             if text is None:
                 result = self.session.retry(sink)
             else:
                 result = self.session.send(text, sink)
         finally:
+            self._sink = None
             sink.stop()
         if result is None:
             return
@@ -98,6 +109,8 @@ class Repl:
             )
         if not result.recorded:
             self.info("[interrupted before the first token: the history is as it was]")
+        elif result.stopped_in_call:
+            self.info("[interrupted: the tool calls so far and their results are kept in the history]")
         elif result.done.finish_reason == "interrupted":
             self.info("[interrupted: the partial answer is kept in the history]")
         if result.done.reasoning_open and result.done.finish_reason != "interrupted":
@@ -164,6 +177,90 @@ class Repl:
         self.err.write((f"\x1b[2m{text}\x1b[22m" if dim else text) + "\n")
         self.err.flush()
 
+    # -- tool calls --------------------------------------------------------------------------
+
+    def tool_loop(self, toolset, *, approve_all: bool, rounds: int, timeout: float):
+        """The chat's tool loop: each call shown and approved here (y / n / always for this tool),
+        unless `approve_all`; each result shown as one line."""
+        from llmcli.generation import ToolLoop
+
+        self.approve_all = approve_all
+        return ToolLoop(toolset, self.approve, rounds, timeout, on_call=self._tool_started,
+                        on_result=self._tool_done)  # fmt: skip
+
+    def approve(self, call) -> str:
+        """Whether `call` may run: "yes", "no", or "stop" (Ctrl-C at the question: the answer
+        stops there)."""
+        from llmcli.generation import describe_call
+
+        if self.approve_all or call.name in self.approved:
+            return "yes"
+        question = f"run tool {describe_call(call)}? [y]es, [n]o, [a]lways for {call.name}: "
+        if isinstance(self._sink, LiveReadout):
+            self._sink.pause()
+        try:
+            while True:
+                try:
+                    answer = self._ask(question)
+                except KeyboardInterrupt:
+                    return "stop"
+                if answer is None:
+                    self.warn(f"no answer to the call of {call.name} (end of input): not run")
+                    return "no"
+                word = answer.strip().lower()
+                if word in ("y", "yes"):
+                    return "yes"
+                if word in ("n", "no"):
+                    return "no"
+                if word in ("a", "always"):
+                    self.approved.add(call.name)
+                    return "yes"
+                self.info("answer y (run it), n (do not) or a (run this tool without asking from now on)")
+        finally:
+            if isinstance(self._sink, LiveReadout):
+                self._sink.resume()
+
+    def _ask(self, question: str) -> str | None:
+        if self.ask is not None:
+            return self.ask(question)
+        if self.interactive:
+            import signal
+
+            from prompt_toolkit import prompt
+
+            # the prompt's event loop leaves SIGINT at Python's default handler when it ends: the
+            # turn's own (`sigint_held`) is put back, so a later Ctrl-C cuts nothing in half
+            handler = signal.getsignal(signal.SIGINT)
+            try:
+                return prompt(question)
+            except EOFError:
+                return None
+            finally:
+                signal.signal(signal.SIGINT, handler)
+        self.err.write(question + "\n")  # piped: the next input line answers
+        self.err.flush()
+        stdin = self._stdin if self._stdin is not None else sys.stdin
+        line = stdin.readline()
+        return line.rstrip("\n") if line else None
+
+    def _tool_started(self, call) -> None:
+        if isinstance(self._sink, LiveReadout):
+            self._sink.tool_started(call.name)
+
+    def _tool_done(self, record: dict) -> None:
+        from llmcli.generation import call_line
+
+        sink = self._sink
+        if isinstance(sink, LiveReadout):
+            sink.tool_finished(record["duration_ms"])
+        if self.quiet:
+            return
+        line = for_stream(call_line(record), self.err)
+        if isinstance(sink, LiveReadout):
+            sink.note(line, self.err)
+        else:
+            self._line(call_line(record))
+
     # -- sessions ----------------------------------------------------------------------------
 
     def save(self, name: str):
@@ -194,7 +291,8 @@ class Repl:
     # -- loops -------------------------------------------------------------------------------
 
     def run_piped(self, stdin: TextIO) -> None:
-        for raw in stdin:
+        self._stdin = stdin  # a tool call's approval reads the next line too
+        while raw := stdin.readline():
             if not self.handle(raw.rstrip("\n")):
                 break
 

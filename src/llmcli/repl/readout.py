@@ -120,6 +120,9 @@ class LiveReadout:
         self.decode_started: float | None = None
         self.prefill_elapsed = 0.0
         self.status_drawn = False
+        self.paused = False  # a question is asked below the text (a tool call's approval): no status
+        self.tool: tuple[str, float] | None = None  # the tool call running, and when it began
+        self.tool_ms = 0.0  # the answer's tool calls so far, apart from the model's prefill and decode
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
 
@@ -141,6 +144,42 @@ class LiveReadout:
                 self.out.write("\n")
                 self.col = 0
             self.out.flush()
+
+    # -- tool calls: the model waits, the readout says on what ------------------------------
+
+    def pause(self) -> None:
+        """Take the status line away and end the text's line: something else is written below."""
+        with self.lock:
+            self.paused = True
+            self._erase_status()
+            if self.col:
+                self.out.write("\n")
+                self.col = 0
+            self.out.flush()
+
+    def resume(self) -> None:
+        with self.lock:
+            self.paused = False
+            self._draw_locked()
+
+    def note(self, line: str, stream: TextIO) -> None:
+        """A line of llmcli's own (a tool call and its result) on `stream`, below the text so far."""
+        self.pause()
+        stream.write(line + "\n")
+        stream.flush()
+        self.resume()
+
+    def tool_started(self, name: str) -> None:
+        self.tool = (name, time.perf_counter())
+        self._draw()
+
+    def tool_finished(self, ms: float | None) -> None:
+        """A call ended (`ms`: how long it ran, None: it did not run); the next round begins with
+        the prefill of its results."""
+        self.tool = None
+        self.tool_ms += ms or 0.0
+        self.phase, self.prefill_done, self.prefill_total, self.prefill_elapsed = "prefill", 0, 0, 0.0
+        self.started, self.decode_started, self.tokens, self.spec = time.perf_counter(), None, 0, None
 
     def _tick(self) -> None:
         while not self._stop.wait(REFRESH_S):
@@ -183,6 +222,17 @@ class LiveReadout:
 
     def status_text(self) -> str:
         now = time.perf_counter()
+        if self.tool is not None:
+            name, began = self.tool
+            return f"tool {name} · {now - began:.1f} s" + self._tools_part(now - began)
+        return self._model_status(now) + self._tools_part(0.0)
+
+    def _tools_part(self, running_s: float) -> str:
+        """The answer's time in tool calls so far, where there is some: apart from the model's."""
+        total = self.tool_ms / 1000 + running_s
+        return f" · tools {total:.1f} s" if self.tool_ms else ""
+
+    def _model_status(self, now: float) -> str:
         if self.phase == "prefill" and not self.prefill_total:  # a served model: no progress to show
             return f"waiting for the first token · {now - self.started:.1f} s"
         if self.phase == "prefill":
@@ -288,7 +338,7 @@ class LiveReadout:
             self._draw_locked()
 
     def _draw_locked(self) -> None:
-        if self._stop.is_set() and self.phase == "done":
+        if (self._stop.is_set() and self.phase == "done") or self.paused:
             return
         cols = self._cols()
         if self.col >= cols:  # a pending wrap: moving the cursor would lose it
