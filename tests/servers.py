@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -62,8 +63,8 @@ class Running:
                 self.process.wait(10)
 
 
-def _wait_ready(url: str, process: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
+def _wait_ready(url: str, process: subprocess.Popen, log: Path, timeout_s: float = START_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"the server exited with {process.returncode}: {log.read_text()[-2000:]}")
@@ -75,7 +76,7 @@ def _wait_ready(url: str, process: subprocess.Popen, log: Path) -> None:
             pass
         time.sleep(0.3)
     process.terminate()
-    raise RuntimeError(f"the server did not become ready in {START_TIMEOUT_S} s: {log.read_text()[-2000:]}")
+    raise RuntimeError(f"the server did not become ready in {timeout_s:.0f} s: {log.read_text()[-2000:]}")
 
 
 def start_llama_server(
@@ -171,6 +172,82 @@ def llama_server(tmp_path_factory):
         pytest.skip(f"llama-server cannot be built here: {exc}")
     yield server
     server.stop()
+
+
+VLLM_START_TIMEOUT_S = 900  # the first start compiles (about 2 min alone; much longer on a loaded machine)
+VLLM_CONTEXT = 2048
+
+
+def start_vllm(log_dir: Path, *, extra: list[str] | None = None) -> Running:
+    """vLLM's OpenAI-compatible server (its CPU build, in its own cached venv: tests/vllm_tools.py)
+    on a free loopback port, serving the bundled SmolLM2 converted to a Hugging Face folder; raises
+    VllmUnavailable when it cannot be installed."""
+    import vllm_tools
+
+    interpreter, folder = vllm_tools.python(), vllm_tools.smollm2()
+    port = free_port()
+    log = log_dir / f"vllm-{port}.log"
+    cmd = [
+        str(interpreter),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(folder),
+        "--served-model-name",
+        MODEL_ALIAS,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        str(VLLM_CONTEXT),
+        "--dtype",
+        "bfloat16",
+        # SmolLM2 does not reason: a parser of the tests' own puts an answer's first tokens in
+        # vLLM's `reasoning` field when a request turns thinking on (--think), and nothing otherwise
+        "--reasoning-parser-plugin",
+        str(Path(__file__).parent / "data" / "vllm_reasoning_plugin.py"),
+        "--reasoning-parser",
+        "llmcli-test",
+        *(extra or []),
+    ]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    env.pop("PYTHONPATH", None)  # its own venv, not llmcli's
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+    _wait_ready(f"http://127.0.0.1:{port}/v1/models", process, log, VLLM_START_TIMEOUT_S)
+    return Running(f"http://127.0.0.1:{port}/v1", MODEL_ALIAS, process, log)
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory):
+    """A real vLLM server (CPU build), installed and converted once and cached; skipped only where
+    vLLM cannot be installed (no network to PyPI on a first run, no wheel for this platform).
+    `LLMCLI_TEST_VLLM=URL` (the API base, .../v1) uses a server already running instead, started
+    as `start_vllm` starts it (`python tests/servers.py vllm` starts one and prints its URL)."""
+    import vllm_tools
+
+    given = os.environ.get("LLMCLI_TEST_VLLM")
+    if given:
+        yield Running(given.rstrip("/"), MODEL_ALIAS, subprocess.Popen(["true"]), Path(os.devnull))
+        return
+    try:
+        server = start_vllm(tmp_path_factory.mktemp("vllm"))
+    except vllm_tools.VllmUnavailable as exc:
+        pytest.skip(f"vLLM cannot be installed here: {exc}")
+    yield server
+    server.stop()
+    try:  # its engine core runs in a process of its own, in the server's session
+        os.killpg(server.process.pid, signal.SIGKILL)
+    except OSError:
+        pass
 
 
 @pytest.fixture(scope="session")
@@ -390,3 +467,15 @@ def self_signed_cert(directory: Path) -> tuple[Path, Path] | None:
         env={**os.environ, "OPENSSL_CONF": os.environ.get("OPENSSL_CONF", "")},
     )
     return (cert, key) if result.returncode == 0 else None
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["vllm"]:
+    import tempfile
+
+    running = start_vllm(Path(tempfile.mkdtemp(prefix="vllm-")))
+    print(running.url, flush=True)
+    print(f"log: {running.log}", file=sys.stderr, flush=True)
+    try:
+        running.process.wait()
+    except KeyboardInterrupt:
+        running.stop()
