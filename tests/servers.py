@@ -278,6 +278,7 @@ class Behaviour:
     message: str = "nope"
     key: str | None = None  # when set, a request without `Authorization: Bearer KEY` gets auth_status
     auth_status: int = 401
+    serial: bool = False  # answer one request at a time (the others queue): a server that saturates
 
 
 @dataclass
@@ -287,15 +288,24 @@ class FaultState:
     disconnected: threading.Event = field(default_factory=threading.Event)
     disconnected_at: float | None = None
     first_chunk_sent: threading.Event = field(default_factory=threading.Event)
+    in_flight: int = 0  # streams being answered now, and the most at once
+    most_in_flight: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    one_at_a_time: threading.Lock = field(default_factory=threading.Lock)
 
 
-def _chunk(text: str | None = None, finish: str | None = None, usage: dict | None = None) -> bytes:
+def _chunk(
+    text: str | None = None, finish: str | None = None, usage: dict | None = None, *, completion: bool = False
+) -> bytes:
+    """One event of a chat completion's stream (or, with `completion`, a text completion's)."""
+    if completion:
+        choice = {"index": 0, "text": text or "", "finish_reason": finish}
+    else:
+        choice = {"index": 0, "delta": {"content": text} if text else {}, "finish_reason": finish}
     doc: dict = {
-        "object": "chat.completion.chunk",
+        "object": "text_completion" if completion else "chat.completion.chunk",
         "model": "m",
-        "choices": []
-        if usage
-        else [{"index": 0, "delta": {"content": text} if text else {}, "finish_reason": finish}],
+        "choices": [] if usage else [choice],
     }
     if usage:
         doc["usage"] = usage
@@ -361,11 +371,21 @@ class FaultHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
         self.end_headers()
+        with self.state.lock:
+            self.state.in_flight += 1
+            self.state.most_in_flight = max(self.state.most_in_flight, self.state.in_flight)
         try:
-            self._stream(b)
+            if b.serial:
+                with self.state.one_at_a_time:
+                    self._stream(b)
+            else:
+                self._stream(b)
         except (BrokenPipeError, ConnectionResetError):
             self.state.disconnected_at = time.monotonic()
             self.state.disconnected.set()
+        finally:
+            with self.state.lock:
+                self.state.in_flight -= 1
         self.close_connection = True
 
     def _send(self, data: bytes) -> None:
@@ -387,8 +407,9 @@ class FaultHandler(BaseHTTPRequestHandler):
                 self.state.first_chunk_sent.set()
                 time.sleep(0.1)
             return
+        text = not self.path.endswith("/chat/completions")  # /completions: text chunks
         for i in range(b.chunks if b.mode in ("die", "stall") else len(words)):
-            self._send(_chunk(words[i % len(words)]))
+            self._send(_chunk(words[i % len(words)], completion=text))
             self.state.first_chunk_sent.set()
             time.sleep(b.delay_s)
         if b.mode == "die":
@@ -397,11 +418,10 @@ class FaultHandler(BaseHTTPRequestHandler):
         if b.mode == "stall":
             time.sleep(30)
             return
-        self._send(_chunk(finish="stop"))
+        self._send(_chunk(finish="stop", completion=text))
         if b.usage:
-            self._send(
-                _chunk(usage={"prompt_tokens": 7, "completion_tokens": len(words), "total_tokens": 12})
-            )
+            usage = {"prompt_tokens": 7, "completion_tokens": len(words), "total_tokens": 12}
+            self._send(_chunk(usage=usage, completion=text))
         self._send(b"data: [DONE]\n\n")
 
 
