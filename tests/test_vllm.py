@@ -132,3 +132,22 @@ def test_serving_benchmark_against_vllm(vllm_server, tmp_path):
         assert r["total_output_tokens"] == 4 * 4  # ignore_eos: every answer is -n tokens long
         assert r["median_ttft_ms"] <= r["p99_ttft_ms"] and r["output_throughput"] > 0
     assert re.search(r"server: vllm", run(*args, "--no-warmup", "-c", "1").stdout)
+
+
+def test_open_loop_goodput_and_random_lengths_against_vllm(vllm_server):
+    """An open loop at a rate with a cap, random lengths in a range (cut to length by vLLM's own
+    /tokenize), goodput against a generous SLO and chosen percentiles."""
+    args = ["bench", "-m", vllm_server.ref, "-p", "24", "-n", "6", "--range-ratio", "0.5", "-c", "2",
+            "--request-rate", "8", "--requests", "8", "-r", "1", "--no-warmup", "--seed", "5",
+            "--goodput", "e2el:120000", "--percentiles", "95", "-o", "json"]  # fmt: skip
+    result = run(*args)
+    assert result.exit_code == 0, result.stderr
+    (row,) = json.loads(result.stdout)["results"]
+    assert row["test"] == "serve p24 n6 c2 r8" and row["errors"] == 0 and row["completed"] == 8
+    assert 8 * 12 <= row["total_input_tokens"] <= 8 * 36  # each prompt 12..36 tokens, exactly as drawn
+    assert 8 * 3 <= row["total_output_tokens"] <= 8 * 9
+    assert row["total_input_tokens"] != 8 * 24  # spread, not all the middle length
+    assert row["goodput_share"] == 1.0 and row["request_goodput"] > 0 and "p95_tpot_ms" in row
+    again = run(*args)
+    assert again.exit_code == 0, again.stderr
+    assert json.loads(again.stdout)["results"][0]["total_input_tokens"] == row["total_input_tokens"]  # seeded
