@@ -6,7 +6,7 @@ __llmcli_commands() {  # PATH: REPLY = its subcommands
     case $1 in
         '') REPLY='generate pull chat doctor models bench kv config' ;;
         'models') REPLY='list show rm alias path verify' ;;
-        'bench') REPLY='compare' ;;
+        'bench') REPLY='compare plot' ;;
         'kv') REPLY='list clear' ;;
         'config') REPLY='show path set unset' ;;
         *) REPLY='' ;;
@@ -29,6 +29,7 @@ __llmcli_options() {  # PATH: REPLY = its options
         'models verify') REPLY='--help -h' ;;
         'bench') REPLY='--batch-size --burstiness --busy --cache-type-k --cache-type-k-draft --cache-type-v --cache-type-v-draft --concurrency --ctx-size --ctx-size-draft --dataset --delay --file --flash-attn --force --goodput --goodput-target --gpu-layers-draft --help --model --model-draft --n-depth --n-gen --n-gpu-layers --n-gpu-layers-draft --n-prompt --no-repack --no-spec-adaptive --no-spec-exact --no-warmup --offline --output --percentiles --pg --prompt --prompt-file --ramp-up --range-ratio --repack --repetitions --request-rate --requests --roofline --scenario --seed --spec-adaptive --spec-draft-model --spec-draft-n-max --spec-draft-n-min --spec-draft-ngl --spec-exact --spec-ngram-max --spec-ngram-min --spec-type --sweep-rate --threads --timeout --ubatch-size -b -c -cd -ctk -ctkd -ctv -ctvd -d -f -fa -h -m -md -n -ngl -ngld -o -p -pg -r -t -ub' ;;
         'bench compare') REPLY='--alpha --help --output -h -o' ;;
+        'bench plot') REPLY='--help --metric --output -h -o' ;;
         'kv') REPLY='--help -h' ;;
         'kv list') REPLY='--help --json -h' ;;
         'kv clear') REPLY='--help -h' ;;
@@ -154,6 +155,8 @@ __llmcli_option_kind() {  # PATH OPTION: REPLY = what its value is (empty: a fla
         'bench/--timeout') REPLY='text' ;;
         'bench compare/--alpha') REPLY='text' ;;
         'bench compare/-o'|'bench compare/--output') REPLY='text' ;;
+        'bench plot/-o'|'bench plot/--output') REPLY='file' ;;
+        'bench plot/--metric') REPLY='text' ;;
         *) REPLY='' ;;
     esac
 }
@@ -170,6 +173,7 @@ __llmcli_argument_kind() {  # PATH N: REPLY = what the Nth argument is
         'models verify/1') REPLY='dynamic ref' ;;
         'bench compare/1') REPLY='file' ;;
         'bench compare/2') REPLY='file' ;;
+        'bench plot/'*) REPLY='text' ;;
         'kv clear/'*) REPLY='text' ;;
         'config set/1') REPLY='choice model ctx_size gpu_layers threads batch_size cache_type_k cache_type_v temperature top_k top_p min_p repeat_penalty max_tokens system spec_type spec_draft_n_max spec_draft_n_min spec_ngram_max spec_ngram_min spec_adaptive spec_exact model_draft gpu_layers_draft ctx_size_draft cache_type_k_draft cache_type_v_draft on_overflow kv_cache_max_mb timeout color' ;;
         'config set/2') REPLY='text' ;;

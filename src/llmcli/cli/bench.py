@@ -523,6 +523,48 @@ def compare(
         sys.stdout.write(comparison(result))
 
 
+@bench_app.command("plot")
+def plot(
+    results: Annotated[
+        list[Path], typer.Argument(help="Result files (llmcli bench -o json or jsonl); several are overlaid.")
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="FILE.svg",
+            show_default=False,
+            help="Write the chart as an SVG image here (default: a text chart on stdout).",
+        ),
+    ] = None,  # fmt: skip
+    metric: Annotated[
+        str,
+        typer.Option(
+            "--metric", metavar="NAME", help="Serving runs: the latency drawn: ttft, tpot, itl or e2el."
+        ),
+    ] = "ttft",
+) -> None:
+    """Draw results: a serving run's latency percentiles against throughput (SLO line, goodput knee),
+    a local run's tokens/s against the setting it swept; several files overlaid.
+
+    Example: llmcli bench plot sweep.json -o sweep.svg
+    """
+    from llmcli import atomic
+    from llmcli.render import plot as draw
+
+    files = [(path.stem, *draw.load(path)) for path in results]
+    chart = draw.chart(files, metric)
+    if out is None:
+        sys.stdout.write(draw.text(chart))
+        return
+    if out.suffix.lower() != ".svg":
+        raise UsageError(
+            f"{out}: bench plot writes SVG (.svg); PNG needs a raster library llmcli does not carry"
+        )
+    atomic.write_atomic(out, draw.svg(chart), lock=False)
+
+
 def _bench_served(found, n_prompt, n_gen, concurrency, requests, reps, warmup, output, seed, delay,
                   request_rate, load, dataset, sweep_rate, goodput_target) -> None:  # fmt: skip
     """The serving benchmark (llmcli.bench.serve): every -p, -n, -c and --request-rate combination,
