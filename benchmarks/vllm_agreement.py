@@ -8,7 +8,8 @@ cached venv, the bundled SmolLM2-135M-Instruct converted to a Hugging Face folde
 tokens (ignore_eos), greedy, at concurrency 1, concurrency 4, and an open loop at `--rate` requests
 per second (Poisson, no cap), each a subprocess as a user runs it. The order alternates from round to
 round. Per client and case: output throughput, mean and median TTFT, median TPOT, and the client
-process's CPU time per request (user + system, from the kernel's accounting of the finished child).
+process's CPU time per request (user + system of every thread, from after its imports to the end
+of its benchmark call, so the interpreter's start is left out of both).
 Printed: a markdown table and the llmcli / vLLM ratios (medians over rounds).
 
 vLLM's client is `vllm.benchmarks.serve.main` on a parser built by its `add_cli_args` (the `vllm`
@@ -20,69 +21,69 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
+# Each client runs under a wrapper that reports the CPU time (user + system, every thread) of the
+# benchmark call alone, from after its imports to its end, on stderr's last line: the client's cost
+# while it measures, not the interpreter's start.
+CPU_TAIL = (
+    "    r1 = resource.getrusage(resource.RUSAGE_SELF)\n"
+    "    print(f'CPU_SECONDS={r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime}', file=sys.stderr)\n"
+)
 VLLM_CLIENT = (
-    "import sys\n"
+    "import resource, sys\n"
     "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
     "from vllm.benchmarks.serve import add_cli_args, main\n"
     "parser = FlexibleArgumentParser()\n"
     "add_cli_args(parser)\n"
-    "main(parser.parse_args(sys.argv[1:]))\n"
+    "args = parser.parse_args(sys.argv[1:])\n"
+    "r0 = resource.getrusage(resource.RUSAGE_SELF)\n"
+    "try:\n"
+    "    main(args)\n"
+    "finally:\n" + CPU_TAIL
+)
+LLMCLI_CLIENT = (
+    "import resource, sys\n"
+    "from llmcli.cli.app import main\n"
+    "sys.argv = ['llmcli', *sys.argv[1:]]\n"
+    "r0 = resource.getrusage(resource.RUSAGE_SELF)\n"
+    "try:\n"
+    "    main()\n"
+    "finally:\n" + CPU_TAIL
 )
 
 
-def timed(cmd: list[str], env: dict | None = None) -> tuple[subprocess.CompletedProcess, float, float]:
-    """Run a child; its wall time and its CPU seconds (user + system, children of it included)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.monotonic()
+def timed(cmd: list[str], env: dict | None = None) -> tuple[subprocess.CompletedProcess, float]:
+    """Run a client under its wrapper; the CPU seconds of its benchmark call."""
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    wall = time.monotonic() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if done.returncode != 0:
         raise SystemExit(f"{cmd[:4]} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return done, wall, cpu
-
-
-LLMCLI_IMPORTS = "import httpx, llmcli.cli.app, llmcli.bench.serve, llmcli.engine.served, llmcli.loader"
-VLLM_IMPORTS = VLLM_CLIENT.rsplit("parser =", 1)[0]
-
-
-def startup_cpu(python: Path) -> dict[str, float]:
-    """Each client's CPU seconds to start: importing what it runs, no request (median of 3)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    bare = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return {
-        "llmcli": statistics.median(timed([sys.executable, "-c", LLMCLI_IMPORTS], env)[2] for _ in range(3)),
-        "vllm": statistics.median(timed([str(python), "-c", VLLM_IMPORTS], bare)[2] for _ in range(3)),
-    }
+    tail = [line for line in done.stderr.splitlines() if line.startswith("CPU_SECONDS=")]
+    return done, float(tail[-1].split("=", 1)[1])
 
 
 def run_llmcli(url: str, model: str, case: dict, args) -> dict:
-    cmd = [sys.executable, "-m", "llmcli", "bench", "-m", f"{url}#{model}", "-p", str(args.p),
+    cmd = [sys.executable, "-c", LLMCLI_CLIENT, "bench", "-m", f"{url}#{model}", "-p", str(args.p),
            "-n", str(args.n), "--requests", str(args.requests), "-r", "1", "--seed", str(args.seed),
            "-o", "json"]  # fmt: skip
     cmd += ["-c", str(case["c"])] if case["c"] else []
     cmd += ["--request-rate", str(case["rate"])] if case["rate"] else []
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    done, _, cpu = timed(cmd, env)
+    done, cpu = timed(cmd, env)
     (row,) = json.loads(done.stdout)["results"]
     return {
         "output_throughput": row["output_throughput"],
         "mean_ttft_ms": row["mean_ttft_ms"],
         "median_ttft_ms": row["median_ttft_ms"],
         "median_tpot_ms": row["median_tpot_ms"],
-        "cpu_ms_per_request": 1000 * (cpu - args.startup["llmcli"]) / args.requests,
+        "cpu_ms_per_request": 1000 * cpu / args.requests,
         "completed": row["completed"],
     }
 
@@ -98,14 +99,14 @@ def run_vllm(python: Path, url: str, model: str, folder: Path, case: dict, args)
                "--request-rate", str(case["rate"] or "inf")]  # fmt: skip
         cmd += ["--max-concurrency", str(case["c"])] if case["c"] else []
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        _, _, cpu = timed(cmd, env)
+        _, cpu = timed(cmd, env)
         data = json.loads((Path(tmp) / "r.json").read_text())
     return {
         "output_throughput": data["output_throughput"],
         "mean_ttft_ms": data["mean_ttft_ms"],
         "median_ttft_ms": data["median_ttft_ms"],
         "median_tpot_ms": data["median_tpot_ms"],
-        "cpu_ms_per_request": 1000 * (cpu - args.startup["vllm"]) / args.requests,
+        "cpu_ms_per_request": 1000 * cpu / args.requests,
         "completed": data["completed"],
     }
 
@@ -129,8 +130,6 @@ def main() -> None:
     import vllm_tools
 
     python, folder = vllm_tools.python(), vllm_tools.smollm2()
-    args.startup = startup = startup_cpu(python)
-    startup = {k: 1000 * v for k, v in startup.items()}
     server = None
     url = args.url
     if url is None:
@@ -157,8 +156,8 @@ def main() -> None:
             server.stop()
     print(f"SmolLM2-135M on vLLM {vllm_tools.VERSION} (CPU), -p {args.p} -n {args.n}, "
           f"{args.requests} requests, {args.rounds} rounds (medians); client CPU ms/request: the client "
-          f"process's CPU time less its start (importing its modules: llmcli {startup['llmcli']:.0f} ms, "
-          f"vLLM {startup['vllm']:.0f} ms), over the requests\n")  # fmt: skip
+          "process's CPU time (all threads) from after its imports to the end of its run, over the "
+          "requests\n")  # fmt: skip
     print("| case | client | output tok/s | mean TTFT ms | median TTFT ms | median TPOT ms | "
           "client CPU ms/request |")  # fmt: skip
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
