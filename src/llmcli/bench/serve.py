@@ -673,12 +673,13 @@ def sweep_rates(
         probe = one_request(
             engine, makers.make(p or 16), n or 16, request.seed, threading.Event(), lambda r: None
         )
-        rate = round(1.0 / probe.latency_s, 2) if probe.ok and probe.latency_s > 0 else 1.0
+        rate = _nice(1.0 / probe.latency_s) if probe.ok and probe.latency_s > 0 else 1.0
     held: tuple[float, float] | None = None  # (rate, goodput share)
     failed: float | None = None
     saturated_at: float | None = None
     tried: list[dict[str, Any]] = []
     verdict: dict[str, Any] = {}
+    narrowed = 0  # times the gap between held and failed was halved
 
     def judge(result: ServeResult) -> bool:
         share = result.goodput_share() or 0.0
@@ -704,11 +705,11 @@ def sweep_rates(
         else:
             failed = rate if failed is None else min(failed, rate)
         if failed is None:
-            rate = round(rate * 2, 4)
+            rate = _nice(rate * 2)
         elif held is None:
-            rate = round(rate / 2, 4)
-        elif len([t for t in tried if held[0] < t["rate"] < failed]) < 2 and failed - held[0] > held[0] / 8:
-            rate = round((held[0] + failed) / 2, 4)
+            rate = _nice(rate / 2)
+        elif narrowed < 2 and failed - held[0] > held[0] / 8:
+            rate, narrowed = _nice((held[0] + failed) / 2), narrowed + 1
         else:
             break
         if held is None and rate < 0.01:
@@ -724,6 +725,11 @@ def sweep_rates(
     }
     run.settings["sweep_rate"] = answer
     return answer
+
+
+def _nice(rate: float) -> float:
+    """A rate to three significant digits (the case's name carries it)."""
+    return float(f"{rate:.3g}")
 
 
 def execute(

@@ -486,4 +486,7 @@ class ServeProgress(Progress):
     def finished(self, result) -> str:
         r = result.record()
         errors = f", {r['errors']} errors" if r["errors"] else ""
-        return f"{r['request_throughput']:.2f} req/s, {r['output_throughput']:.1f} output tok/s{errors}"
+        good = f", {r['goodput_share']:.0%} within the SLOs" if r.get("goodput_share") is not None else ""
+        saturated = "; the queue grew without bound: stopped early" if r.get("saturated") else ""
+        return (f"{r['request_throughput']:.2f} req/s, {r['output_throughput']:.1f} output tok/s{errors}"
+                f"{good}{saturated}")  # fmt: skip

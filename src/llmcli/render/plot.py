@@ -208,7 +208,7 @@ def text(c: Chart, width: int = 72, height: int = 18) -> str:
     for y, _ in c.lines:
         row, _ = cell(x0, y)
         grid[row] = ["-"] * width
-    for i, s in enumerate(c.series):
+    for i, s in reversed(list(enumerate(c.series))):  # the first (a median) on top where they meet
         for x, y in s.points:
             row, col = cell(x, y)
             grid[row][col] = MARKS[i % len(MARKS)]
