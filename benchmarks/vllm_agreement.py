@@ -135,7 +135,7 @@ def main() -> None:
     if url is None:
         from servers import start_vllm
 
-        server = start_vllm(Path(tempfile.mkdtemp(prefix="vllm-agreement-")))
+        server = start_vllm(Path(tempfile.mkdtemp(prefix="vllm-agreement-")), eager=False)
         url = server.url
     cases = [{"name": "c=1", "c": 1, "rate": None}, {"name": "c=4", "c": 4, "rate": None},
              {"name": f"rate {args.rate:g}/s", "c": None, "rate": args.rate}]  # fmt: skip

@@ -178,10 +178,13 @@ VLLM_START_TIMEOUT_S = 900  # the first start compiles (about 2 min alone; much 
 VLLM_CONTEXT = 2048
 
 
-def start_vllm(log_dir: Path, *, extra: list[str] | None = None) -> Running:
+def start_vllm(log_dir: Path, *, eager: bool = True, extra: list[str] | None = None) -> Running:
     """vLLM's OpenAI-compatible server (its CPU build, in its own cached venv: tests/vllm_tools.py)
     on a free loopback port, serving the bundled SmolLM2 converted to a Hugging Face folder; raises
-    VllmUnavailable when it cannot be installed."""
+    VllmUnavailable when it cannot be installed. `eager` (the tests'): no torch.compile (`-O0`), so
+    it starts in about half a minute instead of one and a half (vLLM 0.32's compile cache does not
+    load on this build, so every start compiles) and decodes about a quarter slower; the benchmarks
+    start it compiled."""
     import vllm_tools
 
     interpreter, folder = vllm_tools.python(), vllm_tools.smollm2()
@@ -209,6 +212,7 @@ def start_vllm(log_dir: Path, *, extra: list[str] | None = None) -> Running:
         str(Path(__file__).parent / "data" / "vllm_reasoning_plugin.py"),
         "--reasoning-parser",
         "llmcli-test",
+        *(["-O0"] if eager else []),
         *(extra or []),
     ]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
@@ -492,7 +496,7 @@ def self_signed_cert(directory: Path) -> tuple[Path, Path] | None:
 if __name__ == "__main__" and sys.argv[1:] == ["vllm"]:
     import tempfile
 
-    running = start_vllm(Path(tempfile.mkdtemp(prefix="vllm-")))
+    running = start_vllm(Path(tempfile.mkdtemp(prefix="vllm-")), eager=False)
     print(running.url, flush=True)
     print(f"log: {running.log}", file=sys.stderr, flush=True)
     try:

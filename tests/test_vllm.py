@@ -3,10 +3,9 @@ checkout; tests/vllm_tools.py) serving the bundled SmolLM2-135M-Instruct convert
 folder: generate, chat (history, /context, Ctrl-C), the serving benchmark, and vLLM's own faults and
 fields. Properties only: no exact prose, no timings.
 
-Cost: on a fresh machine the first run installs vLLM (about 1 GB from PyPI), converts the model
-(about 20 s) and starts the server for the first time (torch compile, about 2 minutes on two idle
-cores); later runs start the cached server in well under a minute and the tests themselves take
-about a minute."""
+Cost: on a fresh machine the first run installs vLLM (about 1 GB from PyPI) and converts the model
+(about 2 minutes together on two cores); the server starts without torch.compile (-O0) in about
+half a minute, and the tests themselves take about half a minute more."""
 
 from __future__ import annotations
 
