@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from helpers import use_engine
-from servers import fault_server, llama_server, python_server  # noqa: F401 - fixtures
+from servers import fault_server, llama_server, python_server, vllm_server  # noqa: F401 - fixtures
 
 from llmcli.engine.fake import FakeEngine
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -62,8 +63,8 @@ class Running:
                 self.process.wait(10)
 
 
-def _wait_ready(url: str, process: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
+def _wait_ready(url: str, process: subprocess.Popen, log: Path, timeout_s: float = START_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"the server exited with {process.returncode}: {log.read_text()[-2000:]}")
@@ -75,7 +76,7 @@ def _wait_ready(url: str, process: subprocess.Popen, log: Path) -> None:
             pass
         time.sleep(0.3)
     process.terminate()
-    raise RuntimeError(f"the server did not become ready in {START_TIMEOUT_S} s: {log.read_text()[-2000:]}")
+    raise RuntimeError(f"the server did not become ready in {timeout_s:.0f} s: {log.read_text()[-2000:]}")
 
 
 def start_llama_server(
@@ -175,6 +176,86 @@ def llama_server(tmp_path_factory):
     server.stop()
 
 
+VLLM_START_TIMEOUT_S = 900  # the first start compiles (about 2 min alone; much longer on a loaded machine)
+VLLM_CONTEXT = 2048
+
+
+def start_vllm(log_dir: Path, *, eager: bool = True, extra: list[str] | None = None) -> Running:
+    """vLLM's OpenAI-compatible server (its CPU build, in its own cached venv: tests/vllm_tools.py)
+    on a free loopback port, serving the bundled SmolLM2 converted to a Hugging Face folder; raises
+    VllmUnavailable when it cannot be installed. `eager` (the tests'): no torch.compile (`-O0`), so
+    it starts in about half a minute instead of one and a half (vLLM 0.32's compile cache does not
+    load on this build, so every start compiles) and decodes about a quarter slower; the benchmarks
+    start it compiled."""
+    import vllm_tools
+
+    interpreter, folder = vllm_tools.python(), vllm_tools.smollm2()
+    port = free_port()
+    log = log_dir / f"vllm-{port}.log"
+    cmd = [
+        str(interpreter),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(folder),
+        "--served-model-name",
+        MODEL_ALIAS,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        str(VLLM_CONTEXT),
+        "--dtype",
+        "bfloat16",
+        # SmolLM2 does not reason: a parser of the tests' own puts an answer's first tokens in
+        # vLLM's `reasoning` field when a request turns thinking on (--think), and nothing otherwise
+        "--reasoning-parser-plugin",
+        str(Path(__file__).parent / "data" / "vllm_reasoning_plugin.py"),
+        "--reasoning-parser",
+        "llmcli-test",
+        *(["-O0"] if eager else []),
+        *(extra or []),
+    ]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    env.pop("PYTHONPATH", None)  # its own venv, not llmcli's
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+    _wait_ready(f"http://127.0.0.1:{port}/v1/models", process, log, VLLM_START_TIMEOUT_S)
+    return Running(f"http://127.0.0.1:{port}/v1", MODEL_ALIAS, process, log)
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory):
+    """A real vLLM server (CPU build), installed and converted once and cached; skipped only where
+    vLLM cannot be installed (no network to PyPI on a first run, no wheel for this platform).
+    `LLMCLI_TEST_VLLM=URL` (the API base, .../v1) uses a server already running instead, started
+    as `start_vllm` starts it (`python tests/servers.py vllm` starts one and prints its URL)."""
+    import vllm_tools
+
+    given = os.environ.get("LLMCLI_TEST_VLLM")
+    if given:
+        yield Running(given.rstrip("/"), MODEL_ALIAS, subprocess.Popen(["true"]), Path(os.devnull))
+        return
+    try:
+        server = start_vllm(tmp_path_factory.mktemp("vllm"))
+    except vllm_tools.VllmUnavailable as exc:
+        pytest.skip(f"vLLM cannot be installed here: {exc}")
+    yield server
+    server.stop()
+    try:  # its engine core runs in a process of its own, in the server's session
+        os.killpg(server.process.pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
 @pytest.fixture(scope="session")
 def python_server(tmp_path_factory):
     try:
@@ -206,6 +287,7 @@ class Behaviour:
     # mode "script": each request streams the next list of chunk documents as they are (the
     # `choices`/`usage` of each `data:` event), then [DONE]
     scripts: list[list[dict]] = field(default_factory=list)
+    serial: bool = False  # answer one request at a time (the others queue): a server that saturates
 
 
 @dataclass
@@ -215,15 +297,24 @@ class FaultState:
     disconnected: threading.Event = field(default_factory=threading.Event)
     disconnected_at: float | None = None
     first_chunk_sent: threading.Event = field(default_factory=threading.Event)
+    in_flight: int = 0  # streams being answered now, and the most at once
+    most_in_flight: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    one_at_a_time: threading.Lock = field(default_factory=threading.Lock)
 
 
-def _chunk(text: str | None = None, finish: str | None = None, usage: dict | None = None) -> bytes:
+def _chunk(
+    text: str | None = None, finish: str | None = None, usage: dict | None = None, *, completion: bool = False
+) -> bytes:
+    """One event of a chat completion's stream (or, with `completion`, a text completion's)."""
+    if completion:
+        choice = {"index": 0, "text": text or "", "finish_reason": finish}
+    else:
+        choice = {"index": 0, "delta": {"content": text} if text else {}, "finish_reason": finish}
     doc: dict = {
-        "object": "chat.completion.chunk",
+        "object": "text_completion" if completion else "chat.completion.chunk",
         "model": "m",
-        "choices": []
-        if usage
-        else [{"index": 0, "delta": {"content": text} if text else {}, "finish_reason": finish}],
+        "choices": [] if usage else [choice],
     }
     if usage:
         doc["usage"] = usage
@@ -289,11 +380,21 @@ class FaultHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
         self.end_headers()
+        with self.state.lock:
+            self.state.in_flight += 1
+            self.state.most_in_flight = max(self.state.most_in_flight, self.state.in_flight)
         try:
-            self._stream(b)
+            if b.serial:
+                with self.state.one_at_a_time:
+                    self._stream(b)
+            else:
+                self._stream(b)
         except (BrokenPipeError, ConnectionResetError):
             self.state.disconnected_at = time.monotonic()
             self.state.disconnected.set()
+        finally:
+            with self.state.lock:
+                self.state.in_flight -= 1
         self.close_connection = True
 
     def _send(self, data: bytes) -> None:
@@ -321,8 +422,9 @@ class FaultHandler(BaseHTTPRequestHandler):
                 self.state.first_chunk_sent.set()
                 time.sleep(0.1)
             return
+        text = not self.path.endswith("/chat/completions")  # /completions: text chunks
         for i in range(b.chunks if b.mode in ("die", "stall") else len(words)):
-            self._send(_chunk(words[i % len(words)]))
+            self._send(_chunk(words[i % len(words)], completion=text))
             self.state.first_chunk_sent.set()
             time.sleep(b.delay_s)
         if b.mode == "die":
@@ -331,11 +433,10 @@ class FaultHandler(BaseHTTPRequestHandler):
         if b.mode == "stall":
             time.sleep(30)
             return
-        self._send(_chunk(finish="stop"))
+        self._send(_chunk(finish="stop", completion=text))
         if b.usage:
-            self._send(
-                _chunk(usage={"prompt_tokens": 7, "completion_tokens": len(words), "total_tokens": 12})
-            )
+            usage = {"prompt_tokens": 7, "completion_tokens": len(words), "total_tokens": 12}
+            self._send(_chunk(usage=usage, completion=text))
         self._send(b"data: [DONE]\n\n")
 
 
@@ -401,3 +502,15 @@ def self_signed_cert(directory: Path) -> tuple[Path, Path] | None:
         env={**os.environ, "OPENSSL_CONF": os.environ.get("OPENSSL_CONF", "")},
     )
     return (cert, key) if result.returncode == 0 else None
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["vllm"]:
+    import tempfile
+
+    running = start_vllm(Path(tempfile.mkdtemp(prefix="vllm-")), eager=False)
+    print(running.url, flush=True)
+    print(f"log: {running.log}", file=sys.stderr, flush=True)
+    try:
+        running.process.wait()
+    except KeyboardInterrupt:
+        running.stop()

@@ -25,6 +25,7 @@ its figures), many at once on the engine's connection pool.
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
@@ -51,14 +52,41 @@ WORDS = (
 
 @dataclass(frozen=True)
 class Case:
-    n_prompt: int
-    n_gen: int
-    concurrency: int
+    n_prompt: int | None  # None: the dataset file's own prompts
+    n_gen: int | None  # None: the dataset file's own answer lengths
+    concurrency: int | None  # None: no cap (an open loop at `rate` alone)
     requests: int
+    rate: float = math.inf  # requests per second; inf: every request at once (up to the cap)
+    dataset: str = "random"  # "random", or the dataset file's name
 
     @property
     def name(self) -> str:
-        return f"serve p{self.n_prompt} n{self.n_gen} c{self.concurrency}"
+        parts = ["serve"]
+        if self.dataset != "random":
+            parts.append(self.dataset)
+        if self.n_prompt is not None:
+            parts.append(f"p{self.n_prompt}")
+        if self.n_gen is not None:
+            parts.append(f"n{self.n_gen}")
+        if self.concurrency is not None:
+            parts.append(f"c{self.concurrency}")
+        if not math.isinf(self.rate):
+            parts.append(f"r{self.rate:g}")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Load:
+    """How requests arrive and what they ask, beyond the case: arrivals (burstiness, ramp-up),
+    the SLOs of goodput, the percentiles reported, and the workload."""
+
+    burstiness: float = 1.0  # gamma shape of the gaps between arrivals: 1 Poisson, < 1 burstier
+    ramp_up_s: float = 0.0  # the rate rises linearly from 0 to the case's over these seconds
+    slo_ms: dict[str, float] = field(default_factory=dict)  # ttft / tpot / e2el limits of goodput
+    percentiles: tuple[float, ...] = (90.0, 99.0)
+    range_ratio: float = 0.0  # random dataset: lengths drawn from [L(1-r), L(1+r)]
+    conversations: tuple[tuple[str, int], ...] = ()  # a dataset file's (prompt, answer length)
+    detect_saturation: bool = False  # stop a case whose queue grows without bound (the sweep)
 
 
 @dataclass
@@ -85,6 +113,8 @@ class RequestResult:
 class Repetition:
     wall_s: float
     results: list[RequestResult]
+    saturated: bool = False  # stopped early: the queue grew without bound
+    sent: int = 0  # requests planned for the repetition (results may hold fewer when stopped)
 
     @property
     def completed(self) -> list[RequestResult]:
@@ -103,6 +133,24 @@ class Repetition:
         tokens = sum(r.output_tokens + (r.prompt_tokens or 0) for r in self.completed)
         return tokens / self.wall_s if self.wall_s > 0 else 0.0
 
+    def good(self, slo_ms: dict[str, float]) -> int:
+        return sum(1 for r in self.completed if meets(r, slo_ms))
+
+
+def meets(r: RequestResult, slo_ms: dict[str, float]) -> bool:
+    """Whether a completed request met every SLO (a request too short for a TPOT meets that one)."""
+    tpot = r.tpot_s
+    figures = {
+        "ttft": r.ttft_s * 1000,
+        "e2el": r.latency_s * 1000,
+        "tpot": None if tpot is None else tpot * 1000,
+    }
+    for metric, limit in slo_ms.items():
+        value = figures[metric]
+        if value is not None and value > limit:
+            return False
+    return True
+
 
 @dataclass
 class ServeResult:
@@ -116,10 +164,22 @@ class ServeResult:
     reps: list[Repetition] = field(default_factory=list)
     warmup: bool = True
     other_load: float | None = None
+    load: Load = field(default_factory=Load)
 
     @property
     def name(self) -> str:
         return self.case.name
+
+    @property
+    def saturated(self) -> bool:
+        return any(rep.saturated for rep in self.reps)
+
+    def goodput_share(self) -> float | None:
+        """Requests that met every SLO, as a share of those planned (None without SLOs)."""
+        if not self.load.slo_ms:
+            return None
+        planned = sum(max(rep.sent, len(rep.results)) for rep in self.reps)
+        return sum(rep.good(self.load.slo_ms) for rep in self.reps) / planned if planned else 0.0
 
     @property
     def requests(self) -> list[RequestResult]:
@@ -140,6 +200,11 @@ class ServeResult:
             "n_prompt": c.n_prompt,
             "n_gen": c.n_gen,
             "concurrency": c.concurrency,
+            "request_rate": None if math.isinf(c.rate) else c.rate,
+            "burstiness": self.load.burstiness,
+            "ramp_up_s": self.load.ramp_up_s,
+            "dataset": c.dataset,
+            "range_ratio": self.load.range_ratio,
             "requests_per_repetition": c.requests,
             "test_time": self.test_time,
             "repetitions": len(self.reps),
@@ -164,13 +229,20 @@ class ServeResult:
         for metric, values in series.items():
             record[f"mean_{metric}_ms"] = _round(stats.mean(values) if values else None)
             record[f"median_{metric}_ms"] = _round(stats.percentile(values, 50))
-            record[f"p90_{metric}_ms"] = _round(stats.percentile(values, 90))
-            record[f"p99_{metric}_ms"] = _round(stats.percentile(values, 99))
+            for q in self.load.percentiles:
+                record[f"p{q:g}_{metric}_ms"] = _round(stats.percentile(values, q))
         server_tps = [r.server_decode_tps for r in done if r.server_decode_tps]
         client_tps = [r.client_decode_tps for r in done if r.client_decode_tps]
         record["mean_client_decode_tps"] = _round(stats.mean(client_tps) if client_tps else None)
         record["mean_server_decode_tps"] = _round(stats.mean(server_tps) if server_tps else None)
+        share = self.goodput_share()
+        good = [rep.good(self.load.slo_ms) / rep.wall_s if rep.wall_s > 0 else 0.0 for rep in self.reps]
         record.update(
+            percentiles=list(self.load.percentiles),
+            slo_ms=dict(self.load.slo_ms) or None,
+            request_goodput=round(stats.mean(good), 6) if self.load.slo_ms else None,
+            goodput_share=None if share is None else round(share, 6),
+            saturated=self.saturated,
             avg_ts=round(stats.mean(out_ts), 6),
             stddev_ts=round(stats.stdev(out_ts), 6),
             cv=round(stats.cv(out_ts), 6),
@@ -201,7 +273,7 @@ class Prompts:
         return " ".join(self.rng.choice(WORDS) for _ in range(n))
 
     def make(self, n_prompt: int) -> str | list[int]:
-        if self.engine.flavour == "llama-server":  # the server's own tokenizer cuts it to length
+        if self.engine.flavour in ("llama-server", "vllm"):  # the server's own tokenizer cuts it to length
             tokens = self.engine.tokenize(self._words(n_prompt + 8))
             while len(tokens) < n_prompt:
                 tokens += self.engine.tokenize(" " + self._words(n_prompt))
@@ -222,6 +294,55 @@ class Prompts:
         except Exception:  # calibration is best effort; the request itself reports its faults
             tokens = None
         return n / tokens if isinstance(tokens, int) and tokens > 0 else 0.75
+
+    def count(self, text: str) -> int:
+        """Tokens in `text`: the server's count where it tokenizes for clients, else estimated."""
+        if self.engine.flavour in ("llama-server", "vllm"):
+            return len(self.engine.tokenize(text))
+        if self.words_per_token is None:
+            self.words_per_token = self._calibrate()
+        return max(1, round(len(text.split()) / self.words_per_token))
+
+
+def lengths(case: Case, load: Load, rng: random.Random) -> list[tuple[int, int]]:
+    """Each request's (prompt, answer) lengths of the random dataset: the case's, or with a range
+    ratio r drawn uniformly from [L(1-r), L(1+r)] (at least 1)."""
+    assert case.n_prompt is not None and case.n_gen is not None
+    out = []
+    for _ in range(case.requests):
+        p = _spread(case.n_prompt, load.range_ratio, rng)
+        out.append((p, _spread(case.n_gen, load.range_ratio, rng)))
+    return out
+
+
+def _spread(length: int, ratio: float, rng: random.Random) -> int:
+    if ratio <= 0:
+        return length
+    return rng.randint(max(1, math.floor(length * (1 - ratio))), max(1, math.ceil(length * (1 + ratio))))
+
+
+def arrivals(n: int, rate: float, burstiness: float, ramp_up_s: float, rng: random.Random) -> list[float]:
+    """Seconds from the start at which each of `n` requests is sent. An infinite rate sends all at
+    once; otherwise the gaps are gamma-distributed with shape `burstiness` (1: Poisson arrivals)
+    and mean 1/rate, and with a ramp-up the rate rises linearly from 0 to `rate` over `ramp_up_s`
+    seconds (arrivals drawn at unit rate, then mapped through the expected count of arrivals by
+    time t, rate*t^2/(2*ramp) during the ramp). The first request goes at once."""
+    if math.isinf(rate):
+        return [0.0] * n
+    out, expected = [], 0.0
+    for i in range(n):
+        if i:
+            expected += rng.gammavariate(burstiness, 1.0 / burstiness)
+        out.append(_time_of(expected, rate, ramp_up_s))
+    return out
+
+
+def _time_of(expected: float, rate: float, ramp_up_s: float) -> float:
+    """When `expected` arrivals have been due, at `rate` after a linear ramp of `ramp_up_s`."""
+    in_ramp = rate * ramp_up_s / 2
+    if ramp_up_s > 0 and expected <= in_ramp:
+        return math.sqrt(2 * ramp_up_s * expected / rate)
+    return ramp_up_s + (expected - in_ramp) / rate
 
 
 # -- running ----------------------------------------------------------------------------------
@@ -290,48 +411,104 @@ def _measured(reply: Reply, end: float) -> RequestResult:
 def run_case(
     engine: ServedEngine,
     case: Case,
-    prompts: list[str | list[int]],
+    work: list[tuple[str | list[int], int]],
     seed: int,
     stop: threading.Event,
     live: set[Exchange],
+    load: Load = Load(),
 ) -> Repetition:
-    """`case.requests` requests through `case.concurrency` workers; returns the repetition. Each
-    request in flight is in `live`, so that Ctrl-C can shut them all."""
-    results: list[RequestResult | None] = [None] * case.requests
-    next_index = [0]
+    """Send each (prompt, answer length) of `work` at its arrival time (`arrivals`), at most
+    `case.concurrency` at once (a request due while the cap is reached waits for a free place,
+    and its times start when it is sent); returns the repetition. Each request in flight is in
+    `live`, so that Ctrl-C can shut them all. With `load.detect_saturation`, a repetition whose
+    queue (requests due and not finished) keeps growing past what the server finishes stops
+    early, its unsent requests unsent, and says so (`Repetition.saturated`)."""
+    rng = random.Random(seed)
+    due = arrivals(len(work), case.rate, load.burstiness, load.ramp_up_s, rng)
+    results: list[RequestResult | None] = [None] * len(work)
     lock = threading.Lock()
+    slots = threading.BoundedSemaphore(case.concurrency) if case.concurrency else None
+    halt = threading.Event()  # this repetition's own stop: the whole run's, or saturation
+    finished = [0]
+    backlog: list[tuple[float, int, int]] = []  # (when, due so far, finished so far)
 
-    def worker() -> None:
-        while not stop.is_set():
+    def send(i: int) -> None:
+        holder: list[Exchange] = []
+
+        def opened(exchange: Exchange) -> None:
+            holder.append(exchange)
             with lock:
-                i = next_index[0]
-                if i >= case.requests:
-                    return
-                next_index[0] += 1
-            holder: list[Exchange] = []
+                live.add(exchange)
 
-            def opened(exchange: Exchange, holder=holder) -> None:
-                holder.append(exchange)
-                with lock:
-                    live.add(exchange)
-
-            results[i] = one_request(engine, prompts[i], case.n_gen, seed + i, stop, opened)
+        try:
+            prompt, n_gen = work[i]
+            results[i] = one_request(engine, prompt, n_gen, seed + i, halt, opened)
+        finally:
             with lock:
                 for exchange in holder:
                     live.discard(exchange)
+                finished[0] += 1
+            if slots is not None:
+                slots.release()
 
+    def watch() -> None:  # the run's stop (Ctrl-C) stops this repetition too
+        while not halt.is_set():
+            if stop.wait(0.1):
+                halt.set()
+
+    watcher = threading.Thread(target=watch, name="llmcli-serve-watch", daemon=True)
+    watcher.start()
+    threads: list[threading.Thread] = []
+    saturated = False
     started = time.monotonic()
-    threads = [
-        threading.Thread(target=worker, name=f"llmcli-serve-{k}", daemon=True)
-        for k in range(min(case.concurrency, case.requests))
-    ]
-    for t in threads:
-        t.start()
+    for i, at in enumerate(due):
+        if halt.wait(max(0.0, started + at - time.monotonic())):
+            break
+        if slots is not None:
+            while not slots.acquire(timeout=0.1):
+                if halt.is_set():
+                    break
+            if halt.is_set():
+                break
+        if load.detect_saturation:
+            with lock:
+                backlog.append((time.monotonic() - started, i + 1, finished[0]))
+            if _growing_without_bound(backlog, len(due)):
+                saturated = True
+                break
+        thread = threading.Thread(target=send, args=(i,), name=f"llmcli-serve-{i}", daemon=True)
+        threads.append(thread)
+        thread.start()
+    if saturated:  # what is in flight is cut short: the verdict is in
+        halt.set()
+        with lock:
+            for exchange in list(live):
+                exchange.shutdown()
     for t in threads:
         while t.is_alive():
             t.join(0.1)
     wall = time.monotonic() - started
-    return Repetition(wall, [r for r in results if r is not None])
+    halt.set()
+    sent = [r for r in results if r is not None]
+    if saturated:
+        sent = [r for r in sent if r.ok]
+    return Repetition(wall, sent, saturated=saturated, sent=len(work))
+
+
+def _growing_without_bound(backlog: list[tuple[float, int, int]], planned: int) -> bool:
+    """Whether the queue (requests due and not finished) is growing without bound: with at least
+    a third of the requests sent, the queue is at least 8 deep, has grown by half since the halfway
+    point of what was sent (and by 4 at least), and the server finished fewer than 3 in 4 of the
+    requests that arrived in that time."""
+    n = len(backlog)
+    if n < max(8, planned // 3):
+        return False
+    t1, due1, done1 = backlog[n // 2]
+    t2, due2, done2 = backlog[-1]
+    queue1, queue2 = due1 - done1, due2 - done2
+    if queue2 < 8 or queue2 - queue1 < max(4, queue1 / 2) or t2 <= t1:
+        return False
+    return (done2 - done1) < 0.75 * (due2 - due1)
 
 
 def run_serve(
@@ -343,8 +520,11 @@ def run_serve(
     seed: int,
     delay_s: float,
     progress: Callable[[Event], None],
+    load: Load = Load(),
+    on_result: Callable[[ServeResult], bool] | None = None,
 ) -> BenchRun:
-    """Run every case into `run`; Ctrl-C stops at once, keeping what finished."""
+    """Run every case into `run`; Ctrl-C stops at once, keeping what finished. `on_result`, given
+    each finished result, may say False to stop there (the rate sweep's verdict)."""
     from llmcli import signals
 
     stop = threading.Event()
@@ -356,34 +536,49 @@ def run_serve(
             exchange.shutdown()
 
     makers = Prompts(engine, seed)
+    rng = random.Random(seed)
     with signals.interrupt_on_sigint(interrupt):
         for index, case in enumerate(cases):
             if stop.is_set():
                 break
             result = ServeResult(
-                case, engine.model, engine.endpoint.url, engine.flavour, now_iso(), warmup=warmup
+                case, engine.model, engine.endpoint.url, engine.flavour, now_iso(), warmup=warmup, load=load
             )
             if warmup:
                 progress(Event(index, len(cases), case.name, "warmup"))
-                one_request(engine, makers.make(case.n_prompt), case.n_gen, seed, stop, lambda r: None)
+                first = _work(case, load, makers, rng)[0] if load.conversations else None
+                prompt, n_gen = first or (makers.make(case.n_prompt or 1), case.n_gen or 1)
+                one_request(engine, prompt, n_gen, seed, stop, lambda r: None)
             for rep in range(1, reps + 1):
                 if stop.is_set():
                     break
                 progress(Event(index, len(cases), case.name, "run", rep, reps))
-                prompts = [makers.make(case.n_prompt) for _ in range(case.requests)]
-                repetition = run_case(engine, case, prompts, seed + 1000 * rep, stop, live)
+                work = _work(case, load, makers, rng)
+                repetition = run_case(engine, case, work, seed + 1000 * rep, stop, live, load)
                 if stop.is_set():
                     break
                 result.reps.append(repetition)
+                if repetition.saturated:
+                    break
             if stop.is_set():
                 run.complete, run.interrupted = False, True
                 break
             run.add(result)
             progress(Event(index, len(cases), case.name, "done", result=result))
+            if on_result is not None and not on_result(result):
+                break
             if delay_s and index + 1 < len(cases):
                 stop.wait(delay_s)
     run.finished_at = now_iso()
     return run
+
+
+def _work(case: Case, load: Load, makers: Prompts, rng: random.Random) -> list[tuple[str | list[int], int]]:
+    """The repetition's requests: (prompt, answer length) each, from the case's dataset."""
+    if load.conversations:
+        picked = [load.conversations[rng.randrange(len(load.conversations))] for _ in range(case.requests)]
+        return [(text, case.n_gen or n) for text, n in picked]
+    return [(makers.make(p), n) for p, n in lengths(case, load, rng)]
 
 
 # -- one invocation ---------------------------------------------------------------------------
@@ -403,31 +598,138 @@ def served_endpoints(refs: list[str | None], timeout: float | None = None) -> li
 
 @dataclass
 class Request:
-    """The serving benchmark's parsed flags: every -p, -n and -c combination, per endpoint."""
+    """The serving benchmark's parsed flags: every -p, -n, -c and --request-rate combination, per
+    endpoint (or, with `sweep_rate`, the rates the sweep finds)."""
 
     endpoints: list[Endpoint]
     n_prompt: list[int]
     n_gen: list[int]
-    concurrency: list[int]
-    requests: int | None = None  # per repetition; None: 4 per unit of concurrency, at least 8
+    concurrency: list[int | None]  # None: no cap
+    requests: int | None = None  # per repetition; None: see `default_requests`
     reps: int = 5
     warmup: bool = True
     seed: int = 1234
     delay_s: float = 0.0
+    rates: list[float] = field(default_factory=lambda: [math.inf])
+    load: Load = field(default_factory=Load)
+    dataset: str = "random"  # or the dataset file's name (its conversations are in `load`)
+    sweep_rate: bool = False  # raise the rate until goodput falls below `goodput_target`
+    goodput_target: float = 0.9
+    pairs: tuple[tuple[str, str], ...] = ()  # a dataset file's (prompt, reply), measured on the server
+
+    def case(self, p: int | None, n: int | None, c: int | None, rate: float) -> Case:
+        return Case(p, n, c, self.requests or default_requests(c, rate), rate, self.dataset)
 
     def cases(self) -> list[Case]:
+        prompts: list[int | None] = [None] if self.pairs else list(self.n_prompt)
+        gens: list[int | None] = list(self.n_gen) if self.n_gen else [None]
         return [
-            Case(p, n, c, self.requests or max(8, 4 * c))
-            for p in self.n_prompt
-            for n in self.n_gen
-            for c in self.concurrency
+            self.case(p, n, c, r) for p in prompts for n in gens for c in self.concurrency for r in self.rates
         ]
 
     def settings(self) -> dict[str, Any]:
         sweep = {"n_prompt": self.n_prompt, "n_gen": self.n_gen, "concurrency": self.concurrency,
-                 "requests": self.requests}  # fmt: skip
+                 "requests": self.requests,
+                 "request_rate": [None if math.isinf(r) else r for r in self.rates]}  # fmt: skip
+        load = self.load
         return {"scenario": "serve", "repetitions": self.reps, "warmup": self.warmup, "seed": self.seed,
-                "delay_s": self.delay_s, "sweep": sweep}  # fmt: skip
+                "delay_s": self.delay_s, "sweep": sweep, "burstiness": load.burstiness,
+                "ramp_up_s": load.ramp_up_s, "slo_ms": dict(load.slo_ms) or None,
+                "percentiles": list(load.percentiles), "dataset": self.dataset,
+                "range_ratio": load.range_ratio}  # fmt: skip
+
+
+def default_requests(concurrency: int | None, rate: float) -> int:
+    """Requests per repetition when --requests is not given: 4 per unit of concurrency (at least 8)
+    under a cap; without one, about 10 seconds of arrivals at the rate (16 to 200)."""
+    if concurrency is not None:
+        return max(8, 4 * concurrency)
+    if math.isinf(rate):
+        return 16
+    return max(16, min(200, math.ceil(10 * rate)))
+
+
+SWEEP_STEPS = 10  # most rates one sweep tries (doubling, then halving the gap twice)
+
+
+def sweep_rates(
+    engine: ServedEngine,
+    request: Request,
+    run: BenchRun,
+    progress: Callable[[Event], None],
+) -> dict[str, Any]:
+    """Raise the request rate until the share of requests meeting every SLO falls below the target:
+    from the first --request-rate (else one request at a time's rate, from one timed request),
+    doubling while it holds, then halving the gap between the highest rate that held and the
+    lowest that did not, twice. A rate whose queue grows without bound stops at once (saturated).
+    Returns the answer, which also goes into the run's settings."""
+    p: int | None = None if request.pairs or not request.n_prompt else request.n_prompt[0]
+    n: int | None = request.n_gen[0] if request.n_gen else None
+    c = request.concurrency[0]
+    load = replace(request.load, detect_saturation=True)
+    rate = request.rates[0]
+    if math.isinf(rate):
+        makers = Prompts(engine, request.seed)
+        probe = one_request(
+            engine, makers.make(p or 16), n or 16, request.seed, threading.Event(), lambda r: None
+        )
+        rate = _nice(1.0 / probe.latency_s) if probe.ok and probe.latency_s > 0 else 1.0
+    held: tuple[float, float] | None = None  # (rate, goodput share)
+    failed: float | None = None
+    saturated_at: float | None = None
+    tried: list[dict[str, Any]] = []
+    verdict: dict[str, Any] = {}
+    narrowed = 0  # times the gap between held and failed was halved
+
+    def judge(result: ServeResult) -> bool:
+        share = result.goodput_share() or 0.0
+        verdict.update(share=share, saturated=result.saturated)
+        return True
+
+    for step in range(SWEEP_STEPS):
+        case = request.case(p, n, c, rate)
+        verdict.clear()
+        run.planned = len(run.results) + 1
+        warm = request.warmup and step == 0
+        r = request
+        run_serve(engine, [case], run, r.reps, warm, r.seed, r.delay_s, progress, load, judge)
+        if run.interrupted or not verdict:
+            break
+        ok = not verdict["saturated"] and verdict["share"] >= request.goodput_target
+        tried.append({"rate": rate, "goodput_share": round(verdict["share"], 6), "held": ok,
+                      "saturated": verdict["saturated"]})  # fmt: skip
+        if verdict["saturated"]:
+            saturated_at = rate if saturated_at is None else min(saturated_at, rate)
+        if ok:
+            held = (rate, verdict["share"])
+        else:
+            failed = rate if failed is None else min(failed, rate)
+        if failed is None:
+            rate = _nice(rate * 2)
+        elif held is None:
+            rate = _nice(rate / 2)
+        elif narrowed < 2 and failed - held[0] > held[0] / 8:
+            rate, narrowed = _nice((held[0] + failed) / 2), narrowed + 1
+        else:
+            break
+        if held is None and rate < 0.01:
+            break
+    answer = {
+        "target_share": request.goodput_target,
+        "slo_ms": dict(request.load.slo_ms),
+        "highest_rate_held": None if held is None else held[0],
+        "goodput_share_at_it": None if held is None else round(held[1], 6),
+        "lowest_rate_failed": failed,
+        "saturated_at": saturated_at,
+        "steps": tried,
+    }
+    run.settings["sweep_rate"] = answer
+    return answer
+
+
+def _nice(rate: float) -> float:
+    """A rate to three significant digits (the case's name carries it)."""
+    return float(f"{rate:.3g}")
 
 
 def execute(
@@ -438,27 +740,161 @@ def execute(
     debug: bool = False,
 ) -> BenchRun:
     """Connect to every endpoint (through the loader, as generate and chat do), then run every case
-    on each in turn; Ctrl-C keeps what finished. `on_record` gets each result's flat record as soon
-    as that result finishes."""
+    on each in turn (or the rate sweep); Ctrl-C keeps what finished. `on_record` gets each result's
+    flat record as soon as that result finishes."""
     from llmcli import loader
+    from llmcli.errors import UsageError
 
     cases = request.cases()
     engines: list[ServedEngine] = []
+    caps = [c for c in request.concurrency if c is not None]
+    unbounded = len(caps) < len(request.concurrency)
+    connections = max(caps + [min(256, max(case.requests for case in cases)) if unbounded else 1])
     try:
-        for endpoint in request.endpoints:  # a connection pool as large as the highest concurrency
-            loaded = loader.load_served(endpoint, connections=max(request.concurrency), debug=debug)
+        for endpoint in request.endpoints:  # a connection pool as large as the most requests in flight
+            loaded = loader.load_served(endpoint, connections=connections, debug=debug)
             engines.append(cast("ServedEngine", loaded.engine))
         run = BenchRun(environment(engines[0]), request.settings(), len(cases) * len(engines), now_iso())
         run.on_record = on_record
         for engine in engines:
             r = request
-            run_serve(engine, cases, run, r.reps, r.warmup, r.seed, r.delay_s, progress)
+            if r.pairs:  # each server counts the file's replies in its own tokens
+                measured = measure_conversations(engine, r.pairs, r.seed, engine.n_ctx or None)
+                if not measured:
+                    raise UsageError(
+                        f"--dataset {r.dataset}: no conversation fits {engine.endpoint.ref}'s context"
+                    )
+                r = replace(r, load=replace(r.load, conversations=measured))
+            if r.sweep_rate:
+                sweep_rates(engine, r, run, progress)
+            else:
+                run_serve(engine, cases, run, r.reps, r.warmup, r.seed, r.delay_s, progress, r.load)
             if run.interrupted:
                 break
     finally:
         for engine in engines:
             engine.close()
     return run
+
+
+def parse_goodput(value: str) -> dict[str, float]:
+    """`ttft:MS,tpot:MS,e2el:MS` (any of them, commas or spaces) -> {"ttft": ms, ...}."""
+    from llmcli.errors import UsageError
+
+    out: dict[str, float] = {}
+    for item in value.replace(",", " ").split():
+        name, _, number = item.partition(":")
+        name = name.strip().lower()
+        if name not in ("ttft", "tpot", "e2el"):
+            raise UsageError(f"--goodput: {item!r}: the SLOs are ttft:MS, tpot:MS and e2el:MS")
+        try:
+            ms = float(number)
+        except ValueError:
+            raise UsageError(
+                f"--goodput: {item!r}: expected a number of milliseconds after the colon"
+            ) from None
+        if not ms > 0 or math.isinf(ms):
+            raise UsageError(f"--goodput: {item!r}: the limit must be a positive number of milliseconds")
+        out[name] = ms
+    if not out:
+        raise UsageError("--goodput: give at least one of ttft:MS, tpot:MS, e2el:MS")
+    return out
+
+
+def parse_rates(values: list[str] | None) -> list[float]:
+    """--request-rate: requests per second, a comma list (each is a case), `inf` for all at once."""
+    from llmcli.errors import UsageError
+
+    out: list[float] = []
+    for item in (v.strip() for value in values or [] for v in value.split(",")):
+        if not item:
+            continue
+        try:
+            rate = float(item)
+        except ValueError:
+            raise UsageError(f"--request-rate: expected requests per second or inf, got {item!r}") from None
+        if math.isnan(rate) or rate <= 0:
+            raise UsageError(f"--request-rate must be above 0 (inf: every request at once), got {item!r}")
+        if rate not in out:
+            out.append(rate)
+    return out or [math.inf]
+
+
+def parse_percentiles(value: str | None) -> tuple[float, ...]:
+    from llmcli.errors import UsageError
+
+    if value is None:
+        return (90.0, 99.0)
+    out: list[float] = []
+    for item in (v.strip() for v in value.split(",")):
+        try:
+            q = float(item)
+        except ValueError:
+            raise UsageError(f"--percentiles: expected numbers between 0 and 100, got {item!r}") from None
+        if not 0 < q < 100:
+            raise UsageError(f"--percentiles: {item} is not between 0 and 100 (the median is always shown)")
+        if q not in out and q != 50:  # the median is always shown
+            out.append(q)
+    return tuple(sorted(out))
+
+
+def load_conversations(path: str, limit: int = 4096) -> tuple[tuple[str, str], ...]:
+    """A ShareGPT-format file: a JSON list of {"conversations": [{"from": "human", "value": ...},
+    {"from": "gpt", "value": ...}, ...]}; each conversation's first human turn and the reply after
+    it, (prompt, reply). Conversations without both are skipped."""
+    import json
+    from pathlib import Path
+
+    from llmcli.errors import UsageError
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"--dataset: cannot read {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"--dataset: {path} is not a JSON file: {exc}") from None
+    if not isinstance(data, list):
+        raise UsageError(f"--dataset: {path}: expected a JSON list of conversations (ShareGPT format)")
+    out: list[tuple[str, str]] = []
+    for item in data:
+        turns = item.get("conversations") if isinstance(item, dict) else None
+        if not isinstance(turns, list):
+            continue
+        pairs = [t for t in turns if isinstance(t, dict) and isinstance(t.get("value"), str)]
+        first = next((i for i, t in enumerate(pairs) if t.get("from") in ("human", "user")), None)
+        if first is None or first + 1 >= len(pairs) or not pairs[first]["value"].strip():
+            continue
+        reply = pairs[first + 1]
+        if reply.get("from") in ("human", "user") or not reply["value"].strip():
+            continue
+        out.append((pairs[first]["value"], reply["value"]))
+        if len(out) >= limit:
+            break
+    if not out:
+        raise UsageError(
+            f"--dataset: {path} has no conversation with a human turn and a reply (ShareGPT format)"
+        )
+    return tuple(out)
+
+
+def measure_conversations(
+    engine: ServedEngine, pairs: tuple[tuple[str, str], ...], seed: int, context: int | None
+) -> tuple[tuple[str, int], ...]:
+    """Each conversation's prompt and its reply's length in tokens (the server's count where it
+    tokenizes for clients, else estimated), shuffled with the seed; those too short to measure
+    (under 4 tokens) or too long for the context are left out, as vLLM's benchmark does."""
+    makers = Prompts(engine, seed)
+    order = list(pairs)
+    random.Random(seed).shuffle(order)
+    out = []
+    for prompt, reply in order[:1024]:
+        n_prompt, n_reply = makers.count(prompt), makers.count(reply)
+        if n_prompt < 4 or n_reply < 4:
+            continue
+        if context and n_prompt + n_reply > context:
+            continue
+        out.append((prompt, n_reply))
+    return tuple(out)
 
 
 def environment(engine: ServedEngine) -> dict[str, Any]:

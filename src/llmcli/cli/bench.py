@@ -253,6 +253,77 @@ Requests = Annotated[
     ),
 ]  # fmt: skip
 
+RequestRate = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--request-rate", metavar="LIST", show_default=False, rich_help_panel=SERVE_PANEL,
+        help="Open loop: requests per second, arriving at random (Poisson; see --burstiness) whether or "
+        "not earlier ones finished; a comma list sweeps; inf sends them all at once (default inf). With "
+        "-c, at most that many in flight; without, no cap.",
+    ),
+]  # fmt: skip
+Burstiness = Annotated[
+    float,
+    typer.Option(
+        "--burstiness", min=0.001, metavar="B", rich_help_panel=SERVE_PANEL,
+        help="Arrivals' gamma shape with --request-rate: 1 is Poisson, below 1 burstier, above 1 steadier.",
+    ),
+]  # fmt: skip
+RampUp = Annotated[
+    float,
+    typer.Option(
+        "--ramp-up", min=0, metavar="SECONDS", rich_help_panel=SERVE_PANEL,
+        help="With --request-rate: the rate rises linearly from 0 to it over these seconds.",
+    ),
+]  # fmt: skip
+Goodput = Annotated[
+    str | None,
+    typer.Option(
+        "--goodput", metavar="SLOS", show_default=False, rich_help_panel=SERVE_PANEL,
+        help="SLOs as ttft:MS,tpot:MS,e2el:MS (any of them): report the rate (req/s) and share of "
+        "requests that met every one.",
+    ),
+]  # fmt: skip
+Percentiles = Annotated[
+    str | None,
+    typer.Option(
+        "--percentiles", metavar="LIST", show_default=False, rich_help_panel=SERVE_PANEL,
+        help="Percentiles of TTFT, TPOT, ITL and latency to report besides mean and median (default 90,99).",
+    ),
+]  # fmt: skip
+Dataset = Annotated[
+    str,
+    typer.Option(
+        "--dataset", metavar="NAME|FILE", rich_help_panel=SERVE_PANEL,
+        help="random: synthetic prompts of -p tokens asking -n (see --range-ratio); or a ShareGPT-format "
+        "JSON file: each conversation's first human turn is a prompt, its reply's length the answer's "
+        "(-n overrides); drawn with --seed.",
+    ),
+]  # fmt: skip
+RangeRatio = Annotated[
+    float,
+    typer.Option(
+        "--range-ratio", min=0, max=0.999, metavar="R", rich_help_panel=SERVE_PANEL,
+        help="--dataset random: each request's prompt and answer lengths drawn from [L(1-R), L(1+R)].",
+    ),
+]  # fmt: skip
+SweepRate = Annotated[
+    bool,
+    typer.Option(
+        "--sweep-rate", rich_help_panel=SERVE_PANEL,
+        help="Find the highest --request-rate that still meets --goodput: from the first --request-rate "
+        "(default: one request at a time's rate) doubling, then narrowing; a rate whose queue grows "
+        "without bound stops early.",
+    ),
+]  # fmt: skip
+GoodputTarget = Annotated[
+    float,
+    typer.Option(
+        "--goodput-target", min=0.01, max=1.0, metavar="SHARE", rich_help_panel=SERVE_PANEL,
+        help="--sweep-rate: the share of requests that must meet every SLO for a rate to hold.",
+    ),
+]  # fmt: skip
+
 bench_app = typer.Typer(
     name="bench",
     rich_markup_mode=None,
@@ -292,6 +363,15 @@ def bench(
     busy: Busy = 0,
     concurrency: Concurrency = None,
     requests: Requests = None,
+    request_rate: RequestRate = None,
+    burstiness: Burstiness = 1.0,
+    ramp_up: RampUp = 0.0,
+    goodput: Goodput = None,
+    percentiles: Percentiles = None,
+    dataset: Dataset = "random",
+    range_ratio: RangeRatio = 0.0,
+    sweep_rate: SweepRate = False,
+    goodput_target: GoodputTarget = 0.9,
     spec_type: SpecTypes = None,
     spec_draft_n_max: SpecDraftNMax = None,
     spec_draft_n_min: SpecDraftNMin = None,
@@ -347,12 +427,24 @@ def bench(
         given = [flag for flag, value in local_only.items() if value] + spec_given
         if given:
             raise UsageError(f"{', '.join(given)}: not for a served model (the serving benchmark takes "
-                             "-p, -n, -c, --requests, -r, --no-warmup, --delay, --seed and -o)")  # fmt: skip
+                             "-p, -n, -c, --requests, the --request-rate and --goodput family, --dataset, "
+                             "-r, --no-warmup, --delay, --seed and -o)")  # fmt: skip
+        load = serve.Load(
+            burstiness=burstiness, ramp_up_s=ramp_up, slo_ms=serve.parse_goodput(goodput) if goodput else {},
+            percentiles=serve.parse_percentiles(percentiles), range_ratio=range_ratio,
+        )  # fmt: skip
         return _bench_served(served, n_prompt, n_gen, concurrency, requests, repetitions, not no_warmup,
-                             output, seed, delay)  # fmt: skip
-    if concurrency or requests:
+                             output, seed, delay, request_rate, load, dataset, sweep_rate,
+                             goodput_target)  # fmt: skip
+    serve_only = {"-c/--concurrency": concurrency, "--requests": requests, "--request-rate": request_rate,
+                  "--burstiness": burstiness != 1.0 or None, "--ramp-up": ramp_up or None,
+                  "--goodput": goodput,
+                  "--percentiles": percentiles, "--dataset": None if dataset == "random" else dataset,
+                  "--range-ratio": range_ratio or None, "--sweep-rate": sweep_rate or None,
+                  "--goodput-target": goodput_target != 0.9 or None}  # fmt: skip
+    if given_serve := [flag for flag, value in serve_only.items() if value]:
         raise UsageError(
-            "-c/--concurrency and --requests are for a served model (the serving benchmark)",
+            f"{', '.join(given_serve)}: for a served model (the serving benchmark)",
             hint="a local model's context size is --ctx-size",
         )
     sweep = _sweep(model, n_prompt, n_gen, pg, depth, threads, gpu_layers, batch_size, ubatch_size,
@@ -431,22 +523,92 @@ def compare(
         sys.stdout.write(comparison(result))
 
 
-def _bench_served(found, n_prompt, n_gen, concurrency, requests, reps, warmup, output, seed, delay) -> None:
-    """The serving benchmark (llmcli.bench.serve): every -p, -n and -c combination, per endpoint."""
+@bench_app.command("plot")
+def plot(
+    results: Annotated[
+        list[Path], typer.Argument(help="Result files (llmcli bench -o json or jsonl); several are overlaid.")
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="FILE.svg",
+            show_default=False,
+            help="Write the chart as an SVG image here (default: a text chart on stdout).",
+        ),
+    ] = None,  # fmt: skip
+    metric: Annotated[
+        str,
+        typer.Option(
+            "--metric", metavar="NAME", help="Serving runs: the latency drawn: ttft, tpot, itl or e2el."
+        ),
+    ] = "ttft",
+) -> None:
+    """Draw results: a serving run's latency percentiles against throughput (SLO line, goodput knee),
+    a local run's tokens/s against the setting it swept; several files overlaid.
+
+    Example: llmcli bench plot sweep.json -o sweep.svg
+    """
+    from llmcli import atomic
+    from llmcli.render import plot as draw
+
+    files = [(path.stem, *draw.load(path)) for path in results]
+    chart = draw.chart(files, metric)
+    if out is None:
+        sys.stdout.write(draw.text(chart))
+        return
+    if out.suffix.lower() != ".svg":
+        raise UsageError(
+            f"{out}: bench plot writes SVG (.svg); PNG needs a raster library llmcli does not carry"
+        )
+    atomic.write_atomic(out, draw.svg(chart), lock=False)
+
+
+def _bench_served(found, n_prompt, n_gen, concurrency, requests, reps, warmup, output, seed, delay,
+                  request_rate, load, dataset, sweep_rate, goodput_target) -> None:  # fmt: skip
+    """The serving benchmark (llmcli.bench.serve): every -p, -n, -c and --request-rate combination,
+    per endpoint, or the rate sweep."""
+    from pathlib import Path
+
     from llmcli import render
     from llmcli.bench import serve
     from llmcli.bench import sweep as s
     from llmcli.render import bench as formats
 
+    rates = serve.parse_rates(request_rate)
+    open_loop = request_rate is not None or sweep_rate
+    pairs: tuple = ()
+    if dataset != "random":
+        if load.range_ratio:
+            raise UsageError("--range-ratio is for --dataset random (a file's lengths are its own)")
+        if n_prompt:
+            raise UsageError(f"-p: --dataset {dataset} has its own prompts")
+        pairs = serve.load_conversations(dataset)
+    if (load.burstiness != 1.0 or load.ramp_up_s) and not open_loop:
+        raise UsageError("--burstiness and --ramp-up shape arrivals at a --request-rate")
+    if load.ramp_up_s and any(r == float("inf") for r in rates) and not sweep_rate:
+        raise UsageError("--ramp-up needs a finite --request-rate to rise to")
+    caps: list[int | None] = list(s.parse_ints("-c", concurrency, [1], minimum=1))
+    if open_loop and not concurrency:
+        caps = [None]  # an open loop: no cap unless -c sets one
+    if sweep_rate:
+        if not load.slo_ms:
+            raise UsageError("--sweep-rate needs SLOs to hold: --goodput ttft:MS,tpot:MS,e2el:MS")
+        if len(caps) > 1 or len(rates) > 1 or len(n_prompt or []) > 1 or len(n_gen or []) > 1:
+            raise UsageError("--sweep-rate sweeps the rate alone: give one -p, -n, -c and --request-rate")
     request = serve.Request(
         found,
         s.parse_ints("-p", n_prompt, s.DEFAULT_N_PROMPT, minimum=1),
-        s.parse_ints("-n", n_gen, s.DEFAULT_N_GEN, minimum=1),
-        s.parse_ints("-c", concurrency, [1], minimum=1),
-        requests, reps, warmup, seed, delay,
+        s.parse_ints("-n", n_gen, [] if pairs else s.DEFAULT_N_GEN, minimum=1),
+        caps, requests, reps, warmup, seed, delay, rates, load,
+        Path(dataset).name if pairs else "random", sweep_rate, goodput_target, pairs,
     )  # fmt: skip
     run = serve.execute(request, formats.ServeProgress(), _streamer(output), debug=render.debug())
     _write_results(run, output)
+    answer = run.settings.get("sweep_rate")
+    if answer is not None:
+        render.info(formats.sweep_answer(answer))
     _exit_if_interrupted(run)
 
 

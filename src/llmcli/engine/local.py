@@ -95,8 +95,10 @@ def run(
     """The events of a built prompt: Prepared, then `engine.stream`'s, the wait added to the timings.
     `reasoning`: where the prompt leaves a reasoning model (`reasoning.prompt_state`); `calls`: the
     grammar of a tool call."""
-    steering = {k: v for k, v in (("reasoning", reasoning), ("calls", calls)) if v is not None}
-    events = engine.stream(tokens, params, **steering)  # plain text: the contract's two arguments
+    if reasoning is None and calls is None:  # plain text: the contract's two arguments
+        events = engine.stream(tokens, params)
+    else:
+        events = engine.stream(tokens, params, reasoning=reasoning, calls=calls)
     try:
         # Prepared comes first, but after the stream has begun: a request clears the engine's
         # interrupt flag as it starts, and a Ctrl-C pressed before that is raised at the first event.

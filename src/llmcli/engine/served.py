@@ -342,6 +342,10 @@ class ServedEngine:
         return False  # the server adds what its model needs
 
     def tokenize(self, text: str, *, special: bool = True, add_bos: bool = False) -> list[int]:
+        if self.flavour == "vllm":  # vLLM's /tokenize: the model's tokenizer, prompt in, ids out
+            body = {"model": self.model, "prompt": text, "add_special_tokens": add_bos}
+            data = self.client.post_json("/tokenize", body, root=True)
+            return [int(t) for t in data.get("tokens", [])]
         if self.flavour != "llama-server":
             raise UsageError(f"{self.endpoint.ref}: this server does not tokenize for clients")
         data = self.client.post_json(

@@ -226,26 +226,63 @@ def spec_notes(run: BenchRun) -> list[str]:
 
 def _serve_table(rows: list[dict]) -> tuple[list[str], list[list[str]], list[bool]]:
     """The serving benchmark: throughputs (mean ± sd over repetitions), then TTFT, TPOT and ITL as
-    mean / median / p90 / p99 in milliseconds over every request."""
-    head = ["model", "p", "n", "c", "requests", "errors", "req/s", "output t/s"]
-    head += [f"{name} ms (mean/med/p90/p99)" for name in ("TTFT", "TPOT", "ITL")]
+    mean / median / the chosen percentiles in milliseconds over every request; the request rate
+    and goodput columns when some row has them."""
+    qs = rows[0].get("percentiles") or [90, 99] if rows else [90, 99]
+    rated = any(r.get("request_rate") is not None for r in rows)
+    slo = any(r.get("slo_ms") for r in rows)
+    head = (
+        ["model", "p", "n", "c"] + (["rate"] if rated else []) + ["requests", "errors", "req/s", "output t/s"]
+    )
+    head += ["goodput req/s", "good"] if slo else []
+    kinds = "/".join(["mean", "med", *(f"p{q:g}" for q in qs)])
+    head += [f"{name} ms ({kinds})" for name in ("TTFT", "TPOT", "ITL")]
     body = []
     for r in rows:
         req = r["samples_request_throughput"]
-        row = [r["model_type"], str(r["n_prompt"]), str(r["n_gen"]), str(r["concurrency"]),
-               str(r["completed"] + r["errors"]), str(r["errors"]),
-               f"{stats.mean(req):.2f} ± {stats.stdev(req):.2f}", _ts(r)]  # fmt: skip
-        row += [_quartet(r, metric) for metric in ("ttft", "tpot", "itl")]
+        row = [r["model_type"], _opt(r["n_prompt"]), _opt(r["n_gen"]), _opt(r["concurrency"], "∞")]
+        if rated:
+            row.append(_opt(r.get("request_rate"), "inf"))
+        row += [str(r["completed"] + r["errors"]), str(r["errors"]),
+                f"{stats.mean(req):.2f} ± {stats.stdev(req):.2f}" if req else "n/a", _ts(r)]  # fmt: skip
+        if slo:
+            share = r.get("goodput_share")
+            row += [_opt(r.get("request_goodput"), "n/a", ".2f"), "n/a" if share is None else f"{share:.0%}"]
+        row += [_quartet(r, metric, qs) for metric in ("ttft", "tpot", "itl")]
+        if r.get("saturated"):
+            row[0] += " (saturated)"
         body.append(row)
     right = [h != "model" for h in head]
     return head, body, right
 
 
-def _quartet(r: dict, metric: str) -> str:
-    values = [r.get(f"{kind}_{metric}_ms") for kind in ("mean", "median", "p90", "p99")]
+def _opt(value, none: str = "-", spec: str = "g") -> str:
+    return none if value is None else format(value, spec)
+
+
+def _quartet(r: dict, metric: str, qs=(90, 99)) -> str:
+    values = [r.get(f"{kind}_{metric}_ms") for kind in ("mean", "median", *(f"p{q:g}" for q in qs))]
     if any(v is None for v in values):
         return "n/a"
     return "/".join(f"{v:.1f}" for v in values)
+
+
+def sweep_answer(answer: dict) -> str:
+    """The rate sweep's answer in one line (stderr)."""
+    slo = ", ".join(f"{k} ≤ {v:g} ms" for k, v in answer["slo_ms"].items())
+    target = f"{answer['target_share']:.0%} of requests within {slo}"
+    held = answer["highest_rate_held"]
+    if held is None:
+        line = f"sweep: no rate tried held {target}"
+    else:
+        share = answer["goodput_share_at_it"]
+        line = f"sweep: the highest rate that held {target}: {held:g} req/s ({share:.0%} good)"
+        if answer["lowest_rate_failed"] is not None:
+            line += f"; {answer['lowest_rate_failed']:g} req/s did not"
+    if answer["saturated_at"] is not None:
+        line += (f"; at {answer['saturated_at']:g} req/s the queue grew without bound "
+                 "(over-saturated): that rate stopped early")  # fmt: skip
+    return line
 
 
 def serve_footer(run: BenchRun) -> str:
@@ -257,8 +294,14 @@ def serve_footer(run: BenchRun) -> str:
         f"server: {env.get('server')}{build} at {env.get('endpoint')}{slots}; "
         f"llmcli {env.get('llmcli_version')}",
         f"repetitions: {settings.get('repetitions')}, warm-up: {warmup}, started {run.started_at}; "
-        "closed loop: c requests in flight; times on the client's monotonic clock",
+        + _loop(settings)
+        + "; times on the client's monotonic clock",
     ]
+    if settings.get("slo_ms"):
+        slo = ", ".join(f"{k} ≤ {v:g} ms" for k, v in settings["slo_ms"].items())
+        lines.append(f"goodput: requests meeting every SLO ({slo}), per second and as a share of those sent")
+    if any(r.get("saturated") for r in run.records()):
+        lines.append("saturated: the queue grew without bound, so that case stopped early")
     records = run.records()
     if any("chunks" in (r.get("tokens_source") or "") for r in records):
         lines.append("output tokens estimated from streamed chunks: the server reports no usage")
@@ -268,6 +311,21 @@ def serve_footer(run: BenchRun) -> str:
     if not run.complete:
         lines.append(f"**incomplete**: interrupted after {len(run.results)} of {run.planned} results")
     return "\n".join(lines) + "\n"
+
+
+def _loop(settings: dict) -> str:
+    rates = (settings.get("sweep") or {}).get("request_rate") or [None]
+    if all(r is None for r in rates) and not settings.get("sweep_rate"):
+        if None in ((settings.get("sweep") or {}).get("concurrency") or [1]):
+            return "every request sent at once"
+        return "closed loop: c requests in flight"
+    shape = (
+        "Poisson"
+        if settings.get("burstiness", 1.0) == 1.0
+        else f"gamma (burstiness {settings['burstiness']:g})"
+    )
+    ramp = f", ramped up over {settings['ramp_up_s']:g} s" if settings.get("ramp_up_s") else ""
+    return f"open loop: {shape} arrivals at the rate{ramp}, at most c in flight (∞: no cap)"
 
 
 def footer(run: BenchRun) -> str:
@@ -428,4 +486,7 @@ class ServeProgress(Progress):
     def finished(self, result) -> str:
         r = result.record()
         errors = f", {r['errors']} errors" if r["errors"] else ""
-        return f"{r['request_throughput']:.2f} req/s, {r['output_throughput']:.1f} output tok/s{errors}"
+        good = f", {r['goodput_share']:.0%} within the SLOs" if r.get("goodput_share") is not None else ""
+        saturated = "; the queue grew without bound: stopped early" if r.get("saturated") else ""
+        return (f"{r['request_throughput']:.2f} req/s, {r['output_throughput']:.1f} output tok/s{errors}"
+                f"{good}{saturated}")  # fmt: skip
