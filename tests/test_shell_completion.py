@@ -176,7 +176,7 @@ BASH_CASES = [
     ("llmcli pull org/repo:Q8", ["Q8_0"]),  # bash replaces only what follows the ':'
     ("llmcli pull org/repo:iq4", ["IQ4_XS", "IQ4_NL"]),
     ("llmcli models rm tiny q", ["qwen-small"]),
-    ("llmcli config set to", ["top_k", "top_p"]),
+    ("llmcli config set to", ["tool_rounds", "tool_timeout", "top_k", "top_p"]),
     ("llmcli chat --on-overflow ", ["drop-oldest", "error"]),
     ("llmcli generate --temperature ", []),  # a number: nothing to offer
     ("llmcli generate hello ", []),  # the prompt is free text
@@ -292,7 +292,7 @@ ZSH_FISH_CASES = [
     ("llmcli chat --on-overflow ", ["drop-oldest", "error"]),
     ("llmcli pull org/repo:Q8", ["org/repo:Q8_0"]),
     ("llmcli models rm tiny q", ["qwen-small"]),
-    ("llmcli config set to", ["top_k", "top_p"]),
+    ("llmcli config set to", ["tool_rounds", "tool_timeout", "top_k", "top_p"]),
     ("llmcli generate --grammar-file js", ["json.gbnf"]),
 ]
 
