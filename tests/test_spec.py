@@ -481,7 +481,7 @@ def test_json_record_carries_the_proposer_and_counts(fake):
     n = doc["usage"]["completion_tokens"]
     passes = -(-n // (fake_engine_accepts + 1))
     assert spec["type"] == "lookup" and spec["draft_max"] == 4 and spec["adaptive"] is True
-    assert spec["ngram_max"] == 4 and spec["exact"] is True
+    assert spec["ngram_max"] == 4 and spec["exact"] is False
     assert spec["target_passes"] == passes
     assert spec["drafted_tokens"] == 4 * passes and spec["accepted_tokens"] == 2 * passes
     assert spec["acceptance"] == pytest.approx(0.5)
@@ -905,7 +905,8 @@ def _fake_with(monkeypatch, tmp_path, **kwargs):
 
 def test_chat_says_once_when_exactness_left_nothing_to_verify_in_set_words(monkeypatch, tmp_path):
     factory = _fake_with(monkeypatch, tmp_path, replies=["one two three"] * 4, spec_exact_blocked=True)
-    result = run("chat", "--spec-type", "lookup", input="first\nsecond\n/set spec-draft-n-max 4\nthird\n")
+    result = run("chat", "--spec-type", "lookup", "--spec-exact",
+                 input="first\nsecond\n/set spec-draft-n-max 4\nthird\n")  # fmt: skip
     assert result.exit_code == 0, result.stderr
     notes = [line for line in result.stderr.splitlines() if "speculative decoding drafted nothing" in line]
     assert len(notes) == 2  # once for the first model, once after the reload, not at every turn
@@ -923,7 +924,7 @@ def test_chat_says_nothing_where_exactness_did_not_block(monkeypatch, tmp_path):
 
 def test_generate_says_it_in_its_flags_words(monkeypatch, tmp_path):
     _fake_with(monkeypatch, tmp_path, replies=["one two three"], spec_exact_blocked=True)
-    result = run("generate", "hi", "--spec-type", "lookup")
+    result = run("generate", "hi", "--spec-type", "lookup", "--spec-exact")
     assert result.exit_code == 0, result.stderr
     assert result.stdout.startswith("one two three")  # the text, on stdout; the note on stderr
     (note,) = [line for line in result.stderr.splitlines() if "drafted nothing" in line]
