@@ -164,11 +164,13 @@ class CostTable:
 class CostProbe:
     """Times verification batches on the engine's own context (a fixed token sequence after
     `PREFIX` cached tokens, trimmed back after each, as verification trims), and a draft model's
-    greedy steps. Each batch size runs right after a one-token step, and its cost is the median over
-    rounds of the ratio within each pair: a machine that is busier in one moment than the next
-    slows both sides of a pair alike. The first round (llama.cpp builds each shape's graph) is not
-    counted; rounds go on for about `BUDGET_S` (at least `MIN_ROUNDS`, at most `MAX_ROUNDS`); a
-    larger batch never costs less than a smaller one. The cache is empty afterwards."""
+    greedy steps. Each batch size runs right after a one-token step, interleaved over rounds; a
+    size's cost is its fastest run over the fastest one-token step (a run that waited for a busy
+    core says nothing about the work; the step, timed once per size each round, has the most runs,
+    so its fastest is the surest: on a busy machine the costs err high, so k errs short). The
+    first round (llama.cpp builds each shape's graph) is not counted; rounds go on for about
+    `BUDGET_S` (at least `MIN_ROUNDS`, at most `MAX_ROUNDS`); a larger batch never costs less than
+    a smaller one. The cache is empty afterwards."""
 
     PREFIX = 128
     MIN_ROUNDS = 2
@@ -185,7 +187,6 @@ class CostProbe:
 
     def measure(self, threads: int) -> CostTable | None:
         """The table at `threads` decode threads; None where a decode failed."""
-        import statistics
 
         started = time.perf_counter()
         cache, L = self.cache, self.cache.L
@@ -195,7 +196,7 @@ class CostProbe:
         base = self.tokenizer.tokenize(ExactProbe.TEXT, add_bos=False)
         seq = (base * (1 + (n_prefix + self.top) // max(1, len(base))))[: n_prefix + self.top]
         prefix, tail = seq[:n_prefix], seq[n_prefix:]
-        ratios: dict[int, list[float]] = {n: [] for n in sizes}
+        batches: dict[int, list[float]] = {n: [] for n in sizes}
         steps: list[float] = []
 
         def timed(n: int) -> float | None:
@@ -218,18 +219,18 @@ class CostProbe:
                     one, many = timed(1), timed(n)
                     if one is None or many is None:
                         return None
-                    ratios[n].append(many / one)
+                    batches[n].append(many)
                     steps.append(one)
                 rounds += 1
                 if rounds >= self.MIN_ROUNDS and time.perf_counter() - started > self.BUDGET_S:
                     break
-            unit = statistics.median(steps)
+            unit = min(steps)
             draft_step = self._draft_step(prefix, threads) if self.draft is not None else 0.0
         finally:
             cache.clear()
         costs, floor = {}, 1.0
         for n in sizes:
-            floor = max(floor, statistics.median(ratios[n]))
+            floor = max(floor, min(batches[n]) / unit)
             costs[n] = floor
         rel_draft = draft_step / unit if draft_step else 0.0
         return CostTable(costs, rel_draft, "measured", (time.perf_counter() - started) * 1000)
@@ -237,8 +238,6 @@ class CostProbe:
     def _draft_step(self, prefix: list[int], threads: int) -> float:
         """Seconds a draft model's proposal costs per token, catching up included: the median of
         three proposals of 4 after the same history (a first one, which builds graphs, not counted)."""
-        import statistics
-
         draft, k = self.draft, 4
         times = []
         try:
@@ -249,7 +248,7 @@ class CostProbe:
                 times.append((time.perf_counter() - t0) / max(1, len(got)))
         finally:
             draft.reset()
-        return statistics.median(times[1:])
+        return min(times[1:])
 
 
 class MeasuredStore:
