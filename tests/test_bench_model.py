@@ -116,7 +116,7 @@ def test_spec_scenario_on_smollm2_drafts_on_the_copy_prompt():
     doc = _bench("-m", "smollm2-135m", "--scenario", "spec", "-n", "24", "--no-warmup",
                  "--spec-draft-n-max", "4", "--spec-exact", "0,1")  # fmt: skip
     rows = {r["test"]: r for r in doc["results"]}
-    assert list(rows) == ["spec plain tg24", "spec lookup k=4 no-exact tg24", "spec lookup k=4 tg24"]
+    assert list(rows) == ["spec plain tg24", "spec lookup k=4 tg24", "spec lookup k=4 exact tg24"]
     plain, fast, exact = rows.values()
     assert plain["drafted"] == [0] and plain["accepted"] == [0] and plain["spec_type"] == "none"
     assert fast["drafted"][0] > 0

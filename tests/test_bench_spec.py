@@ -54,8 +54,8 @@ def test_default_is_plain_then_prompt_lookup_with_counts_per_repetition(backend)
     settings = {k: lookup[k] for k in ("spec_draft_n_min", "spec_ngram_max", "spec_ngram_min",
                                        "spec_adaptive", "spec_exact", "model_draft")}  # fmt: skip
     assert settings == {"spec_draft_n_min": 1, "spec_ngram_max": 4, "spec_ngram_min": 1,
-                        "spec_adaptive": True, "spec_exact": True, "model_draft": None}  # fmt: skip
-    assert lookup["exact_positions"] == {"short": k + 1, "long": k + 1}
+                        "spec_adaptive": True, "spec_exact": False, "model_draft": None}  # fmt: skip
+    assert lookup["exact_positions"] is None  # only with --spec-exact
     assert lookup["text_matches_plain"] is True
     # one clock read between building the prompt and the first token, then one per token
     assert all(r["samples_ttft_ns"] == [1_000_000, 1_000_000] for r in doc["results"])
@@ -102,7 +102,7 @@ def test_sweep_expands_like_the_other_flags_and_k_0_is_the_plain_case(backend):
     points = [(r["spec_draft_n_max"], r["spec_adaptive"], r["spec_exact"]) for r in rows[1:]]
     assert points == [(k, a, e) for k in (2, 4, 6) for a in (False, True) for e in (False, True)]
     assert len({r["test"] for r in rows}) == len(rows)
-    assert "spec lookup k=2 fixed no-exact tg6" in {r["test"] for r in rows}
+    assert "spec lookup k=2 fixed tg6" in {r["test"] for r in rows}
     assert doc["settings"]["sweep"]["spec_draft_n_max"] == [0, 2, 4, 6]
     assert doc["planned"] == doc["finished"] == len(rows)
     # k = 0 with a proposer is the plain case, measured once
@@ -132,7 +132,7 @@ def test_table_and_progress(backend):
     plain, lookup = table[1:]
     assert plain[:7] == ["fake 2M Q4_K_M", "1", "6", "plain", "", "", ""]
     assert plain[11:] == ["", "", "", "", "", "", ""]
-    assert lookup[:7] == ["fake 2M Q4_K_M", "1", "6", "lookup", "4", "1", "1"]
+    assert lookup[:7] == ["fake 2M Q4_K_M", "1", "6", "lookup", "4", "1", "0"]
     assert lookup[10:] == ["1000.00 ± 0.00", "1.00x", "8", "4", "50%", "3.00", "4.0", "yes"]
     assert "prompt: the built-in copy-heavy prompt (through the chat template), greedy" in result.stdout
     assert result.stderr.splitlines() == [

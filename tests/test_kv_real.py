@@ -65,7 +65,7 @@ def test_set_spec_type_keeps_the_cache_and_the_running_chats_text(env):
     with --spec-exact (which drafts nothing at this depth) its text is the running chat's, whose
     cache is reloaded from its saved state after each turn as this one is."""
     running = chat(env, *LONG[:2], args=("--session", "same", "-n", "40"))
-    switched = chat(env, LONG[0], "/set spec-type lookup", LONG[1], args=("-n", "40"))
+    switched = chat(env, LONG[0], "/set spec-type lookup", LONG[1], args=("-n", "40", "--spec-exact"))
     kept = re.search(
         r"spec-type = lookup \(model reloaded; its KV cache of (\d+) tokens kept\)", switched.stderr
     )

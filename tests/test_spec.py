@@ -481,7 +481,7 @@ def test_json_record_carries_the_proposer_and_counts(fake):
     n = doc["usage"]["completion_tokens"]
     passes = -(-n // (fake_engine_accepts + 1))
     assert spec["type"] == "lookup" and spec["draft_max"] == 4 and spec["adaptive"] is True
-    assert spec["ngram_max"] == 4 and spec["exact"] is True
+    assert spec["ngram_max"] == 4 and spec["exact"] is False
     assert spec["target_passes"] == passes
     assert spec["drafted_tokens"] == 4 * passes and spec["accepted_tokens"] == 2 * passes
     assert spec["acceptance"] == pytest.approx(0.5)
@@ -905,7 +905,8 @@ def _fake_with(monkeypatch, tmp_path, **kwargs):
 
 def test_chat_says_once_when_exactness_left_nothing_to_verify_in_set_words(monkeypatch, tmp_path):
     factory = _fake_with(monkeypatch, tmp_path, replies=["one two three"] * 4, spec_exact_blocked=True)
-    result = run("chat", "--spec-type", "lookup", input="first\nsecond\n/set spec-draft-n-max 4\nthird\n")
+    result = run("chat", "--spec-type", "lookup", "--spec-exact",
+                 input="first\nsecond\n/set spec-draft-n-max 4\nthird\n")  # fmt: skip
     assert result.exit_code == 0, result.stderr
     notes = [line for line in result.stderr.splitlines() if "speculative decoding drafted nothing" in line]
     assert len(notes) == 2  # once for the first model, once after the reload, not at every turn
@@ -923,8 +924,52 @@ def test_chat_says_nothing_where_exactness_did_not_block(monkeypatch, tmp_path):
 
 def test_generate_says_it_in_its_flags_words(monkeypatch, tmp_path):
     _fake_with(monkeypatch, tmp_path, replies=["one two three"], spec_exact_blocked=True)
-    result = run("generate", "hi", "--spec-type", "lookup")
+    result = run("generate", "hi", "--spec-type", "lookup", "--spec-exact")
     assert result.exit_code == 0, result.stderr
     assert result.stdout.startswith("one two three")  # the text, on stdout; the note on stderr
     (note,) = [line for line in result.stderr.splitlines() if "drafted nothing" in line]
     assert "--no-spec-exact verifies in any batch" in note and "(-ctk bf16 -ctv bf16, or q8_0)" in note
+
+
+def _decisions(policy: KPolicy, timings: random.Random) -> list[int]:
+    """The k chosen over a fixed sequence of proposals and outcomes, while batches take whatever
+    `timings` says (a machine that is busy at random moments)."""
+    outcomes = random.Random(3)
+    ks = []
+    for step in range(300):
+        k = policy.choose("src", policy.k_max)
+        ks.append(k)
+        policy.observe_batch(k + 1, (1.0 + 0.5 * k) * timings.uniform(0.3, 3.0))
+        kept = 0
+        while kept < k and outcomes.random() < (0.9 if step < 150 else 0.05):  # copying, then not
+            kept += 1
+        if k:
+            policy.observe_draft("src", k, kept)
+        policy.tokens_emitted(kept + 1)
+    return ks
+
+
+def test_policy_with_a_calibrated_table_decides_by_it_alone_not_by_this_runs_timing():
+    table = {1: 1.0, 2: 1.4, 3: 1.8, 5: 2.6, 9: 4.2, 17: 7.5}
+    runs = [_decisions(KPolicy(k_max=16, table=dict(table)), random.Random(seed)) for seed in range(4)]
+    assert all(run == runs[0] for run in runs[1:])  # same tokens, same table: the same k every step
+    assert sum(runs[0][100:150]) > 200 and runs[0][-50:].count(0) > 40  # it does decide
+    # without the table (costs measured in flight) the timings steer it: this test can tell
+    live = [_decisions(KPolicy(k_max=16), random.Random(seed)) for seed in range(4)]
+    assert any(run != live[0] for run in live[1:])
+
+
+def test_policy_table_interpolates_between_measured_sizes_and_extends_the_last_slope():
+    p = KPolicy(k_max=16, table={1: 1.0, 3: 2.0, 9: 5.0, 17: 9.0})
+    assert p.cost(3) == 2.0 and p.cost(2) == pytest.approx(1.5) and p.cost(5) == pytest.approx(3.0)
+    assert p.cost(21) == pytest.approx(11.0)
+    assert p.known_cost(12)  # nothing is tried just to measure it
+
+
+def test_policy_with_a_table_does_not_draft_a_draft_model_that_could_never_pay():
+    p = KPolicy(k_max=4, table={1: 1.0, 2: 1.6, 3: 2.1, 5: 3.0})
+    assert p.choose("draft", 4, draft_cost=0.9) == 0  # every proposal accepted would still lose
+    for _ in range(300):
+        p.tokens_emitted(1)
+        assert p.choose("draft", 4, draft_cost=0.9) == 0
+    assert p.choose("draft", 4, draft_cost=0.05) > 0  # a cheap draft is tried

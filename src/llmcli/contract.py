@@ -83,8 +83,8 @@ class SamplingParams:
 @dataclass
 class SpecOptions:
     """Speculative decoding (engine/spec.py, engine/speculation.py, engine/decoding.py): who
-    proposes tokens for the target to verify in one batch, and how many. Lossless: the text is what
-    plain decoding gives."""
+    proposes tokens for the target to verify in one batch, and how many. Lossless: each token is a
+    sample of the target's own distribution, and the same command gives the same text."""
 
     kind: str = "none"  # "none", "lookup" (prompt lookup: n-grams of the context) or "draft"
     draft_max: int = defaults.SPEC_DRAFT_N_MAX  # most tokens proposed per verification batch
@@ -93,8 +93,9 @@ class SpecOptions:
     ngram_min: int = defaults.SPEC_NGRAM_MIN  # and the shortest
     adaptive: bool = True  # choose k per batch from measured costs and acceptance (else draft_max)
     # Verify only in batches whose logits are bit-identical to single steps on this build and model
-    # (probed once, cached): temperature 0 then gives exactly the plain text. Off: up to draft_max.
-    exact: bool = True
+    # (probed once, cached): temperature 0 then gives exactly the plain text. Off (the default): in
+    # whatever batch sizes pay, each token still a sample of the target's distribution.
+    exact: bool = False
     model_draft: str | None = None  # the draft model's file (kind "draft")
     model_draft_ref: str | None = None  # as the user named it, for the record
     model_draft_from: str | None = None  # where that name came from when not typed, for errors

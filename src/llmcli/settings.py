@@ -161,11 +161,12 @@ SETTINGS: dict[str, Setting] = {
         Setting(
             "spec_exact",
             bool,
-            True,
+            False,
             "Speculative decoding: verify only in batches whose logits are bit-identical to plain "
-            "decoding on this build and model, so temperature 0 gives exactly the plain text; false: "
-            "any batch size (the same distribution, faster, but the text may differ where llama.cpp's "
-            "batched kernels round differently).",
+            "decoding on this build and model, so temperature 0 gives exactly the plain text; false "
+            "(the default): any batch size that pays (the same distribution and the same text run "
+            "after run, faster, but it may differ from plain decoding's where llama.cpp's batched "
+            "kernels round differently).",
         ),
         Setting("model_draft", str, "", "Draft model for speculative decoding (a reference like --model)."),
         Setting(

@@ -62,7 +62,7 @@ class SpecSweep:
     ngram_max: list[int] = field(default_factory=lambda: [defaults.SPEC_NGRAM_MAX])
     ngram_min: list[int] = field(default_factory=lambda: [defaults.SPEC_NGRAM_MIN])
     adaptive: list[bool] = field(default_factory=lambda: [True])
-    exact: list[bool] = field(default_factory=lambda: [True])
+    exact: list[bool] = field(default_factory=lambda: [False])
     model_draft: str | None = None  # as the user named it
     model_draft_path: str | None = None  # resolved by `check`
     gpu_layers_draft: int | None = None
@@ -113,7 +113,7 @@ def _key(spec: SpecOptions) -> tuple:
 
 
 def label(spec: SpecOptions) -> str:
-    """A short name for a proposer setting: "plain", "lookup k=8", "draft k=4 fixed no-exact"."""
+    """A short name for a proposer setting: "plain", "lookup k=8", "draft k=4 fixed exact"."""
     if not spec.enabled:
         return "plain"
     parts = [f"{spec.kind} k={spec.draft_max}"]
@@ -124,8 +124,8 @@ def label(spec: SpecOptions) -> str:
         parts.append(f"ngram={spec.ngram_min}-{spec.ngram_max}")
     if not spec.adaptive:
         parts.append("fixed")
-    if not spec.exact:
-        parts.append("no-exact")
+    if spec.exact:
+        parts.append("exact")
     return " ".join(parts)
 
 

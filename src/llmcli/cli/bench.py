@@ -187,8 +187,8 @@ NoSpecAdaptive = Annotated[
 SpecExact = Annotated[
     list[str] | None,
     _list_option("--spec-exact", panel=SPEC_PANEL,
-                 help="1 (the default): verify only in batch sizes bit-identical to plain decoding on this "
-                 "build; 0: any size; 0,1: both."),
+                 help="1: verify only in batch sizes bit-identical to plain decoding on this build; 0 (the "
+                 "default): any size that pays; 0,1: both."),
 ]  # fmt: skip
 NoSpecExact = Annotated[
     bool,
@@ -463,8 +463,8 @@ def bench(
         request.spec = _spec_sweep(
             spec_type, spec_draft_n_max, spec_draft_n_min, spec_ngram_max, spec_ngram_min,
             _bools("--spec-adaptive", spec_adaptive, no_spec_adaptive),
-            _bools("--spec-exact", spec_exact, no_spec_exact), model_draft, gpu_layers_draft, ctx_size_draft,
-            cache_type_k_draft, cache_type_v_draft,
+            _bools("--spec-exact", spec_exact, no_spec_exact, default=False), model_draft, gpu_layers_draft,
+            ctx_size_draft, cache_type_k_draft, cache_type_v_draft,
         )  # fmt: skip
         draft_v = request.spec.type_v_draft
         if False in sweep.flash_attn and v_cache_refused(draft_v, False):
@@ -734,13 +734,15 @@ def _one_cache_type(flag: str, value: str | None) -> str | None:
     return types[0]
 
 
-def _bools(flag: str, values: list[str] | None, off: bool) -> list[bool]:
+def _bools(flag: str, values: list[str] | None, off: bool, default: bool = True) -> list[bool]:
     from llmcli.bench import sweep as s
 
     if off and values:
         raise UsageError(f"give {flag} or --no-{flag[2:]}, not both")
-    if off or not values:
-        return [not off]
+    if off:
+        return [False]
+    if not values:
+        return [default]
     out = []
     for item in s._items(flag, values):
         value = s._BOOLS.get(item.lower())

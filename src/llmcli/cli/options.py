@@ -332,8 +332,9 @@ SpecExact = Annotated[
     bool | None,
     typer.Option("--spec-exact/--no-spec-exact", help="Verify only in batch sizes whose logits are "
                  "bit-identical to plain decoding on this build and model (probed once), so temperature 0 "
-                 "gives exactly the plain text (default: on). Off: any size; the same distribution, "
-                 "but batched kernels may round near-ties differently.", envvar="LLMCLI_SPEC_EXACT",
+                 "gives exactly the plain text (default: off: any size that pays; the same distribution "
+                 "and the same text run after run, but batched kernels may round near-ties differently "
+                 "from plain decoding).", envvar="LLMCLI_SPEC_EXACT",
                  rich_help_panel=SPEC_PANEL,
                  show_default=False),
 ]  # fmt: skip

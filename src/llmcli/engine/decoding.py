@@ -312,7 +312,7 @@ class Generation:
         e, cache, spec = self.e, self.cache, self.spec
         assert spec is not None
         max_tokens = self.params.max_tokens or 1 << 62
-        adaptive, n_ctx = e.adaptive, e.n_ctx
+        n_ctx = e.n_ctx
         pick, generated, cached = self.pick, self.generated, cache.tokens
         e.pin_batch_threads()
         pending = pick(-1)
@@ -330,12 +330,9 @@ class Generation:
                     cache.sync()
                     return "interrupted"
                 check_decode(rc, len(cached), n_ctx)
-                elapsed = time.perf_counter() - started
-                spec.measured(1, elapsed)
-                if adaptive and (changed := e.observe("decode", elapsed)):  # plain steps only
-                    yield ThreadsChanged("decode", *changed)
-                    e.pin_batch_threads()
-                    spec.threads_changed()
+                # not shown to the thread policy: decode keeps one thread count while speculating, so
+                # that the text does not depend on the machine's load (engine/llama.py)
+                spec.measured(1, time.perf_counter() - started)
                 if stopped:
                     return "stop"
                 if len(generated) >= max_tokens:

@@ -1,6 +1,6 @@
-"""`--spec-exact`'s probe of bit-identical batch sizes, and the on-disk store of what speculative
-decoding measured on a model, build and settings (those limits, and the verification batches'
-relative costs), under the cache dir.
+"""`--spec-exact`'s probe of bit-identical batch sizes, the calibration of what a verification batch
+costs, and the on-disk store of what speculative decoding measured on a model, build and settings
+(those limits, and the verification batches' relative costs), under the cache dir.
 
 Which CPU kernel runs depends on the shapes: repacked K-quant weights take 4 or more rows through a
 GEMM that rounds differently from the one-row GEMV; flash attention splits the keys across threads
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import time
 from pathlib import Path
 
 from llmcli.contract import EngineOptions, SpecOptions
@@ -129,6 +130,127 @@ class ExactProbe:
         return limit
 
 
+# Batch sizes the calibration times; the k policy interpolates between them (a batch's cost grows
+# nearly linearly with its positions, in steps of a few rows where the weights are repacked).
+CALIBRATION_SIZES = (2, 3, 5, 9, 13, 17, 25, 33, 49, 65)
+
+
+class CostTable:
+    """What the adaptive k policy decides by: a verification batch's cost relative to one decode
+    step, per number of positions, and a draft model's step relative to the target's. Measured once
+    per machine, build, model (pair), settings and thread count, stored, and only read after that:
+    so the k chosen at each step depends on the tokens so far and on this table, never on how fast
+    the run at hand goes, and the same command gives the same text."""
+
+    def __init__(self, costs: dict[int, float], draft_step: float = 0.0, source: str = "stored",
+                 ms: float = 0.0) -> None:  # fmt: skip
+        self.costs = {1: 1.0, **{n: c for n, c in costs.items() if n > 1}}
+        self.draft_step = draft_step
+        self.source = source  # "measured" (by this run), "stored" (by an earlier one) or "assumed"
+        self.ms = ms  # what measuring it took
+
+    @classmethod
+    def assumed(cls, top: int, slope: float = 0.5) -> CostTable:
+        """Where it cannot be measured: a batch of n positions costs 1 + slope * (n - 1) steps."""
+        return cls({n: 1 + slope * (n - 1) for n in range(2, top + 1)}, 0.0, "assumed")
+
+    def report(self) -> dict:
+        table = {str(n): round(c, 3) for n, c in sorted(self.costs.items())}
+        return {"costs": self.source, "cost_table": table,
+                "draft_step_cost": round(self.draft_step, 3) if self.draft_step else None,
+                "calibration_ms": round(self.ms, 3)}  # fmt: skip
+
+
+class CostProbe:
+    """Times verification batches on the engine's own context (a fixed token sequence after
+    `PREFIX` cached tokens, trimmed back after each, as verification trims), and a draft model's
+    greedy steps. Each batch size runs right after a one-token step, interleaved over rounds; a
+    size's cost is its fastest run over the fastest one-token step (a run that waited for a busy
+    core says nothing about the work; the step, timed once per size each round, has the most runs,
+    so its fastest is the surest: on a busy machine the costs err high, so k errs short). The
+    first round (llama.cpp builds each shape's graph) is not counted; rounds go on for about
+    `BUDGET_S` (at least `MIN_ROUNDS`, at most `MAX_ROUNDS`); a larger batch never costs less than
+    a smaller one. The cache is empty afterwards."""
+
+    PREFIX = 128
+    MIN_ROUNDS = 2
+    MAX_ROUNDS = 8
+    BUDGET_S = 1.0
+
+    def __init__(self, cache: KVCache, tokenizer: Tokenizer, *, n_batch: int, n_ctx: int, top: int,
+                 draft=None) -> None:  # fmt: skip
+        self.cache, self.tokenizer, self.draft = cache, tokenizer, draft
+        self.n_batch, self.n_ctx, self.top = n_batch, n_ctx, top
+
+    def sizes(self) -> list[int]:
+        return sorted(({n for n in CALIBRATION_SIZES if n <= self.top} | {self.top}) - {1})
+
+    def measure(self, threads: int) -> CostTable | None:
+        """The table at `threads` decode threads; None where a decode failed."""
+
+        started = time.perf_counter()
+        cache, L = self.cache, self.cache.L
+        L.llama_set_n_threads(cache.ctx, threads, threads)
+        sizes = self.sizes()
+        n_prefix = max(1, min(self.PREFIX, self.n_ctx - self.top - 8))
+        base = self.tokenizer.tokenize(ExactProbe.TEXT, add_bos=False)
+        seq = (base * (1 + (n_prefix + self.top) // max(1, len(base))))[: n_prefix + self.top]
+        prefix, tail = seq[:n_prefix], seq[n_prefix:]
+        batches: dict[int, list[float]] = {n: [] for n in sizes}
+        steps: list[float] = []
+
+        def timed(n: int) -> float | None:
+            cache.trim(n_prefix)
+            t0 = time.perf_counter()
+            rc = cache.decode(tail[:1]) if n == 1 else cache.decode_all(tail[:n])
+            cache.synchronize()
+            return time.perf_counter() - t0 if rc == 0 else None
+
+        try:
+            cache.clear()
+            step = self.n_batch
+            if any(cache.decode(prefix[i : i + step]) != 0 for i in range(0, len(prefix), step)):
+                return None
+            if any(timed(n) is None for n in [1, *sizes]):  # llama.cpp builds each shape's graph
+                return None
+            rounds = 0
+            while rounds < self.MAX_ROUNDS:
+                for n in sizes:
+                    one, many = timed(1), timed(n)
+                    if one is None or many is None:
+                        return None
+                    batches[n].append(many)
+                    steps.append(one)
+                rounds += 1
+                if rounds >= self.MIN_ROUNDS and time.perf_counter() - started > self.BUDGET_S:
+                    break
+            unit = min(steps)
+            draft_step = self._draft_step(prefix, threads) if self.draft is not None else 0.0
+        finally:
+            cache.clear()
+        costs, floor = {}, 1.0
+        for n in sizes:
+            floor = max(floor, min(batches[n]) / unit)
+            costs[n] = floor
+        rel_draft = draft_step / unit if draft_step else 0.0
+        return CostTable(costs, rel_draft, "measured", (time.perf_counter() - started) * 1000)
+
+    def _draft_step(self, prefix: list[int], threads: int) -> float:
+        """Seconds a draft model's proposal costs per token, catching up included: the median of
+        three proposals of 4 after the same history (a first one, which builds graphs, not counted)."""
+        draft, k = self.draft, 4
+        times = []
+        try:
+            draft.sync(prefix)
+            for _ in range(4):
+                t0 = time.perf_counter()
+                got = draft.propose(prefix, k, threads)
+                times.append((time.perf_counter() - t0) / max(1, len(got)))
+        finally:
+            draft.reset()
+        return min(times[1:])
+
+
 class MeasuredStore:
     """Files under the cache dir keyed by this model, llama.cpp build, settings and thread count:
     `spec-exact` (the probed limits) and `spec-costs` (verification batches' relative costs).
@@ -173,6 +295,32 @@ class MeasuredStore:
 
             cache.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(cache, json.dumps({"key": json.loads(key), "positions": list(limits)}))
+        except OSError:
+            pass
+
+    def cost_table(self, threads: int, top: int, draft: dict | None) -> CostTable | None:
+        """The calibrated cost table for `threads` and a largest batch of `top` (None: none yet)."""
+        _, path = self._file("spec-table", threads, top=top, draft=draft)
+        try:
+            doc = json.loads(path.read_text())
+            costs = {int(n): float(c) for n, c in doc["costs"].items()}
+            draft_step = float(doc.get("draft_step") or 0.0)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+        if not costs or not all(0 < c < 1000 for c in costs.values()) or not 0 <= draft_step < 1000:
+            return None
+        return CostTable(costs, draft_step, "stored")
+
+    def save_cost_table(self, threads: int, top: int, draft: dict | None, table: CostTable) -> None:
+        key, path = self._file("spec-table", threads, top=top, draft=draft)
+        try:
+            from llmcli.atomic import write_atomic
+
+            path.parent.mkdir(parents=True, exist_ok=True)
+            costs = {str(n): round(c, 4) for n, c in sorted(table.costs.items())}
+            doc = {"key": json.loads(key), "costs": costs, "draft_step": round(table.draft_step, 4),
+                   "measured_ms": round(table.ms, 1)}  # fmt: skip
+            write_atomic(path, json.dumps(doc))
         except OSError:
             pass
 

@@ -46,7 +46,7 @@ from llmcli.engine import local
 from llmcli.engine.backend import backend_name, llama_cpp_version, weight_repack
 from llmcli.engine.decoding import MIN_PREFILL_SAMPLE, Generation
 from llmcli.engine.draft import SPEC_VOCAB_MAX_DIFFERENCE, DraftModel, check_draft_vocab, vocab_difference
-from llmcli.engine.exact import ExactLimits, ExactProbe, MeasuredStore
+from llmcli.engine.exact import CostProbe, CostTable, ExactLimits, ExactProbe, MeasuredStore
 from llmcli.engine.kvcache import KVCache
 from llmcli.engine.native import (
     GGML_KV_TYPES,
@@ -94,6 +94,7 @@ class LlamaEngine:
         self.repack = weight_repack(self.options.repack)  # weights in llama.cpp's extra CPU buffers
         self.draft: DraftModel | None = None
         self.k_policy: KPolicy | None = None  # speculation's, kept across requests
+        self.cost_table: CostTable | None = None  # what adaptive k decides by (calibrated, stored)
         if self.spec.enabled and self.spec.kind == "draft":
             check_draft_vocab(llama_cpp, self.path, Path(str(self.spec.model_draft)))
         started = time.perf_counter()
@@ -138,6 +139,9 @@ class LlamaEngine:
             probing = time.perf_counter()
             self._probe_exact_limits()
             self.exact.probe_ms = (time.perf_counter() - probing) * 1000
+            self.load_ms = (time.perf_counter() - started) * 1000
+        if self.spec.enabled and self.spec.adaptive:  # measured once per machine, build, model, settings
+            self.cost_table = self._calibrated_costs()
             self.load_ms = (time.perf_counter() - started) * 1000
 
     # -- loading ---------------------------------------------------------------------------
@@ -232,6 +236,11 @@ class LlamaEngine:
         cores = policy.physical_cores()
         start = policy.start_for(cores, policy.busy_others(cores))
         options = policy.candidates(cores)
+        if self.spec.enabled:
+            # Speculative decoding's text must not depend on the machine's load: the kernels round
+            # differently at another thread count (attention splits one query's keys across them),
+            # so decode runs at one count, the most, chosen without looking at the load.
+            start = options[0]
         # decode: measured, one token a step; prefill: from the run queue, a few big batches
         self.decode_policy = policy.ThreadPolicy(options, start, read_busy=lambda: policy.busy_others(cores))
         self.prefill_policy = policy.LoadFollower(cores)
@@ -529,6 +538,30 @@ class LlamaEngine:
             self.exact.probe(self._exact_probe(), counts, self.threads)
         finally:
             self._L.llama_set_n_threads(self._ctx, self.threads, self.threads_batch)
+
+    def _calibrated_costs(self) -> CostTable:
+        """The verification batches' costs relative to a step at decode's thread count (and the
+        draft model's step): stored ones, else measured now (about a second or two for a small model,
+        once) and stored; where measuring fails, a fixed slope."""
+        top = self.spec.draft_max + 1
+        draft_id = None
+        if self.draft is not None:
+            from llmcli.engine.state import model_identity
+
+            draft_id = model_identity(self.draft.path)
+        table = self.measured.cost_table(self.threads, top, draft_id)
+        if table is not None:
+            return table
+        probe = CostProbe(self.cache, self.tokenizer, n_batch=self.n_batch, n_ctx=self.n_ctx, top=top,
+                          draft=self.draft)  # fmt: skip
+        try:
+            measured = probe.measure(self.threads)
+        finally:
+            self._L.llama_set_n_threads(self._ctx, self.threads, self.threads_batch)
+        if measured is None:
+            return CostTable.assumed(top)
+        self.measured.save_cost_table(self.threads, top, draft_id, measured)
+        return measured
 
     def _exact_probe(self) -> ExactProbe:
         return ExactProbe(self.cache, self.tokenizer, self.measured, n_vocab=self.n_vocab,

@@ -220,6 +220,10 @@ class KPolicy:
     observed: dict[int, int] = field(default_factory=dict)  # positions -> batches counted
     remembered_at: dict[int, int] = field(default_factory=dict)  # positions -> `observed` when stored
     stored_threads: int = 0  # the thread count `stored` and the measured costs are for
+    # The calibrated costs (positions -> cost relative to one step, measured once per machine, build,
+    # model and settings, `exact.CostTable`): when set, the policy decides by them alone, never by
+    # the batches it times, so that k, and so the text, does not depend on this run's timing.
+    table: dict[int, float] = field(default_factory=dict)
     refresh_within: float = 0.8
     refresh_every: int = 16  # batches
     refresh_every_idle: int = 48
@@ -360,6 +364,8 @@ class KPolicy:
 
     def cost(self, positions: int) -> float:
         """Seconds for a batch of `positions`, relative units where nothing is measured."""
+        if self.table:
+            return self._table_cost(positions)
         if self.stored:
             return self._cost_with_stored(positions)
         costs = self.costs
@@ -410,8 +416,29 @@ class KPolicy:
         w = self.stored_weight
         return (j * costs[positions] + w * guess) / (j + w)
 
+    def _table_cost(self, positions: int) -> float:
+        """The calibrated cost of `positions` (in plain steps), interpolated between the sizes
+        measured, and beyond the largest along the slope of the last two."""
+        table = self.table
+        if positions in table:
+            return table[positions]
+        sizes = sorted(table)
+        lo = max((s for s in sizes if s < positions), default=None)
+        hi = min((s for s in sizes if s > positions), default=None)
+        if lo is None:
+            return table[sizes[0]]
+        if hi is None:
+            if len(sizes) < 2:
+                return table[lo] + self.prior_slope * (positions - lo)
+            a, b = sizes[-2], sizes[-1]
+            slope = max(self.prior_slope, (table[b] - table[a]) / (b - a))
+            return table[lo] + slope * (positions - lo)
+        return table[lo] + (table[hi] - table[lo]) * (positions - lo) / (hi - lo)
+
     def known_cost(self, positions: int) -> bool:
         """Whether a batch of `positions` has a measured or stored cost (not extrapolated)."""
+        if self.table:
+            return True
         return positions in self.costs or positions in self.stored
 
     def expected_tokens(self, rates: list[float], k: int) -> float:
@@ -447,7 +474,8 @@ class KPolicy:
         # one such batch in `refresh_every` while drafting; while not drafting the candidate is a
         # draft expected to lose, so only one in `refresh_every_idle`.
         every = self.refresh_every if best_k > 0 else self.refresh_every_idle
-        if self.batches - self.refreshed_at > every:
+        # (calibrated costs are not measured in flight: nothing to refresh)
+        if not self.table and self.batches - self.refreshed_at > every:
             floor = self.refresh_within * best
             close = [k for k in speeds if k != best_k and self.known_cost(k + 1) and speeds[k] >= floor]
             stale = min(close, key=lambda k: self.measured_at.get(k + 1, 0), default=None)

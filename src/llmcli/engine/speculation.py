@@ -13,7 +13,7 @@ from typing import Protocol
 
 from llmcli.contract import SamplingParams, SpecOptions, Stats
 from llmcli.engine.draft import DraftModel
-from llmcli.engine.exact import EXACT_SHORT_CELLS, ExactLimits, MeasuredStore
+from llmcli.engine.exact import EXACT_SHORT_CELLS, CostTable, ExactLimits, MeasuredStore
 from llmcli.engine.kvcache import KVCache
 from llmcli.engine.spec import KPolicy, NgramProposer
 
@@ -27,6 +27,7 @@ class Speculator(Protocol):
     cache: KVCache
     exact: ExactLimits
     measured: MeasuredStore
+    cost_table: CostTable | None  # the calibrated costs the adaptive policy decides by
     threads: int  # decode's, now
 
     def spec_report(self) -> dict: ...
@@ -51,7 +52,10 @@ class Speculation:
         self.cached = engine.cache.tokens  # the target's cache (a list that is never replaced)
         policy = engine.k_policy  # kept across requests: batch costs are the machine's
         assert policy is not None
-        if opts.adaptive:  # what this and earlier runs measured, read again for each request
+        self.table = engine.cost_table if opts.adaptive else None
+        if self.table is not None:  # decided by costs measured once and stored: reproducible
+            policy.table = dict(self.table.costs)
+        elif opts.adaptive:  # what this and earlier runs measured, read again for each request
             policy.stored = self.store.batch_costs(engine.threads)
             policy.stored_threads = engine.threads
         self.policy: KPolicy = policy
@@ -131,7 +135,10 @@ class Speculation:
             return []
         top = min(top, room_draft)
         self.source = "draft"
-        k = policy.choose(self.source, top, self.draft_token_s)
+        # the draft's cost per proposed token: calibrated (in plain steps) where the policy decides by
+        # the table, else as measured in flight
+        draft_cost = self.table.draft_step if self.table is not None else self.draft_token_s
+        k = policy.choose(self.source, top, draft_cost)
         policy.note_choice(k)
         if k == 0:
             return []
@@ -163,14 +170,17 @@ class Speculation:
         self.policy.stored_threads = self.e.threads
 
     def remember(self) -> None:
-        """Store what this request measured, for the thread count it was measured at."""
-        if self.policy.adaptive and self.policy.stored_threads:
+        """Store what this request measured, for the thread count it was measured at (not where the
+        calibrated table decides: it is measured once, and only read after that)."""
+        if self.table is None and self.policy.adaptive and self.policy.stored_threads:
             self.store.add_batch_costs(self.policy.stored_threads, self.policy.remember())
 
     def report(self, stats: Stats) -> None:
         stats.drafted_tokens, stats.accepted_tokens = self.drafted, self.accepted
         stats.target_passes = self.passes
         stats.speculative = {**self.e.spec_report(), **self.policy.summary()}
+        if self.table is not None:
+            stats.speculative.update(self.table.report())
         stats.speculative["exact_blocked"] = self.exact_blocked
         if self.draft is not None:
             stats.speculative["draft_ctx_blocked"] = self.draft_ctx_blocked
