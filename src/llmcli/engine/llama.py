@@ -560,6 +560,10 @@ class LlamaEngine:
             self._L.llama_set_n_threads(self._ctx, self.threads, self.threads_batch)
         if measured is None:
             return CostTable.assumed(top)
+        # as the store keeps them, so that this run decides exactly as the runs that read them will
+        measured.costs = {n: round(c, 4) for n, c in measured.costs.items()}
+        if measured.draft_step:
+            measured.draft_step = round(measured.draft_step, 4)
         self.measured.save_cost_table(self.threads, top, draft_id, measured)
         return measured
 

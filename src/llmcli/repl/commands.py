@@ -173,7 +173,7 @@ def _show(repl: Repl, arg: str) -> None:
     options = getattr(s.engine, "options", None)
     if options is not None and options.speculative.enabled:
         sp = options.speculative
-        line = f"speculative {sp.kind}, k up to {sp.draft_max}{'' if sp.exact else ', not exact'}"
+        line = f"speculative {sp.kind}, k up to {sp.draft_max}{', exact' if sp.exact else ''}"
         if sp.kind == "draft":
             k, v = options.draft_cache_types()
             line += f"; draft {sp.model_draft_ref or sp.model_draft}, kv cache K {k}, V {v}"
