@@ -33,7 +33,7 @@ from llmcli.engine.speculation import Speculation
 from llmcli.engine.text import TextStream
 from llmcli.engine.vocab import Tokenizer
 from llmcli.reasoning import Tracker
-from llmcli.toolcalls import CallWatch
+from llmcli.toolcalls import CallGrammar, CallWatch
 
 MIN_PREFILL_SAMPLE = 32  # prefill batches smaller than this say little about thread speed
 
@@ -69,7 +69,8 @@ class Generation:
 
     def __init__(self, engine: Runner, tokens: list[int], params: SamplingParams, seed: int, sampler,
                  abort: AbortFlag, spec: Speculation | None = None, tracker: Tracker | None = None,
-                 answer_sampler=None, calls: tuple[str, object, bool] | None = None) -> None:  # fmt: skip
+                 answer_sampler=None, calls: CallGrammar | None = None,
+                 call_sampler=None) -> None:  # fmt: skip
         self.e = engine
         self.cache = engine.cache
         self.abort = abort
@@ -85,11 +86,10 @@ class Generation:
         # then lives in `answer_sampler` and applies from the answer's first token
         self.tracker = tracker
         self.answer_sampler = answer_sampler
-        # Tool calls: (the text that opens one, the chain whose grammar is one call's JSON, whether
-        # bare JSON opening the answer is one), which samples from the opening until the call's
-        # JSON is complete
-        self.calls = calls
-        self.call_may_open = calls is not None and calls[2]  # before the answer's first text
+        # Tool calls: how one opens, and the chain whose grammar is one call's JSON, which samples
+        # from a call's opening until its JSON is complete
+        self.calls, self.call_sampler = calls, call_sampler
+        self.call_may_open = calls is not None and calls.bare  # before the answer's first text
         constrained_now = params.grammar and answer_sampler is None
         self.grammar = GrammarProbe(engine.tokenizer, sampler) if constrained_now else None
         self.ended_by_eog = False
@@ -137,7 +137,7 @@ class Generation:
         forced: list[int] = []
         answer = self.answer_sampler
         constrained = pick(L, ctx, answer, n_vocab, False) if answer is not None else None
-        call_chain = self.calls[1] if self.calls is not None else None
+        call_chain = self.call_sampler
         in_call = pick(L, ctx, call_chain, n_vocab, False) if call_chain is not None else None
         token_bytes = self.e.tokenizer.token_bytes
 
@@ -177,11 +177,11 @@ class Generation:
         tracker, text, calls = self.tracker, self.text, self.calls
         grammar_waits = self.answer_sampler is not None
         L = self.cache.L
-        call_chain = calls[1] if calls is not None else None
+        call_chain = self.call_sampler
         call_probe = None
         if call_chain is not None:
             call_probe = GrammarProbe(self.e.tokenizer, call_chain, note_start=False)
-        watch = CallWatch(calls[0]) if calls is not None else None
+        watch = CallWatch(calls.trigger) if calls is not None else None
 
         def steered(token: int) -> Fed:
             nonlocal grammar_waits
@@ -195,7 +195,7 @@ class Generation:
                     self.grammar = GrammarProbe(self.e.tokenizer, self.answer_sampler, note_start=False)
                 if self.grammar is not None and self.answer_sampler is not None:
                     self.grammar.note(text.decoded_chars, pending_bytes=text.mid_character)
-            if watch is not None and call_probe is not None and (tracker is None or tracker.answering):
+            if call_probe is not None and watch is not None and (tracker is None or tracker.answering):
                 if (
                     self.call_may_open
                     and text.last.strip()

@@ -478,9 +478,9 @@ class LlamaEngine:
             self._abort.clear()
             try:
                 spec = Speculation(self, tokens, params) if self.spec.enabled else None
-                steered = (calls.trigger, call_sampler, calls.bare) if calls is not None else None
                 yield from Generation(
-                    self, tokens, params, seed, sampler, self._abort, spec, tracker, answer_sampler, steered
+                    self, tokens, params, seed, sampler, self._abort, spec, tracker, answer_sampler, calls,
+                    call_sampler,
                 ).run()
             finally:
                 for chain in (sampler, answer_sampler, call_sampler):
