@@ -23,6 +23,9 @@ def db_file(home: Path) -> Path:
 
 
 def rows(home: Path, sql: str = "SELECT * FROM responses ORDER BY id") -> list[dict]:
+    """The log's rows, after moving in what one-shot processes left waiting (as `llmcli logs` does)."""
+    if logdb.pending_path(db_file(home)).exists():
+        logdb.reader(db_file(home)).close()
     db = sqlite3.connect(db_file(home))
     db.row_factory = sqlite3.Row
     try:
@@ -301,13 +304,33 @@ def _answer_and_one_warning(result) -> None:
     assert len(warned) == 1 and "not logged" in warned[0], result.stderr
 
 
+def _answer_and_waiting(result, home: Path) -> None:
+    """A one-shot generate never opens the database: the answer, no warning, its row waiting."""
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.strip() == "echo: hello"
+    assert not warnings(result.stderr), result.stderr
+    assert b'"prompt":"hello"' in logdb.pending_path(db_file(home)).read_bytes()
+
+
+def _one_line_error(result) -> str:
+    assert result.exit_code != 0
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) <= 2 and "error" in lines[0], result.stderr  # the error and at most its hint
+    return lines[0]
+
+
 def test_a_damaged_log_costs_one_warning(fake, isolated):
     run("generate", "before")
+    rows(isolated)  # into the database
     path = db_file(isolated)
     logdb.close_all()
     data = path.read_bytes()
     path.write_bytes(b"this is no database at all" + data[len(data) // 2 :])
-    _answer_and_one_warning(run("generate", "hello"))
+    _answer_and_waiting(run("generate", "hello"), isolated)
+    assert "not a SQLite database" in _one_line_error(run("logs"))
+    assert b'"prompt":"hello"' in logdb.pending_path(path).read_bytes()  # still waiting, not lost
+    result = run("chat", input="hello\n")  # a chat writes itself: one warning, the answer kept
+    _answer_and_one_warning(result)
 
 
 def test_a_truncated_log_costs_one_warning(fake, isolated):
@@ -318,7 +341,8 @@ def test_a_truncated_log_costs_one_warning(fake, isolated):
         path.with_name("logs.db" + extra).unlink(missing_ok=True)
     with open(path, "r+b") as f:
         f.truncate(path.stat().st_size // 3)
-    result = run("generate", "hello")
+    _answer_and_waiting(run("generate", "hello"), isolated)
+    result = run("chat", input="hello\n")
     assert result.exit_code == 0 and result.stdout.strip() == "echo: hello"
     assert (
         len(warnings(result.stderr)) <= 1
@@ -337,15 +361,23 @@ def test_a_chat_warns_once_then_carries_on(fake, isolated):
 def test_a_locked_log_costs_one_warning(fake, isolated, monkeypatch):
     monkeypatch.setattr(logdb, "BUSY_TIMEOUT_MS", 200)
     run("generate", "before")
+    rows(isolated)
     logdb.close_all()
     holder = sqlite3.connect(db_file(isolated), isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     try:
-        _answer_and_one_warning(run("generate", "hello"))
+        _answer_and_waiting(run("generate", "hello"), isolated)
+        _answer_and_one_warning(run("chat", input="hello\n"))
+        logdb.close_all()
+        listed = run("logs", "--json")  # what is there, and one line on what waits
+        assert listed.exit_code == 0, listed.stderr
+        assert [e["prompt"] for e in json.loads(listed.stdout)] == ["before"]
+        [warned] = warnings(listed.stderr)
+        assert "not in the log yet" in warned
     finally:
         holder.execute("ROLLBACK")
         holder.close()
-    assert [r["prompt"] for r in rows(isolated)] == ["before"]
+    assert [r["prompt"] for r in rows(isolated)] == ["before", "hello"]  # the waiting row landed
 
 
 def _make_read_only(path: Path) -> callable:
@@ -361,16 +393,25 @@ def _make_read_only(path: Path) -> callable:
 
 def test_a_read_only_log_costs_one_warning(fake, isolated):
     run("generate", "before")
+    rows(isolated)
     logdb.close_all()
     db = sqlite3.connect(db_file(isolated))
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     db.close()
+    for extra in ("-wal", "-shm"):
+        db_file(isolated).with_name("logs.db" + extra).unlink(missing_ok=True)
     undo = _make_read_only(db_file(isolated))
     try:
-        _answer_and_one_warning(run("generate", "hello"))
+        result = run("generate", "hello")
+        if os.geteuid() != 0:  # the directory is read-only too: nowhere to leave the row
+            _answer_and_one_warning(result)
+        else:  # only the database is: the row waits beside it
+            _answer_and_waiting(result, isolated)
+        _answer_and_one_warning(run("chat", input="hello\n"))
     finally:
         undo()
-    assert [r["prompt"] for r in rows(isolated)] == ["before"]
+    expected = ["before"] if os.geteuid() != 0 else ["before", "hello"]
+    assert [r["prompt"] for r in rows(isolated)] == expected
 
 
 def test_a_full_disk_costs_one_warning(fake, isolated):
@@ -378,10 +419,7 @@ def test_a_full_disk_costs_one_warning(fake, isolated):
     import signal
 
     run("generate", "before")
-    logdb.close_all()
-    db = sqlite3.connect(db_file(isolated))
-    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the next write must grow the WAL file
-    db.close()
+    rows(isolated)
     limit = resource.getrlimit(resource.RLIMIT_FSIZE)
     handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (1024, limit[1]))  # no file may grow past 1 kB: full
@@ -391,16 +429,42 @@ def test_a_full_disk_costs_one_warning(fake, isolated):
         resource.setrlimit(resource.RLIMIT_FSIZE, limit)
         signal.signal(signal.SIGXFSZ, handler)
     _answer_and_one_warning(result)
+    pending = logdb.pending_path(db_file(isolated))
+    assert not pending.exists() or pending.stat().st_size == 0  # no half-written entry left behind
     assert [r["prompt"] for r in rows(isolated)] == ["before"]
+
+
+def test_a_line_cut_short_is_dropped_and_the_next_entry_lands(fake, isolated):
+    pending = logdb.pending_path(db_file(isolated))
+    pending.parent.mkdir(parents=True)
+    pending.write_bytes(b'{"conversation_id":"x","prompt":"cut sh')  # a writer killed mid-line
+    assert run("generate", "hello").exit_code == 0
+    assert [r["prompt"] for r in rows(isolated)] == ["hello"]
+    assert pending.read_bytes() == b""
+
+
+def test_waiting_entries_move_in_once_they_pass_the_threshold(fake, isolated, monkeypatch):
+    monkeypatch.setattr(logdb, "PENDING_DRAIN_BYTES", 1)
+    assert run("generate", "one").exit_code == 0
+    assert run("generate", "two").exit_code == 0
+    assert logdb.pending_path(db_file(isolated)).read_bytes() == b""
+    db = sqlite3.connect(db_file(isolated))
+    try:
+        assert [r[0] for r in db.execute("SELECT prompt FROM responses ORDER BY id")] == ["one", "two"]
+    finally:
+        db.close()
 
 
 def test_a_log_from_a_newer_llmcli_is_left_alone(fake, isolated):
     run("generate", "before")
+    rows(isolated)
     logdb.close_all()
     db = sqlite3.connect(db_file(isolated))
     db.execute(f"PRAGMA user_version = {logdb.SCHEMA + 5}")
     db.close()
-    result = run("generate", "hello")
+    _answer_and_waiting(run("generate", "hello"), isolated)
+    assert "newer llmcli" in _one_line_error(run("logs"))
+    result = run("chat", input="hello\n")
     _answer_and_one_warning(result)
     assert "newer llmcli" in result.stderr
 
@@ -429,16 +493,22 @@ WRITER = textwrap.dedent(
         rec = {"text": f"answer {i}", "model": {"ref": "m"}, "params": {}, "usage": {}, "timings": {}}
         row = logdb.row_values(rec, cid=sys.argv[2], command="generate",
                                messages=[{"role": "user", "content": f"q {i}"}])
-        assert logdb.write(row) is not None, "not written"
+        if sys.argv[3] == "defer":
+            assert logdb.defer(row), "not left"
+        else:
+            assert logdb.write(row) is not None, "not written"
     """
 )
 
 
-def test_writers_in_separate_processes_all_land(isolated):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+@pytest.mark.parametrize("how", ["write", "defer", "both"])
+def test_writers_in_separate_processes_all_land(isolated, how, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(sys.path))
+    env = dict(os.environ)
     n, writers = 40, 4
     command = [sys.executable, "-c", WRITER, str(n)]
-    procs = [subprocess.Popen([*command, f"w{k}"], env=env, stderr=subprocess.PIPE, text=True)
+    kinds = {"write": ["write"] * 4, "defer": ["defer"] * 4, "both": ["write", "defer"] * 2}[how]
+    procs = [subprocess.Popen([*command, f"w{k}", kinds[k]], env=env, stderr=subprocess.PIPE, text=True)
              for k in range(writers)]  # fmt: skip
     for p in procs:
         _, err = p.communicate(timeout=300)

@@ -293,7 +293,8 @@ def log_request(
     *, error: str | None = None, partial: str = "", tool_calls: list[dict] | None = None,
 ) -> int | None:  # fmt: skip
     """The one hook after each request: its record, prompt and conversation id to the log. Never
-    raises (a log that cannot be written is one warning line, see logdb.write); returns the row id."""
+    raises (a log that cannot be written is one warning line, see logdb.write); returns the row id
+    (0: left for the database, `logdb.defer`; None: not logged)."""
     from llmcli import logdb, record
 
     if done is not None and done.finish_reason == "interrupted" and not done.text:
@@ -314,6 +315,8 @@ def log_request(
     except Exception as exc:  # a record that cannot be built is a bug, but never costs the answer
         render.warn(f"not logged: {exc}")
         return None
+    if log.deferred:
+        return 0 if logdb.defer(row) else None
     return logdb.write(row)
 
 

@@ -1,7 +1,7 @@
 """The conversation log: every request's record, kept in SQLite in the data directory.
 
-`generation.drive` calls `write` once after each request (generate, each chat turn, local or
-served) with the request's record (`record.build`'s document), its prompt messages and its
+`generation.drive` calls `write` (a chat turn) or `defer` (a one-shot `generate`) once after each
+request, local or served, with the request's record (`record.build`'s document), its prompt messages and its
 conversation id; `cli/logs.py` reads it back (list, search, show, continue, rerun, stats,
 import, prune).
 
@@ -9,7 +9,20 @@ Never in the way: a write is one short transaction after the answer (nothing per
 connection in WAL mode with a busy timeout, so two processes writing at once both land. Any
 failure (locked past the timeout, read-only, full, corrupt, a database from a newer llmcli) is
 reported by one warning line, after which this process logs nothing more; the answer is never
-affected. The schema's version is SQLite's `user_version`; `MIGRATIONS` takes an older database
+affected.
+
+A one-shot process does not open the database at all: `defer` appends its row, as one JSON line
+under an exclusive `flock`, to `logs.db-pending` beside it (a few tens of microseconds, no fsync),
+and whatever opens the log next (any `llmcli logs` command, `--continue`, a chat's first write, or
+a `defer` that finds the file past `PENDING_DRAIN_BYTES`) moves the waiting rows into the database
+in one transaction first (`drain`). So a locked, read-only or damaged database costs a one-shot
+`generate` nothing and loses none of its rows: they wait until the log can take them.
+
+Connections ask SQLite not to checkpoint when they close (`_keep_wal`): a plain WAL open and close
+costs two fsyncs (the first commit syncs a fresh WAL's header, the last close checkpoints and syncs
+the database); this way the next process appends to the same WAL, and a write that finds the WAL
+past `WAL_FOLD_BYTES` folds it into the database (synced, as synchronous = NORMAL does at every
+checkpoint). The schema's version is SQLite's `user_version`; `MIGRATIONS` takes an older database
 forward, one step at a time, inside the transaction that opens it.
 
 API keys never reach the log: the record carries none, and an endpoint URL is stored without
@@ -18,7 +31,11 @@ any credentials it embeds (`user:password@`, `?api_key=`).
 
 from __future__ import annotations
 
+import base64
+import ctypes
+import functools
 import json
+import os
 import secrets
 import sqlite3
 import time
@@ -34,10 +51,19 @@ from llmcli import paths, reporting
 
 FILE = "logs.db"
 BUSY_TIMEOUT_MS = 2000  # a write waits this long for another writer's transaction, then gives up
+WAL_FOLD_BYTES = 1024 * 1024  # past this, a write checkpoints the WAL into the database and empties it
+NO_CKPT_ON_CLOSE = 1006  # SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE (SQLite 3.25+)
+PENDING_DRAIN_BYTES = 1024 * 1024  # a `defer` that leaves more waiting moves them into the database
 
 
 def db_path() -> Path:
     return paths.data_dir() / FILE
+
+
+def pending_path(path: Path | None = None) -> Path:
+    """Where one-shot processes leave their rows for the database (`defer`, `drain`)."""
+    path = path or db_path()
+    return path.with_name(path.name + "-pending")
 
 
 def new_cid() -> str:
@@ -55,6 +81,7 @@ class Logged:
     ref: str
     command: str  # "generate" or "chat"
     cid: str = field(default_factory=new_cid)
+    deferred: bool = False  # a one-shot process: the row goes to the pending file (`defer`)
     session: str | None = None
     constraint: str | None = None
     prompt_cache: dict | None = None
@@ -187,6 +214,7 @@ def connect(path: Path | None = None, *, create: bool = True) -> sqlite3.Connect
     db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
     try:
         db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        _keep_wal(db, path)
         if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             db.execute("PRAGMA journal_mode = WAL")
         db.execute("PRAGMA synchronous = NORMAL")  # WAL: durable at checkpoints, no fsync per commit
@@ -197,6 +225,72 @@ def connect(path: Path | None = None, *, create: bool = True) -> sqlite3.Connect
         raise
     db.row_factory = sqlite3.Row
     return db
+
+
+def _keep_wal(db: sqlite3.Connection, path: Path) -> bool:
+    """Ask SQLite not to checkpoint (and sync, and delete the WAL) when `db` closes as the last
+    connection: Python 3.12's `setconfig`, else the same call made through ctypes where this
+    interpreter's connection layout is known (CPython 3.8 to 3.11, the handle checked against the
+    file it names before use). False where neither applies: closing then checkpoints, as before."""
+    setconfig = getattr(db, "setconfig", None)
+    if setconfig is not None:
+        try:
+            setconfig(getattr(sqlite3, "SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE", NO_CKPT_ON_CLOSE), True)
+            return True
+        except (sqlite3.Error, ValueError, TypeError):
+            return False
+    lib = _libsqlite()
+    if lib is None:
+        return False
+    try:
+        handle = ctypes.c_void_p.from_address(id(db) + object.__basicsize__).value
+        named = lib.sqlite3_db_filename(handle, b"main") if handle else None
+        if not named or not os.path.samefile(os.fsdecode(named), path):
+            return False
+        return lib.sqlite3_db_config(handle, NO_CKPT_ON_CLOSE, 1, None) == 0
+    except (OSError, ValueError, ctypes.ArgumentError):
+        return False
+
+
+@functools.cache
+def _libsqlite() -> Any:
+    """The SQLite library this interpreter's `sqlite3` module runs on, for `_keep_wal` (None where
+    the connection object's layout is not the known one: `sqlite3 *db` right after the header)."""
+    import sys
+
+    if sys.implementation.name != "cpython" or not (3, 8) <= sys.version_info[:2] <= (3, 11):
+        return None
+    if sqlite3.sqlite_version_info < (3, 25, 0) or ctypes.sizeof(ctypes.c_void_p) != 8:
+        return None
+    try:
+        import _sqlite3
+
+        lib = ctypes.CDLL(_sqlite3.__file__)  # its symbols and those of the SQLite it links
+        lib.sqlite3_libversion.restype = ctypes.c_char_p
+        if lib.sqlite3_libversion().decode() != sqlite3.sqlite_version:
+            return None
+        lib.sqlite3_db_filename.restype = ctypes.c_char_p
+        lib.sqlite3_db_filename.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        lib.sqlite3_db_config.restype = ctypes.c_int
+        lib.sqlite3_db_config.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    except (OSError, AttributeError, ImportError):
+        return None
+    return lib
+
+
+def _fold_wal(db: sqlite3.Connection, path: Path) -> None:
+    """Past `WAL_FOLD_BYTES`, checkpoint the WAL into the database and truncate it, without waiting
+    for another process's reader or writer (then the next write tries again)."""
+    try:
+        if os.stat(f"{path}-wal").st_size < WAL_FOLD_BYTES:
+            return
+        db.execute("PRAGMA busy_timeout = 0")
+        try:
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        finally:
+            db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    except (OSError, sqlite3.Error) as exc:  # housekeeping: the next write tries again
+        reporting.debug(f"log: WAL not checkpointed: {exc}")
 
 
 # -- writing --------------------------------------------------------------------------------------
@@ -326,6 +420,7 @@ def write(row: dict[str, Any], path: Path | None = None) -> int | None:
         db = _writer.get(key)
         if db is None:
             db = _writer[key] = connect(path)
+            drain(db, path)  # rows one-shot processes left first, in the order they came
         db.execute("BEGIN IMMEDIATE")
         try:
             rowid = insert(db, row)
@@ -341,8 +436,113 @@ def write(row: dict[str, Any], path: Path | None = None) -> int | None:
             stale.close()
         reporting.warn(f"not logged: {path}: {_why(exc)} (the answer is unaffected)")
         return None
+    _fold_wal(db, path)
     _enforce_cap(db, path)
     return rowid
+
+
+def defer(row: dict[str, Any], path: Path | None = None) -> bool:
+    """Leave one row for the database: one JSON line appended to the pending file under an
+    exclusive lock (no fsync, no SQLite). False when it could not be (said in one warning line).
+    Past `PENDING_DRAIN_BYTES` waiting, this process moves them into the database itself."""
+    path = path or db_path()
+    key = str(path)
+    if key in _broken:
+        return False
+    pending = pending_path(path)
+    line = (json.dumps(_portable(row), ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+    try:
+        try:
+            fd = os.open(pending, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        except FileNotFoundError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(pending, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            _lock(fd)
+            size = os.fstat(fd).st_size
+            _append(fd, pending, line, size)
+        finally:
+            os.close(fd)  # and the lock with it
+    except OSError as exc:
+        _broken.add(key)
+        reporting.warn(f"not logged: {pending}: {_why(exc)} (the answer is unaffected)")
+        return False
+    if size + len(line) >= PENDING_DRAIN_BYTES:
+        try:
+            db = _writer.get(key) or _writer.setdefault(key, connect(path))
+            drain(db, path)
+            _fold_wal(db, path)
+            _enforce_cap(db, path)
+        except (sqlite3.Error, LogError, OSError) as exc:
+            _broken.add(key)
+            reporting.warn(f"log: rows wait in {pending}: {path}: {_why(exc)} (the answer is unaffected)")
+    return True
+
+
+def _append(fd: int, pending: Path, line: bytes, size: int) -> None:
+    """Write `line` at the end of the locked pending file; a line an earlier writer left unfinished
+    (killed, disk full) is ended first, and a short write of this one is taken back."""
+    if size:
+        with open(pending, "rb") as tail:
+            tail.seek(size - 1)
+            if tail.read(1) != b"\n":
+                line = b"\n" + line
+    written = os.write(fd, line)
+    if written != len(line):
+        os.ftruncate(fd, size)
+        raise OSError(28, "no space left for the whole entry")
+
+
+def _lock(fd: int) -> None:
+    try:
+        import fcntl
+    except ImportError:  # no flock: appends are still whole lines where the platform keeps O_APPEND
+        return
+    fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+def _portable(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: {"b64": base64.b64encode(v).decode()} if isinstance(v, bytes) else v for k, v in row.items()}
+
+
+def _native(doc: dict[str, Any]) -> dict[str, Any]:
+    return {k: base64.b64decode(v["b64"]) if isinstance(v, dict) else v for k, v in doc.items()}
+
+
+def drain(db: sqlite3.Connection, path: Path | None = None) -> int:
+    """Move the rows one-shot processes left (`defer`) into the database, in one transaction, then
+    empty the pending file; the number moved. Raises sqlite3.Error or OSError (the rows then stay
+    where they are, for the next try); a line that is not a row (cut short by a crash) is dropped."""
+    pending = pending_path(path)
+    try:
+        fd = os.open(pending, os.O_RDWR)
+    except FileNotFoundError:
+        return 0
+    try:
+        _lock(fd)
+        size = os.fstat(fd).st_size
+        if not size:
+            return 0
+        data = os.pread(fd, size, 0)
+        rows = []
+        for line in data.split(b"\n"):
+            try:
+                doc = json.loads(line) if line.strip() else None
+            except ValueError:
+                doc = None
+            if isinstance(doc, dict):
+                rows.append(doc)
+        columns = {r[1] for r in db.execute("PRAGMA table_info(responses)")} - {"id"}
+        with transaction(db):
+            for doc in rows:
+                try:
+                    insert(db, {k: v for k, v in _native(doc).items() if k in columns})
+                except (sqlite3.IntegrityError, ValueError, TypeError, KeyError, AttributeError):
+                    reporting.debug("log: a pending entry that is not a row was dropped")
+        os.ftruncate(fd, 0)
+        return len(rows)
+    finally:
+        os.close(fd)
 
 
 def _why(exc: BaseException) -> str:
@@ -369,6 +569,17 @@ def used_bytes(db: sqlite3.Connection) -> int:
     return int(pages) * int(db.execute("PRAGMA page_size").fetchone()[0])
 
 
+def _file_bytes(path: Path) -> int:
+    """The database's and its WAL's sizes on disk: at least the pages in use (read without a query)."""
+    total = 0
+    for name in (str(path), f"{path}-wal"):
+        try:
+            total += os.stat(name).st_size
+        except OSError:
+            pass
+    return total
+
+
 def cap_bytes() -> int:
     from llmcli import settings
 
@@ -379,7 +590,7 @@ def _enforce_cap(db: sqlite3.Connection, path: Path) -> None:
     """Over `log_max_mb`: the oldest rows go first, down to nine tenths of it (their pages are reused)."""
     try:
         cap = cap_bytes()
-        if cap <= 0 or used_bytes(db) <= cap:
+        if cap <= 0 or _file_bytes(path) <= cap or used_bytes(db) <= cap:
             return
         removed = prune_to(db, int(cap * 0.9))
         reporting.debug(f"log: removed the {removed} oldest entries (over log_max_mb)")
@@ -434,15 +645,22 @@ def reader(path: Path | None = None) -> sqlite3.Connection:
     from llmcli.errors import UsageError
 
     path = path or db_path()
+    if not path.exists() and pending_path(path).exists():
+        connect(path).close()  # one-shot processes logged, nothing has opened the log since
     if not path.exists():
         raise UsageError(
             f"nothing logged yet ({path} does not exist)",
             hint="every generate and chat turn is logged unless --no-log or `llmcli logs off`",
         )
     try:
-        return connect(path, create=False)
+        db = connect(path, create=False)
     except (sqlite3.Error, LogError) as exc:
         raise UsageError(f"cannot read the log {path}: {_why(exc)}") from None
+    try:
+        drain(db, path)
+    except (sqlite3.Error, OSError) as exc:  # read what is there; the waiting rows stay for later
+        reporting.warn(f"entries waiting in {pending_path(path)} are not in the log yet: {_why(exc)}")
+    return db
 
 
 @dataclass

@@ -864,6 +864,7 @@ class RunFlags:
             return None
         if history is not None:
             extra.setdefault("cid", history.cid)
+        extra.setdefault("deferred", command == "generate")  # one-shot: no database opened
         return logdb.Logged(ref, command, **extra)
 
     def after_load(self, loaded) -> None:
