@@ -13,8 +13,9 @@ greedy:
 - lookup-cold: the default on an engine loaded for that one answer, as one `llmcli generate`
   runs: the stored cost table and no acceptance evidence (the others keep theirs from the warm-up
   and the rounds before, as a chat session does);
-- lookup-first: the same with an empty cache dir, as the first run on a machine (the calibration
-  is part of loading, not of the decode speed);
+- lookup-first: the same with an empty cache dir, as the first run on a machine: it decides by the
+  assumed costs (nothing is measured before its first token; `generate` measures after the
+  answer, which is not timed here); `load_s` is its whole load, as a user waits for it;
 - llama-lookup: llama.cpp's own prompt-lookup tool, built from the installed release's vendored
   tree (tests/llamacpp_tools.py), `-n N --temp 0 -t T --spec-draft-n-max K` with llmcli's largest
   k (16 by default; `--draft-max`);
@@ -270,6 +271,9 @@ def main() -> None:
                 SpecOptions(kind="draft", draft_max=4, model_draft=path, exact=True, adaptive=False)
             ),  # fmt: skip
         }
+        for r in runners.values():  # the warm runners decide by this machine's measured costs
+            if getattr(r, "costs_pending", False):
+                r.calibrate()
         for key in CHAT_REQUESTS:  # as `generate` sends a request to an instruct model
             if key in prompts:
                 prompts[key] = chat_prompt(runners["plain"], prompts[key])
@@ -346,6 +350,8 @@ def pair(args, tools: dict, kv: dict) -> dict:
 
     spec = SpecOptions(kind="draft", model_draft=draft)
     runners = {"plain": engine(), "draft": engine(spec)}
+    if runners["draft"].costs_pending:
+        runners["draft"].calibrate()
     prompt = chat_prompt(runners["plain"], PAIR_PROMPT)
     calls = {
         key: (lambda r=r: llmcli_run(r, prompt, args.tokens, spec.draft_max)) for key, r in runners.items()
@@ -359,6 +365,16 @@ def pair(args, tools: dict, kv: dict) -> dict:
             fresh.close()
 
     calls["draft-cold"] = cold
+
+    def first():  # the first `llmcli generate -m 1.5b -md 0.5b` on a machine: the assumed costs
+        with first_run():
+            fresh = engine(spec)
+            try:
+                return llmcli_run(fresh, prompt, args.tokens, spec.draft_max)
+            finally:
+                fresh.close()
+
+    calls["draft-first"] = first
     if tools:
         import llamacpp_tools
 

@@ -324,18 +324,26 @@ def test_greedy_argmax_picks_what_the_greedy_chain_picks(name):
 
 
 def test_batch_costs_are_calibrated_once_stored_and_a_bad_store_is_measured_again(tmp_path, monkeypatch):
-    """The first engine on a model and settings measures what verification batches cost (at load)
-    and stores it; the next engine decides by that table, unchanged by what it runs; an unreadable
-    store is measured again and rewritten, an unwritable one skipped, never an error."""
+    """The first engine on a model and settings decides by fixed assumed costs (nothing measured
+    before its first token), then measures what verification batches cost (`calibrate`, after the
+    answer) and stores it; the next engine decides by that table, unchanged by what it runs; an
+    unreadable store is assumed and measured again, an unwritable one skipped, never an error."""
     monkeypatch.setenv("LLMCLI_CACHE_DIR", str(tmp_path / "cache"))
     fast = SpecOptions(kind="lookup", draft_max=8)
     params = SamplingParams(temperature=0, max_tokens=48)
     prompt = PROMPTS[3]  # the JSON prompt: some steps copy, some cannot
     first = _engine("smollm2-135m", fast)
     try:
+        assert first.costs_pending
         done = run(first, prompt, params)
         spec = done.stats.speculative
-        assert spec["costs"] == "measured" and 0 < spec["calibration_ms"] <= first.load_ms
+        assert spec["costs"] == "assumed" and spec["calibration_ms"] == 0
+        assert spec["cost_table"] == {str(n): round(1 + 0.55 * (n - 1), 3) for n in range(1, 10)}
+        measured = first.calibrate()
+        assert measured is not None and not first.costs_pending
+        done = run(first, prompt, params)  # this engine's next request decides by what it measured
+        spec = done.stats.speculative
+        assert spec["costs"] == "measured" and spec["calibration_ms"] > 0
         table = spec["cost_table"]
         assert table["1"] == 1.0 and set(table) == {"1", "2", "3", "5", "9"}
         assert list(table.values()) == sorted(table.values())  # a larger batch never cheaper
@@ -349,6 +357,7 @@ def test_batch_costs_are_calibrated_once_stored_and_a_bad_store_is_measured_agai
 
     second = _engine("smollm2-135m", fast)
     try:
+        assert not second.costs_pending
         done = run(second, prompt, params)
         assert done.stats.speculative["costs"] == "stored" and done.stats.speculative["cost_table"] == table
     finally:
@@ -359,7 +368,8 @@ def test_batch_costs_are_calibrated_once_stored_and_a_bad_store_is_measured_agai
     third = _engine("smollm2-135m", fast)
     try:
         done = run(third, prompt, params)
-        assert done.stats.speculative["costs"] == "measured" and done.text
+        assert done.stats.speculative["costs"] == "assumed" and done.text
+        assert third.calibrate() is not None
     finally:
         third.close()
     assert json.loads(files[0].read_text())["costs"]  # rewritten
@@ -371,6 +381,7 @@ def test_batch_costs_are_calibrated_once_stored_and_a_bad_store_is_measured_agai
     fourth = _engine("smollm2-135m", fast)
     try:
         assert run(fourth, PROMPTS[1] * 3, params).text  # answered; the store is skipped
+        assert fourth.calibrate() is not None  # measured, kept for this engine, not stored
     finally:
         fourth.close()
 

@@ -288,6 +288,29 @@ def drive(engine, request: Request, sink=None, log: Logged | None = None) -> tup
     return done, prepared
 
 
+def measure_spec_costs(engine) -> None:
+    """After the answers: a speculating engine that decided by assumed costs (the first use of this
+    model, or pair, and settings on this machine) measures them now, once, and stores them, so the
+    runs after it decide by this machine's own; nothing is measured before a first token. One line
+    on stderr says so (--quiet silences it); Ctrl-C skips it (the next run measures)."""
+    if not getattr(engine, "costs_pending", False):
+        return
+    import time
+
+    sys.stdout.flush()  # the answer is out before the pause
+    render.info("llmcli: measuring speculative decoding's costs on this machine, once (Ctrl-C skips)")
+    started = time.perf_counter()
+    try:
+        table = engine.calibrate()
+    except KeyboardInterrupt:
+        render.info("llmcli: skipped; the next run measures them")
+        return
+    if table is None:
+        render.debug_log("speculation's costs could not be measured: the next run tries again")
+        return
+    render.debug_log(f"speculation's costs measured in {time.perf_counter() - started:.1f} s: {table.report()}")
+
+
 def log_request(
     engine, request: Request, log: Logged, done: Done | None, prepared: Prepared | None,
     *, error: str | None = None, partial: str = "", tool_calls: list[dict] | None = None,

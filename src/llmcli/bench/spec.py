@@ -213,6 +213,8 @@ def run_spec(
             batch = list(group)
             engine = backend.chat_engine(models[batch[0].model], engine_options(batch[0], options))
             try:
+                if getattr(engine, "costs_pending", False):  # measured here: what later runs decide by
+                    engine.calibrate()
                 fmt, tokens = _prompt(engine, options.prompt)
                 for case in batch:
                     _check_fits(case, len(tokens), engine.n_ctx)

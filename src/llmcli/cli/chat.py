@@ -176,6 +176,10 @@ def chat(
 
         with sigint_held():  # a Ctrl-C now would only cut the save short
             sessions.save(name, chat_session.to_record())
+    if not chat_session.loaded.served:
+        from llmcli.generation import measure_spec_costs
+
+        measure_spec_costs(chat_session.loaded.engine)  # the session's state is saved: the cache may go
 
 
 def _session_to_continue(session: str | None, resume: bool) -> tuple[str | None, dict | None]:

@@ -144,6 +144,10 @@ def generate(
         render.warn("the model ended its output inside its reasoning: there is no answer")
     if stats:  # stderr, so with --json too
         render.err_line(result.stats_line())
+    if result.done.finish_reason != "interrupted" and not loaded.served:
+        from llmcli.generation import measure_spec_costs
+
+        measure_spec_costs(loaded.engine)
     if result.done.finish_reason == "interrupted":
         if result.incomplete:
             render.err_line(result.incomplete_error().one_line())

@@ -46,7 +46,7 @@ from llmcli.engine import local
 from llmcli.engine.backend import backend_name, llama_cpp_version, weight_repack
 from llmcli.engine.decoding import MIN_PREFILL_SAMPLE, Generation
 from llmcli.engine.draft import SPEC_VOCAB_MAX_DIFFERENCE, DraftModel, check_draft_vocab, vocab_difference
-from llmcli.engine.exact import CostProbe, CostTable, ExactLimits, ExactProbe, MeasuredStore
+from llmcli.engine.exact import CostProbe, CostTable, ExactLimits, ExactProbe, MeasuredStore, assumed_draft_step
 from llmcli.engine.kvcache import KVCache
 from llmcli.engine.native import (
     GGML_KV_TYPES,
@@ -140,9 +140,8 @@ class LlamaEngine:
             self._probe_exact_limits()
             self.exact.probe_ms = (time.perf_counter() - probing) * 1000
             self.load_ms = (time.perf_counter() - started) * 1000
-        if self.spec.enabled and self.spec.adaptive:  # measured once per machine, build, model, settings
-            self.cost_table = self._calibrated_costs()
-            self.load_ms = (time.perf_counter() - started) * 1000
+        if self.spec.enabled and self.spec.adaptive:  # stored, else assumed until `calibrate`
+            self.cost_table = self._stored_costs()
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -539,32 +538,53 @@ class LlamaEngine:
         finally:
             self._L.llama_set_n_threads(self._ctx, self.threads, self.threads_batch)
 
-    def _calibrated_costs(self) -> CostTable:
-        """The verification batches' costs relative to a step at decode's thread count (and the
-        draft model's step): stored ones, else measured now (about a second or two for a small model,
-        once) and stored; where measuring fails, a fixed slope."""
+    def _cost_key(self) -> tuple[int, dict | None]:
         top = self.spec.draft_max + 1
-        draft_id = None
-        if self.draft is not None:
-            from llmcli.engine.state import model_identity
+        if self.draft is None:
+            return top, None
+        from llmcli.engine.state import model_identity
 
-            draft_id = model_identity(self.draft.path)
+        return top, model_identity(self.draft.path)
+
+    def _stored_costs(self) -> CostTable:
+        """The verification batches' costs relative to a step at decode's thread count (and the
+        draft model's step) as an earlier run measured and stored them; none yet: fixed assumed
+        costs, nothing measured before the first token (`calibrate` measures, after the answer)."""
+        top, draft_id = self._cost_key()
         table = self.measured.cost_table(self.threads, top, draft_id)
         if table is not None:
             return table
+        draft_step = 0.0
+        if self.draft is not None:
+            draft_step = assumed_draft_step(Path(self.draft.path).stat().st_size, self.path.stat().st_size)
+        return CostTable.assumed(top, draft_step=draft_step)
+
+    @property
+    def costs_pending(self) -> bool:
+        """Adaptive k decides by assumed costs: `calibrate` would measure and store them."""
+        return self.cost_table is not None and self.cost_table.source == "assumed" and bool(self._ctx)
+
+    def calibrate(self) -> CostTable | None:
+        """Measure the verification batches' costs (and a draft model's step) on this engine's
+        context, about a second for a small model, and store them for the runs after this one;
+        this engine decides by them from its next request on. Empties the KV cache. None where a
+        decode failed (the assumed costs stay, and the next run tries again)."""
+        top, draft_id = self._cost_key()
         probe = CostProbe(self.cache, self.tokenizer, n_batch=self.n_batch, n_ctx=self.n_ctx, top=top,
                           draft=self.draft)  # fmt: skip
-        try:
-            measured = probe.measure(self.threads)
-        finally:
-            self._L.llama_set_n_threads(self._ctx, self.threads, self.threads_batch)
+        with self._lock:
+            try:
+                measured = probe.measure(self.threads)
+            finally:
+                self._L.llama_set_n_threads(self._ctx, self.threads, self.threads_batch)
         if measured is None:
-            return CostTable.assumed(top)
-        # as the store keeps them, so that this run decides exactly as the runs that read them will
+            return None
+        # as the store keeps them, so that this engine decides exactly as the runs that read them will
         measured.costs = {n: round(c, 4) for n, c in measured.costs.items()}
         if measured.draft_step:
             measured.draft_step = round(measured.draft_step, 4)
         self.measured.save_cost_table(self.threads, top, draft_id, measured)
+        self.cost_table = measured  # this process's next requests decide by it, as later runs will
         return measured
 
     def _exact_probe(self) -> ExactProbe:
