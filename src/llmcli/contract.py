@@ -434,7 +434,11 @@ class Engine(Protocol):
         ...
 
     def stream(
-        self, prompt: str | list[int], params: SamplingParams, *, reasoning: str | None = None,
+        self,
+        prompt: str | list[int],
+        params: SamplingParams,
+        *,
+        reasoning: str | None = None,
         calls: CallGrammar | None = None,
     ) -> Iterator[Event]:
         """Prefill `prompt` (reusing the cached prefix), then decode: PrefillProgress, Token..., one

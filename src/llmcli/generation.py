@@ -308,7 +308,8 @@ def measure_spec_costs(engine) -> None:
     if table is None:
         render.debug_log("speculation's costs could not be measured: the next run tries again")
         return
-    render.debug_log(f"speculation's costs measured in {time.perf_counter() - started:.1f} s: {table.report()}")
+    seconds = time.perf_counter() - started
+    render.debug_log(f"speculation's costs measured in {seconds:.1f} s: {table.report()}")
 
 
 def log_request(

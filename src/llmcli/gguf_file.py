@@ -441,6 +441,7 @@ def v_cache_refused(type_v: str | None, flash_attn: bool | None) -> bool:
     auto, which turns it on for such a cache)."""
     return bool(type_v) and str(type_v).lower() not in FLOAT_KV_TYPES and flash_attn is False
 
+
 # ----------------------------------------------------------------------------------------------
 # Reading
 # ----------------------------------------------------------------------------------------------

@@ -373,9 +373,14 @@ def prune(
     ] = None,
     max_mb: Annotated[
         int | None,
-        typer.Option("--max-mb", help="Remove the oldest entries until the log is within this many "
-                     "megabytes (default: log_max_mb, which every write keeps to).",
-                     envvar="LLMCLI_LOG_MAX_MB", min=0, show_default=False),
+        typer.Option(
+            "--max-mb",
+            help="Remove the oldest entries until the log is within this many "
+            "megabytes (default: log_max_mb, which every write keeps to).",
+            envvar="LLMCLI_LOG_MAX_MB",
+            min=0,
+            show_default=False,
+        ),
     ] = None,  # fmt: skip
 ) -> None:
     """Remove old entries and compact the file (the size cap, log_max_mb, removes the oldest by

@@ -155,7 +155,11 @@ class FakeEngine:
         return local.respond(self, request)
 
     def stream(
-        self, prompt: str | list[int], params: SamplingParams, *, reasoning: str | None = None,
+        self,
+        prompt: str | list[int],
+        params: SamplingParams,
+        *,
+        reasoning: str | None = None,
         calls: CallGrammar | None = None,
     ) -> Iterator[Event]:
         """The scripted reply; `reasoning` (where the prompt leaves a reasoning model) is kept for

@@ -46,7 +46,14 @@ from llmcli.engine import local
 from llmcli.engine.backend import backend_name, llama_cpp_version, weight_repack
 from llmcli.engine.decoding import MIN_PREFILL_SAMPLE, Generation
 from llmcli.engine.draft import SPEC_VOCAB_MAX_DIFFERENCE, DraftModel, check_draft_vocab, vocab_difference
-from llmcli.engine.exact import CostProbe, CostTable, ExactLimits, ExactProbe, MeasuredStore, assumed_draft_step
+from llmcli.engine.exact import (
+    CostProbe,
+    CostTable,
+    ExactLimits,
+    ExactProbe,
+    MeasuredStore,
+    assumed_draft_step,
+)
 from llmcli.engine.kvcache import KVCache
 from llmcli.engine.native import (
     GGML_KV_TYPES,
@@ -449,7 +456,11 @@ class LlamaEngine:
         return local.respond(self, request)
 
     def stream(
-        self, prompt: str | list[int], params: SamplingParams, *, reasoning: str | None = None,
+        self,
+        prompt: str | list[int],
+        params: SamplingParams,
+        *,
+        reasoning: str | None = None,
         calls: CallGrammar | None = None,
     ) -> Iterator[Event]:
         """Prefill `prompt`, then decode; yields PrefillProgress, Token..., and one Done.
@@ -478,7 +489,16 @@ class LlamaEngine:
             try:
                 spec = Speculation(self, tokens, params) if self.spec.enabled else None
                 yield from Generation(
-                    self, tokens, params, seed, sampler, self._abort, spec, tracker, answer_sampler, calls,
+                    self,
+                    tokens,
+                    params,
+                    seed,
+                    sampler,
+                    self._abort,
+                    spec,
+                    tracker,
+                    answer_sampler,
+                    calls,
                     call_sampler,
                 ).run()
             finally:

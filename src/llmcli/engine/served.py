@@ -363,7 +363,11 @@ class ServedEngine:
         return ""
 
     def stream(
-        self, prompt: str | list[int], params: SamplingParams, *, reasoning: str | None = None,
+        self,
+        prompt: str | list[int],
+        params: SamplingParams,
+        *,
+        reasoning: str | None = None,
         calls: CallGrammar | None = None,
     ) -> Iterator[Event]:
         """A plain-text completion (`/completions`): the prompt as text, or token ids (which
