@@ -973,3 +973,16 @@ def test_policy_with_a_table_does_not_draft_a_draft_model_that_could_never_pay()
         p.tokens_emitted(1)
         assert p.choose("draft", 4, draft_cost=0.9) == 0
     assert p.choose("draft", 4, draft_cost=0.05) > 0  # a cheap draft is tried
+
+
+def test_a_draft_model_that_pays_only_at_implausible_acceptance_is_never_probed():
+    """The Qwen2.5-Coder pair on two CPU cores, as measured: every proposal accepted at k=16 would
+    pay 1.37x, but at 90% acceptance no k pays; no probe is made (each would cost a catch-up of the
+    draft), while a draft that pays at 90% is probed."""
+    pair = {1: 1.0, 2: 1.533, 3: 1.917, 5: 2.728, 9: 3.601, 13: 3.601, 17: 4.82}
+    p = KPolicy(k_max=16, table=dict(pair))
+    assert 17 / (p.cost(17) + 16 * 0.477) > 1.3  # perfect acceptance would pay
+    for _ in range(500):
+        assert p.choose("draft", 16, draft_cost=0.477) == 0
+        p.tokens_emitted(1)
+    assert KPolicy(k_max=16, table=dict(pair)).choose("draft", 16, draft_cost=0.1) > 0

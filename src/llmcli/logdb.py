@@ -646,7 +646,10 @@ def reader(path: Path | None = None) -> sqlite3.Connection:
 
     path = path or db_path()
     if not path.exists() and pending_path(path).exists():
-        connect(path).close()  # one-shot processes logged, nothing has opened the log since
+        try:
+            connect(path).close()  # one-shot processes logged, nothing has opened the log since
+        except (sqlite3.Error, LogError, OSError) as exc:
+            raise UsageError(f"cannot create the log {path}: {_why(exc)}") from None
     if not path.exists():
         raise UsageError(
             f"nothing logged yet ({path} does not exist)",

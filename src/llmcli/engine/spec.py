@@ -190,6 +190,12 @@ class KPolicy:
     # (prompt lookup): its undrafted proposals are checked anyway, so a probe would buy nothing.
     explore_below: float = 0.25
     explore_k: int = 2
+    # A draft model is probed only where a draft accepted at this rate at every position would pay
+    # (by the margin): a draft model rarely keeps 90% for long, and each probe after a pause also
+    # has it catch up on every token since its last one. Where even that could not pay (on two CPU
+    # cores, Qwen2.5-Coder 0.5B drafting for 1.5B: it would need 95% at k of 8 or more), it is not
+    # probed at all, and speculation costs next to nothing.
+    explore_acceptance: float = 0.9
     # A source expected to give at least this many tokens a pass at the largest k is tried there
     # while that batch size has no measured cost: extrapolating from small batches overestimates
     # big ones (a batch's cost grows less than linearly with its positions). The bar is for a
@@ -484,12 +490,16 @@ class KPolicy:
                 return stale
         acc = self._acc(source)
         if best_k == 0 and acc.tried[0] < self.explore_below and not watched:
-            # no probe where even every proposal accepted could not pay: a draft model nearly as
-            # slow as the target (its cost per token, catching up included, is measured)
-            if draft_cost > 0 and all(
-                (k + 1) / (self.cost(k + 1) + k * draft_cost) <= best for k in range(self.k_min, top + 1)
-            ):
-                return 0
+            # no probe where a draft accepted at `explore_acceptance` could not pay: a draft model
+            # too slow next to the target (its cost per token, catching up included, is measured)
+            if draft_cost > 0:
+                rates = [self.explore_acceptance] * top
+                bar = (1 + self.draft_margin) * best
+                if all(
+                    self.expected_tokens(rates, k) / (self.cost(k + 1) + k * draft_cost) <= bar
+                    for k in range(self.k_min, top + 1)
+                ):
+                    return 0
             return max(self.k_min, min(top, self.explore_k))
         long_bar = self.explore_long_tokens * max(1.0, top / self.explore_long_k)
         if (
