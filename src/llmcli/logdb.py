@@ -409,6 +409,29 @@ def insert(db: sqlite3.Connection, row: dict[str, Any], *, source: str = "llmcli
     return int(cursor.lastrowid or 0)
 
 
+def open_writer(path: Path | None = None) -> bool:
+    """Open the log for a session's writes ahead of its first request (a chat, before its prompt):
+    the connection, the schema check and the waiting rows are paid before anyone waits for an
+    answer, and every turn is a warm write. False (said once, as `write` does) where it cannot be."""
+    path = path or db_path()
+    key = str(path)
+    if key in _broken:
+        return False
+    if key in _writer:
+        return True
+    try:
+        db = _writer[key] = connect(path)
+        drain(db, path)
+    except (sqlite3.Error, LogError, OSError) as exc:
+        _broken.add(key)
+        stale = _writer.pop(key, None)
+        if stale is not None:
+            stale.close()
+        reporting.warn(f"not logged: {path}: {_why(exc)} (the answers are unaffected)")
+        return False
+    return True
+
+
 def write(row: dict[str, Any], path: Path | None = None) -> int | None:
     """Log one row; returns its id, or None when it could not be written (said once, in one
     warning line; the caller goes on as if nothing happened)."""
