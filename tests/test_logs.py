@@ -541,3 +541,15 @@ def test_prune(isolated):
     assert run("logs", "prune", "--keep", "1").exit_code == 0
     assert [r["id"] for r in rows(isolated)] == [5]
     assert rows(isolated, "SELECT count(*) AS n FROM conversations")[0]["n"] == 1
+
+
+def test_logs_path_moves_waiting_entries_in_so_sqlite_sees_them(fake, isolated):
+    assert run("generate", "hello").exit_code == 0
+    assert logdb.pending_path(db_file(isolated)).stat().st_size > 0  # waiting beside the log
+    result = run("logs", "path")
+    assert result.exit_code == 0 and result.stdout.strip() == str(db_file(isolated))
+    db = sqlite3.connect(result.stdout.strip())
+    try:
+        assert [r[0] for r in db.execute("SELECT prompt FROM responses")] == ["hello"]
+    finally:
+        db.close()

@@ -435,12 +435,19 @@ def on() -> None:
 
 @logs_app.command("path")
 def path() -> None:
-    """Print where the log is (logs.db in the data directory).
+    """Print where the log is (logs.db in the data directory), after moving in the entries one-shot
+    generates left waiting beside it, so that SQLite's own tools see every entry.
 
     Example: sqlite3 "$(llmcli logs path)" .schema
     """
     from llmcli import logdb
+    from llmcli.errors import UsageError
 
+    if logdb.pending_path().exists():
+        try:
+            logdb.reader().close()
+        except UsageError as exc:  # the path is still the answer; why the entries wait goes to stderr
+            render.warn(f"entries wait beside the log: {exc.message}")
     render.out_text(f"{logdb.db_path()}\n")
 
 
