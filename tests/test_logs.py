@@ -437,7 +437,7 @@ def test_a_full_disk_costs_one_warning(fake, isolated):
 def test_a_line_cut_short_is_dropped_and_the_next_entry_lands(fake, isolated):
     pending = logdb.pending_path(db_file(isolated))
     pending.parent.mkdir(parents=True)
-    pending.write_bytes(b'{"conversation_id":"x","prompt":"cut sh')  # a writer killed mid-line
+    pending.write_bytes(b'{}\n[1]\n{"conversation_id":"x","prompt":"cut sh')  # no rows; one cut short
     assert run("generate", "hello").exit_code == 0
     assert [r["prompt"] for r in rows(isolated)] == ["hello"]
     assert pending.read_bytes() == b""

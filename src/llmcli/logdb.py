@@ -532,6 +532,9 @@ def _native(doc: dict[str, Any]) -> dict[str, Any]:
     return {k: base64.b64decode(v["b64"]) if isinstance(v, dict) else v for k, v in doc.items()}
 
 
+REQUIRED = frozenset({"conversation_id", "created", "command", "model", "prompt", "response", "record"})
+
+
 def drain(db: sqlite3.Connection, path: Path | None = None) -> int:
     """Move the rows one-shot processes left (`defer`) into the database, in one transaction, then
     empty the pending file; the number moved. Raises sqlite3.Error or OSError (the rows then stay
@@ -553,7 +556,7 @@ def drain(db: sqlite3.Connection, path: Path | None = None) -> int:
                 doc = json.loads(line) if line.strip() else None
             except ValueError:
                 doc = None
-            if isinstance(doc, dict):
+            if isinstance(doc, dict) and REQUIRED <= doc.keys():
                 rows.append(doc)
         columns = {r[1] for r in db.execute("PRAGMA table_info(responses)")} - {"id"}
         with transaction(db):
