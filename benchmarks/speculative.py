@@ -368,11 +368,7 @@ def pair(args, tools: dict, kv: dict) -> dict:
 
     def first():  # the first `llmcli generate -m 1.5b -md 0.5b` on a machine: the assumed costs
         with first_run():
-            fresh = engine(spec)
-            try:
-                return llmcli_run(fresh, prompt, args.tokens, spec.draft_max)
-            finally:
-                fresh.close()
+            return cold()
 
     calls["draft-first"] = first
     if tools:

@@ -409,25 +409,38 @@ def insert(db: sqlite3.Connection, row: dict[str, Any], *, source: str = "llmcli
     return int(cursor.lastrowid or 0)
 
 
+def _opened(path: Path) -> sqlite3.Connection:
+    """This process's writing connection to `path`, opened (and the waiting rows one-shot
+    processes left moved in, in the order they came) the first time. Raises what `connect` and
+    `drain` raise."""
+    key = str(path)
+    db = _writer.get(key)
+    if db is None:
+        db = _writer[key] = connect(path)
+        drain(db, path)
+    return db
+
+
+def _give_up(path: Path, exc: BaseException, what: str) -> None:
+    """The log at `path` failed: one warning line, and this process writes no more to it."""
+    _broken.add(str(path))
+    stale = _writer.pop(str(path), None)
+    if stale is not None:
+        stale.close()
+    reporting.warn(f"{what}: {_why(exc)} (the answer is unaffected)")
+
+
 def open_writer(path: Path | None = None) -> bool:
     """Open the log for a session's writes ahead of its first request (a chat, before its prompt):
     the connection, the schema check and the waiting rows are paid before anyone waits for an
     answer, and every turn is a warm write. False (said once, as `write` does) where it cannot be."""
     path = path or db_path()
-    key = str(path)
-    if key in _broken:
+    if str(path) in _broken:
         return False
-    if key in _writer:
-        return True
     try:
-        db = _writer[key] = connect(path)
-        drain(db, path)
+        _opened(path)
     except (sqlite3.Error, LogError, OSError) as exc:
-        _broken.add(key)
-        stale = _writer.pop(key, None)
-        if stale is not None:
-            stale.close()
-        reporting.warn(f"not logged: {path}: {_why(exc)} (the answers are unaffected)")
+        _give_up(path, exc, f"not logged: {path}")
         return False
     return True
 
@@ -436,28 +449,14 @@ def write(row: dict[str, Any], path: Path | None = None) -> int | None:
     """Log one row; returns its id, or None when it could not be written (said once, in one
     warning line; the caller goes on as if nothing happened)."""
     path = path or db_path()
-    key = str(path)
-    if key in _broken:
+    if str(path) in _broken:
         return None
     try:
-        db = _writer.get(key)
-        if db is None:
-            db = _writer[key] = connect(path)
-            drain(db, path)  # rows one-shot processes left first, in the order they came
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        db = _opened(path)
+        with transaction(db):
             rowid = insert(db, row)
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
     except (sqlite3.Error, LogError, OSError) as exc:
-        _broken.add(key)
-        stale = _writer.pop(key, None)
-        if stale is not None:
-            stale.close()
-        reporting.warn(f"not logged: {path}: {_why(exc)} (the answer is unaffected)")
+        _give_up(path, exc, f"not logged: {path}")
         return None
     _fold_wal(db, path)
     _enforce_cap(db, path)
@@ -475,15 +474,16 @@ def defer(row: dict[str, Any], path: Path | None = None) -> bool:
     pending = pending_path(path)
     line = (json.dumps(_portable(row), ensure_ascii=False, separators=(",", ":")) + "\n").encode()
     try:
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT
         try:
-            fd = os.open(pending, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            fd = os.open(pending, flags, 0o600)
         except FileNotFoundError:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(pending, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            fd = os.open(pending, flags, 0o600)
         try:
             _lock(fd)
             size = os.fstat(fd).st_size
-            _append(fd, pending, line, size)
+            _append(fd, line, size)
         finally:
             os.close(fd)  # and the lock with it
     except OSError as exc:
@@ -492,24 +492,20 @@ def defer(row: dict[str, Any], path: Path | None = None) -> bool:
         return False
     if size + len(line) >= PENDING_DRAIN_BYTES:
         try:
-            db = _writer.get(key) or _writer.setdefault(key, connect(path))
-            drain(db, path)
+            db = _opened(path)
+            drain(db, path)  # (already done where `_opened` just opened it: then nothing is left)
             _fold_wal(db, path)
             _enforce_cap(db, path)
         except (sqlite3.Error, LogError, OSError) as exc:
-            _broken.add(key)
-            reporting.warn(f"log: rows wait in {pending}: {path}: {_why(exc)} (the answer is unaffected)")
+            _give_up(path, exc, f"log: rows wait in {pending}: {path}")
     return True
 
 
-def _append(fd: int, pending: Path, line: bytes, size: int) -> None:
+def _append(fd: int, line: bytes, size: int) -> None:
     """Write `line` at the end of the locked pending file; a line an earlier writer left unfinished
     (killed, disk full) is ended first, and a short write of this one is taken back."""
-    if size:
-        with open(pending, "rb") as tail:
-            tail.seek(size - 1)
-            if tail.read(1) != b"\n":
-                line = b"\n" + line
+    if size and os.pread(fd, 1, size - 1) != b"\n":
+        line = b"\n" + line
     written = os.write(fd, line)
     if written != len(line):
         os.ftruncate(fd, size)
@@ -646,13 +642,16 @@ def _drop_empty_conversations(db: sqlite3.Connection) -> None:
 
 @contextmanager
 def transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One write transaction; rolled back on any error, a failed COMMIT included (unless SQLite
+    already rolled it back, as it does on some errors: then the error is what is raised)."""
     db.execute("BEGIN IMMEDIATE")
     try:
         yield db
+        db.execute("COMMIT")
     except BaseException:
-        db.execute("ROLLBACK")
+        if db.in_transaction:
+            db.execute("ROLLBACK")
         raise
-    db.execute("COMMIT")
 
 
 def enabled(flag: bool | None = None) -> bool:

@@ -493,10 +493,9 @@ class KPolicy:
             # no probe where a draft accepted at `explore_acceptance` could not pay: a draft model
             # too slow next to the target (its cost per token, catching up included, is measured)
             if draft_cost > 0:
-                rates = [self.explore_acceptance] * top
-                bar = (1 + self.draft_margin) * best
-                if all(
-                    self.expected_tokens(rates, k) / (self.cost(k + 1) + k * draft_cost) <= bar
+                a, bar = self.explore_acceptance, (1 + self.draft_margin) * best
+                if all(  # k accepted at `a` each: 1 + a + ... + a^k tokens a pass
+                    (1 - a ** (k + 1)) / (1 - a) / (self.cost(k + 1) + k * draft_cost) <= bar
                     for k in range(self.k_min, top + 1)
                 ):
                     return 0
