@@ -162,10 +162,11 @@ def test_the_live_readout_says_thinking_with_its_token_count_then_decodes():
 # -- the switch --------------------------------------------------------------------------------
 
 
-def engines_with(name: str, monkeypatch, tmp_path) -> list[FakeEngine]:
-    """Route loading to fake engines with the real template `name`; returns those built."""
+def engines_with(name: str, monkeypatch, tmp_path, replies: tuple[str, ...] = ()) -> list[FakeEngine]:
+    """Route loading to fake engines with the real template `name` (and scripted `replies`, else
+    each echoes its prompt); returns those built."""
     made: list[FakeEngine] = []
-    build = FakeEngine.factory(chat_template=template(name), architecture="qwen3")
+    build = FakeEngine.factory(chat_template=template(name), architecture="qwen3", replies=list(replies))
 
     def factory(path, options, debug):
         made.append(build(path, options, debug))
@@ -188,7 +189,7 @@ def test_no_think_turns_qwen3s_reasoning_off_through_its_template(monkeypatch, t
 
 
 def test_no_think_on_a_template_without_a_switch_says_so_in_one_line(monkeypatch, tmp_path):
-    engines_with("deepseek-r1-distill", monkeypatch, tmp_path)
+    engines_with("deepseek-r1-distill", monkeypatch, tmp_path, replies=("\n</think>\n\nHello.",))
     result = run("generate", "hi", "--no-think")
     assert result.exit_code == 0, result.stderr
     said = [line for line in result.stderr.splitlines() if "--no-think" in line]
@@ -207,3 +208,39 @@ def test_a_served_model_gets_the_switch_as_chat_template_kwargs(fault_server):
     bodies = [r["body"] for r in fault_server.state.requests if r["body"] is not None]
     assert bodies[-2]["chat_template_kwargs"] == {"enable_thinking": False}
     assert "chat_template_kwargs" not in bodies[-1]
+
+
+# -- no answer: a script can tell -----------------------------------------------------------------
+
+
+def test_an_answer_left_in_the_reasoning_is_no_answer_exit_8_and_empty_stdout(thinking):
+    thinking.append([b"<think>\n12 multiplied by 7 equals 84.\n</think>\n\n"])
+    result = run("generate", "What is 12*7? Answer briefly.")
+    assert result.exit_code == 8
+    assert result.stdout == ""
+    assert "84" in result.stderr  # the reasoning, on stderr
+    assert "no answer: the model ended after its reasoning without an answer" in result.stderr
+
+
+def test_a_model_that_stops_inside_its_reasoning_is_exit_8(thinking):
+    thinking.append([b"<think>\nstill thinking"])
+    result = run("generate", "hi", "--json")
+    assert result.exit_code == 8
+    doc = validate(json.loads(result.stdout))
+    assert doc["finish_reason"] == "no_answer" and doc["text"] == "" and "still thinking" in doc["reasoning"]
+    assert "inside its reasoning" in result.stderr
+
+
+def test_max_tokens_inside_the_reasoning_is_exit_7_and_leaves_stdout_empty(thinking):
+    thinking.append([b"<think>\n", b"a", b"b", b"c", b"d", b"e", b"f", b"g", b"h", b"i"])
+    result = run("generate", "hi", "-n", "4")
+    assert result.exit_code == 7
+    assert result.stdout == ""
+    assert "--max-tokens (4) ended the output inside the reasoning" in result.stderr
+
+
+def test_chat_says_when_a_reply_has_no_answer(thinking):
+    thinking.append([b"<think>\nThe answer is 84.\n</think>\n\n"])
+    result = run("chat", "--hide-thinking", input="What is 12*7?\n")
+    assert result.exit_code == 0, result.stderr
+    assert "no answer" in result.stderr and "reasoning_budget" in result.stderr

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from helpers import run, use_engine
+from records import validate
 
 from llmcli import toolcalls, tools
 from llmcli.engine.fake import FakeEngine
@@ -269,16 +270,121 @@ def test_tool_timeout(tmp_path):
     assert "timed out after 0.2 s" in json.loads(result.stdout)["tool_calls"][0]["error"]
 
 
-def test_tool_rounds_limit(functions):
-    call = hermes("word_length", {"word": "a"})
-    qwen_fake(call, call, call)
+def test_tool_rounds_limit_sends_the_last_results_without_tools(functions):
+    """The round that reaches --tool-rounds is answered without the tools: the model answers from
+    what it has, and no call goes unrun."""
+    calls = [hermes("word_length", {"word": w}) for w in "abc"]
+    factory = qwen_fake(calls[0], calls[1], "Lengths: 1 and 1.")
     result = run("generate", "go", "--functions", str(functions), "--approve-tools", "--tool-rounds", "2",
                  "--json")  # fmt: skip
-    assert result.exit_code == 0
-    doc = json.loads(result.stdout)
-    assert [c["round"] for c in doc["tool_calls"]] == [1, 2, 3]
-    assert doc["tool_calls"][2]["error"].startswith("not run: --tool-rounds 2")
-    assert "--tool-rounds" in result.stderr
+    assert result.exit_code == 0, result.stderr
+    doc = validate(json.loads(result.stdout))
+    assert [c["round"] for c in doc["tool_calls"]] == [1, 2]
+    assert all(c["error"] is None for c in doc["tool_calls"])
+    assert doc["text"].endswith("Lengths: 1 and 1.") and doc["finish_reason"] == "stop"
+    prompts = [r.prompt for r in factory.made[0].history]
+    assert "<tools>" in prompts[0] and "<tools>" in prompts[1]
+    assert "<tools>" not in prompts[2]  # calls are no longer allowed
+    assert prompts[2].count("<tool_response>") == 2  # but it has both results
+
+
+TEMPERATURE = '''
+def get_temperature(city: str) -> str:
+    """The temperature in a city now."""
+    with open(COUNTER, "a") as f:
+        f.write("x")
+    return f"It is 13.7 C in {city}."
+
+
+def tick() -> str:
+    """Count a tick."""
+    with open(COUNTER, "a") as f:
+        f.write("x")
+    return "ok"
+'''
+
+
+@pytest.fixture
+def counted(tmp_path) -> tuple[Path, Path]:
+    """A functions file whose tools count their runs in a file: (the functions file, the counter)."""
+    counter = tmp_path / "runs"
+    path = tmp_path / "temp.py"
+    path.write_text(f"COUNTER = {str(counter)!r}\n" + TEMPERATURE)
+    return path, counter
+
+
+def test_a_repeated_call_is_not_run_again_and_the_model_answers_without_tools(counted):
+    """A small model given a result with the tools still offered calls the same tool again: the
+    repeat is not run, and the model is asked again, with the result and without the tools."""
+    path, counter = counted
+    call = hermes("get_temperature", {"city": "Tromso"})
+    factory = qwen_fake(call, call, "The temperature in Tromso is 13.7 C.")
+    result = run("generate", "temperature?", "--functions", str(path), "--approve-tools", "--json")
+    assert result.exit_code == 0, result.stderr
+    doc = validate(json.loads(result.stdout))
+    assert counter.read_text() == "x"  # run once
+    assert "13.7" in doc["text"] and doc["finish_reason"] == "stop"
+    first, repeat = doc["tool_calls"]
+    assert first["result"] == "It is 13.7 C in Tromso." and first["error"] is None
+    assert repeat["error"] == "not run: the same call was answered in round 1" and repeat["round"] == 2
+    assert first["id"] != repeat["id"]
+    prompts = [r.prompt for r in factory.made[0].history]
+    assert "<tools>" in prompts[1] and "<tools>" not in prompts[2]
+    assert prompts[2].count("<tool_call>") == 1  # the repeat is left out of what the model reads
+
+
+def test_the_same_call_twice_in_one_answer_runs_once(counted):
+    path, counter = counted
+    qwen_fake(hermes("tick", {}) + hermes("tick", {}), "Done.")
+    result = run("generate", "go", "--functions", str(path), "--approve-tools", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert counter.read_text() == "x"
+    assert json.loads(result.stdout)["tool_calls"][1]["error"].startswith("not run: the same call")
+
+
+def test_call_ids_are_unique_in_the_conversation(functions, isolated):
+    calls = [hermes("word_length", {"word": w}) for w in "abc"]
+    qwen_fake(calls[0], calls[1], "One.", calls[2], "Two.")
+    result = run("chat", "--functions", str(functions), "--approve-tools", "--session", "ids",
+                 input="first\nsecond\n")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    saved = json.loads((isolated / "data" / "sessions" / "ids.json").read_text())
+    ids = [c["id"] for m in saved["messages"] for c in m.get("tool_calls") or []]
+    answered = [m["tool_call_id"] for m in saved["messages"] if m.get("tool_call_id")]
+    assert len(ids) == 3 and len(set(ids)) == 3 and answered == ids
+
+
+def test_an_empty_answer_after_tool_calls_is_exit_8_with_one_line(functions):
+    qwen_fake(hermes("word_length", {"word": "a"}), "")
+    result = run("generate", "go", "--functions", str(functions), "--approve-tools")
+    assert result.exit_code == 8
+    assert result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert "no answer" in line and "tool calls" in line
+
+
+def test_an_empty_answer_after_tool_calls_in_json(functions):
+    qwen_fake(hermes("word_length", {"word": "a"}), "")
+    result = run("generate", "go", "--functions", str(functions), "--approve-tools", "--json")
+    assert result.exit_code == 8
+    doc = validate(json.loads(result.stdout))
+    assert doc["finish_reason"] == "no_answer" and doc["tool_calls"][0]["result"] == "1"
+
+
+def test_a_call_cut_by_max_tokens_is_exit_7_not_silence(functions):
+    qwen_fake('<tool_call>\n{"name": "word_length", "arguments": {"word": "some long word here"}}')
+    result = run("generate", "go", "--functions", str(functions), "--approve-tools", "-n", "30")
+    assert result.exit_code == 7
+    assert result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert "--max-tokens (30)" in line and "inside a tool call" in line
+
+
+def test_chat_says_when_tool_calls_end_without_an_answer(functions):
+    qwen_fake(hermes("word_length", {"word": "a"}), "")
+    result = run("chat", "--functions", str(functions), "--approve-tools", input="go\n")
+    assert result.exit_code == 0, result.stderr
+    assert "no answer after its tool calls" in result.stderr
 
 
 def test_no_tools_record_is_null(fake):

@@ -17,7 +17,9 @@ from llmcli import defaults
 from llmcli.reasoning import ReasoningFormat
 from llmcli.toolcalls import CallGrammar
 
-FinishReason = Literal["stop", "length", "interrupted"]
+# "no_answer": the model stopped without an answer: nothing after its reasoning or its tool calls,
+# or nothing at all (set above the engines, by generation.drive; an engine says "stop")
+FinishReason = Literal["stop", "length", "interrupted", "no_answer"]
 
 
 @dataclass

@@ -31,6 +31,7 @@ class Result:
     constraint: str | None = None  # "grammar" or "json_schema" when the output was constrained
     prompt_cache: dict | None = None  # --prompt-cache: the file, what it gave, what was written
     tool_calls: list[dict] | None = None  # the calls run (record field `tool_calls`), None: no tools
+    answer: str | None = None  # the final answer, after tool calls the last round's (None: done.text)
 
     def stats_line(self) -> str:
         from llmcli.render.stats import stats_line
@@ -39,20 +40,20 @@ class Result:
 
     @property
     def incomplete(self) -> bool:
-        """Constrained output that the grammar does not accept, or a reasoning model's output that
-        ended inside its reasoning: cut short before it was done."""
-        if self.done.reasoning_open and self.done.finish_reason == "length":
-            return True
+        """Constrained output that the grammar does not accept: cut short before it was done."""
         return self.constraint is not None and self.done.constraint_complete is False
 
     def incomplete_error(self):
         from llmcli.errors import IncompleteOutputError
 
-        if self.done.reasoning_open:
-            return IncompleteOutputError(*unanswered_message(self.done, self.params))
         return IncompleteOutputError(
             *incomplete_message(self.done, self.params, self.constraint or "grammar")
         )
+
+    def missing_answer(self):
+        """The error to exit with when the output holds no answer (see `missing_answer`), else None."""
+        answer = self.done.text if self.answer is None else self.answer
+        return missing_answer(self.done, answer, len(self.tool_calls or []), self.params)
 
     def record(self) -> dict:
         """The `--json` document (llmcli.record)."""
@@ -69,10 +70,7 @@ class Result:
 def unanswered_message(done: Done, params: SamplingParams) -> tuple[str, str | None]:
     """A reasoning model cut inside its reasoning: no answer, what cut it, and the two ways out."""
     n = done.stats.reasoning_tokens
-    if params.max_tokens and done.stats.completion_tokens >= params.max_tokens:
-        what, room = f"--max-tokens ({params.max_tokens})", "raise -n/--max-tokens"
-    else:
-        what, room = f"the context ({done.stats.context_size} tokens)", "raise -c/--ctx-size"
+    what, room = _cut_by(done, params)
     counted = f", after {n} tokens of it" if n else ""
     return (
         f"no answer: {what} ended the output inside the reasoning{counted}",
@@ -101,6 +99,40 @@ def incomplete_message(done: Done, params: SamplingParams, constraint: str) -> t
         f"{what} was not satisfied: cut by a --stop string at {n} tokens",
         "choose a stop string the output cannot contain",
     )
+
+
+def missing_answer(done: Done, answer: str, calls: int, params: SamplingParams):
+    """The error that says an answer ended without one (None: it has one, or was interrupted): exit 8
+    (`NoAnswerError`) where the model stopped by itself, exit 7 (`IncompleteOutputError`) where
+    --max-tokens or the context cut it before any answer (inside its reasoning or a tool call).
+    `answer`: the final answer's text (after tool calls, the last round's); `calls`: calls run."""
+    from llmcli.errors import IncompleteOutputError, NoAnswerError
+
+    if done.finish_reason == "interrupted" or answer.strip():
+        return None
+    if done.finish_reason == "length":
+        if done.reasoning_open:
+            return IncompleteOutputError(*unanswered_message(done, params))
+        what, room = _cut_by(done, params)
+        inside = f"inside a tool call ({len(done.tool_calls)} not run)" if done.tool_calls else "before any answer"
+        return IncompleteOutputError(f"no answer: {what} ended the output {inside}", room)
+    if done.reasoning_open:
+        return NoAnswerError("the model ended its output inside its reasoning: there is no answer",
+                             "bound the thinking with --reasoning-budget N, or ask again")  # fmt: skip
+    if done.reasoning.strip():
+        return NoAnswerError("the model ended after its reasoning without an answer",
+                             "its reasoning went to stderr (--hide-thinking hides it)")  # fmt: skip
+    if calls:
+        return NoAnswerError(f"the model wrote no answer after its tool calls ({calls})",
+                             "--show-tools shows the calls and their results")  # fmt: skip
+    return NoAnswerError("the model stopped without writing anything")
+
+
+def _cut_by(done: Done, params: SamplingParams) -> tuple[str, str]:
+    """What cut an output short, and how to give it room."""
+    if params.max_tokens and done.stats.completion_tokens >= params.max_tokens:
+        return f"--max-tokens ({params.max_tokens})", "raise -n/--max-tokens"
+    return f"the context ({done.stats.context_size} tokens)", "raise -c/--ctx-size"
 
 
 def run_generate(
@@ -156,7 +188,7 @@ def run_generate(
         cache.update(saved_bytes=saved.bytes, save_ms=round(saved.ms, 3))
     return Result(loaded, done, params, prepared.prompt_format,
                   constraint=constraint if params.grammar else None, prompt_cache=cache,
-                  tool_calls=turn.calls if tool_loop is not None else None)  # fmt: skip
+                  tool_calls=turn.calls if tool_loop is not None else None, answer=turn.last_text)  # fmt: skip
 
 
 def _restore_prompt_cache(engine, cache: dict, tokens: list[int]) -> float:
@@ -283,6 +315,8 @@ def drive(engine, request: Request, sink=None, log: Logged | None = None) -> tup
             log_request(engine, request, log, None, prepared, error=exc.message, partial=exc.text)
         raise
     assert done is not None and prepared is not None
+    if done.finish_reason == "stop" and not done.text.strip() and not done.tool_calls:
+        done.finish_reason = "no_answer"  # a script must be able to tell: see `missing_answer`
     if log is not None:
         log_request(engine, request, log, done, prepared)
     return done, prepared
@@ -400,10 +434,15 @@ def drive_tools(
     engine, request: Request, sink=None, loop: ToolLoop | None = None, *, log: Logged | None = None
 ) -> tuple[Done, Prepared, ToolTurn]:
     """`drive`, then, while the model calls tools, run the calls (each approved, with a timeout; a
-    failure becomes text the model reads), send the results back as tool messages and drive again,
-    for at most `loop.rounds` rounds of calls. The final Done has the text of every round joined,
-    the figures of every round added up, and `stats.tool_ms` the time the calls took. With `log`,
-    the whole answer is one entry of the conversation log, its calls included."""
+    failure becomes text the model reads), send the results back as tool messages and drive again.
+    A call identical to one already answered in this answer is not run again, and the round that
+    repeats one, like the round that reaches `loop.rounds`, is followed by a request without the
+    tools: the model answers from the results it has (a small model given the tools again tends to
+    call the same tool forever). Call ids are made unique within the conversation. The final Done
+    has the text of every round joined, the figures of every round added up, and `stats.tool_ms`
+    the time the calls took; its finish reason is "no_answer" when the model wrote nothing after
+    its calls. With `log`, the whole answer is one entry of the conversation log, its calls
+    included."""
     turn = ToolTurn()
     if loop is None or not request.tools:
         done, prepared = drive(engine, request, sink, log=log)
@@ -412,31 +451,53 @@ def drive_tools(
     done, prepared = drive(engine, request, sink)
     texts = [done.text]
     total = done.stats
+    ids = CallIds(request.messages)
+    answered: dict[str, dict] = {}  # each call run in this answer, by name and arguments: its record
     round_no = 0
+    offered: list[dict] | None = request.tools
     while done.tool_calls and done.finish_reason == "stop":
         round_no += 1
-        if round_no > loop.rounds:
-            for call in done.tool_calls:
+        calls = ids.assign(done.tool_calls)
+        if round_no > loop.rounds or not offered:  # a server that called tools it was not offered
+            for call in calls:
                 turn.calls.append(
                     _call_record(call, round_no, None, f"not run: --tool-rounds {loop.rounds} reached")
                 )
             render.warn(f"the model asked for more tool calls after {loop.rounds} rounds (--tool-rounds); "
                         "they were not run")  # fmt: skip
+            done = replace(done, finish_reason="no_answer")
             break
-        assistant = {"role": "assistant", "content": done.text,
-                     "tool_calls": [_message_call(call) for call in done.tool_calls]}  # fmt: skip
-        results: list[dict[str, Any]] = []
-        for call in done.tool_calls:
-            record = _run_call(call, loop, round_no, turn)
-            total.tool_ms += record["duration_ms"] or 0.0
-            results.append({"role": "tool", "tool_call_id": call.id, "name": call.name,
-                            "content": record["result"]})  # fmt: skip
-        turn.messages += [assistant, *results]
+        fresh, repeated, seen = [], [], set(answered)
+        for call in calls:
+            (repeated if _same_call(call) in seen else fresh).append(call)
+            seen.add(_same_call(call))
+        if fresh:
+            assistant = {"role": "assistant", "content": done.text,
+                         "tool_calls": [_message_call(call) for call in fresh]}  # fmt: skip
+            results: list[dict[str, Any]] = []
+            for call in fresh:
+                record = _run_call(call, loop, round_no, turn)
+                answered.setdefault(_same_call(call), record)
+                total.tool_ms += record["duration_ms"] or 0.0
+                results.append({"role": "tool", "tool_call_id": call.id, "name": call.name,
+                                "content": record["result"]})  # fmt: skip
+            turn.messages += [assistant, *results]
+        for call in repeated:  # the model reads the earlier result: this call is left out of the messages
+            earlier = answered.get(_same_call(call))
+            when = f"round {earlier['round']}" if earlier is not None else "this answer"
+            _done_call(call, round_no, loop, None, f"not run: the same call was answered in {when}", turn)
         if turn.interrupted:
             done.finish_reason = "interrupted"
             break
+        if repeated or round_no >= loop.rounds:
+            offered = None  # answer from what you have: calls are no longer allowed
+            render.debug_log(
+                "tools: the next request offers no tools ("
+                + ("a call was repeated)" if repeated else f"--tool-rounds {loop.rounds} reached)")
+            )
         assert request.messages is not None
-        follow = replace(request, messages=[*request.messages, *turn.messages], before_prefill=None)
+        follow = replace(request, messages=[*request.messages, *turn.messages], tools=offered,
+                         before_prefill=None)  # fmt: skip
         if sink is not None and texts[-1] and not texts[-1].endswith("\n"):
             sink(Token("\n", 0))  # the next round's text on a line of its own, as in the joined text
         done, _ = drive(engine, follow, sink)
@@ -448,6 +509,41 @@ def drive_tools(
     if log is not None:
         log_request(engine, request, log, done, prepared, tool_calls=turn.calls)
     return done, prepared, turn
+
+
+class CallIds:
+    """Call ids unique within a conversation: an engine numbers the calls of one answer (a local
+    one `call00001`, ...; a server as it likes), so a second round, or a second turn, would reuse
+    them. A call keeps its id where it is new to the conversation, else takes the next free
+    `callNNNNN`."""
+
+    def __init__(self, messages: list[dict] | None) -> None:
+        self.used: set[str] = set()
+        for message in messages or []:
+            for call in message.get("tool_calls") or []:
+                if isinstance(call, dict) and call.get("id"):
+                    self.used.add(str(call["id"]))
+            if message.get("tool_call_id"):
+                self.used.add(str(message["tool_call_id"]))
+
+    def assign(self, calls: list[ToolCall]) -> list[ToolCall]:
+        out: list[ToolCall] = []
+        for call in calls:
+            if not call.id or call.id in self.used:
+                n = len(self.used) + 1
+                while f"call{n:05d}" in self.used:
+                    n += 1
+                call = replace(call, id=f"call{n:05d}")
+            self.used.add(call.id)
+            out.append(call)
+        return out
+
+
+def _same_call(call: ToolCall) -> str:
+    """What makes two calls the same call: the name and the arguments, key order aside."""
+    import json
+
+    return json.dumps([call.name, call.arguments], sort_keys=True, ensure_ascii=False)
 
 
 def _run_call(call: ToolCall, loop: ToolLoop, round_no: int, turn: ToolTurn) -> dict:

@@ -140,8 +140,6 @@ def generate(
             toolset.close()
     if as_json:
         render.out_json(result.record())
-    if result.done.reasoning_open and result.done.finish_reason == "stop":
-        render.warn("the model ended its output inside its reasoning: there is no answer")
     if stats:  # stderr, so with --json too
         render.err_line(result.stats_line())
     if result.done.finish_reason != "interrupted" and not loaded.served:
@@ -154,6 +152,9 @@ def generate(
         raise typer.Exit(int(ExitCode.INTERRUPTED))
     if result.incomplete:
         raise result.incomplete_error()
+    missing = result.missing_answer()  # no answer: stdout stays empty, and the exit code says so
+    if missing is not None:
+        raise missing
 
 
 def _warm_state(history) -> Path | None:

@@ -1,4 +1,5 @@
-"""Model text streamed to a pipe or file: the pieces as they come, a newline at the end.
+"""Model text streamed to a pipe or file: the pieces as they come, a newline at the end (none
+when there was no text).
 
 The terminal counterpart, with a live status line, is `llmcli.repl.readout.LiveReadout`.
 Model text is written as is, never through Rich.
@@ -49,8 +50,9 @@ class PlainSink:
         self.thinking = False
 
     def stop(self) -> None:
+        """The answer's last line ended; no answer leaves stdout empty (a script can tell)."""
         self._end_thoughts()
-        if not self.last.endswith("\n"):
+        if self.last and not self.last.endswith("\n"):
             self.out.write("\n")
         self.out.flush()
         self.last = ""

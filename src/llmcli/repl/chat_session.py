@@ -58,6 +58,8 @@ class TurnResult:
     dropped_tokens: int = 0
     recorded: bool = True  # False: interrupted before the first token, so the history is as it was
     stopped_in_call: bool = False  # Ctrl-C during a tool call (or at its approval): the answer ends there
+    answer: str = ""  # the final answer (after tool calls, the last round's text)
+    calls: int = 0  # tool calls in the answer
 
 
 def _as_settings(message: str) -> str:
@@ -270,7 +272,8 @@ class ChatSession:
         self.last = done.stats
         self.totals.add(done.stats)
         return TurnResult(done, prepared.dropped_messages, prepared.dropped_tokens, recorded=recorded,
-                          stopped_in_call=turn.interrupted)  # fmt: skip
+                          stopped_in_call=turn.interrupted, answer=turn.last_text,
+                          calls=len(turn.calls))  # fmt: skip
 
     def _record(self, done: Done, prompt_format: str, turn: ToolTurn) -> bool:
         """Add the answer to the history, marked if interrupted; one stopped before its first token

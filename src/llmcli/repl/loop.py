@@ -113,8 +113,8 @@ class Repl:
             self.info("[interrupted: the tool calls so far and their results are kept in the history]")
         elif result.done.finish_reason == "interrupted":
             self.info("[interrupted: the partial answer is kept in the history]")
-        if result.done.reasoning_open and result.done.finish_reason != "interrupted":
-            self.warn(self._unanswered(result.done))
+        if missing := self._unanswered(result):
+            self.warn(missing)
         elif self.session.constraint and result.done.constraint_complete is False:
             from llmcli.errors import IncompleteOutputError
             from llmcli.generation import incomplete_message
@@ -128,14 +128,24 @@ class Repl:
         if self.autosave and self.session.session_name:
             self.save(self.session.session_name)
 
-    def _unanswered(self, done) -> str:
-        """A reasoning model's reply that ended inside its reasoning: there is no answer, and why."""
-        if done.finish_reason == "stop":
-            return "the model ended its output inside its reasoning: there is no answer"
-        from llmcli.generation import unanswered_message
+    def _unanswered(self, result) -> str | None:
+        """A reply with no answer (the model stopped inside or after its reasoning, or after its tool
+        calls, or --max-tokens cut it first): one notice line, with what to change in chat's words."""
+        from llmcli.generation import missing_answer
 
-        message, _ = unanswered_message(done, self.session.params)
-        return f"{message}; /set max_tokens N gives it room, /set reasoning_budget N bounds the thinking"
+        error = missing_answer(result.done, result.answer, result.calls, self.session.params)
+        if error is None:
+            return None
+        hint = {
+            "raise -n/--max-tokens": "/set max_tokens N gives it room",
+            "raise -c/--ctx-size": "a larger -c gives it room",
+        }.get(error.hint or "", "")
+        if result.done.reasoning or result.done.reasoning_open:
+            hint = (hint + ", " if hint else "") + "/set reasoning_budget N bounds the thinking"
+        if result.calls and not hint:
+            hint = "the calls and their results are in the history"
+        message = error.message if error.message.startswith("no answer") else f"no answer: {error.message}"
+        return f"{message}; {hint}" if hint else message
 
     def _exact_notice(self, stats) -> None:
         """Once per loaded model: --spec-exact let this answer verify nothing (a long context on
