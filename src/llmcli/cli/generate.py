@@ -133,13 +133,13 @@ def generate(
                 ref=loaded.ref, info=loaded.engine.info, params=params, done=None, prompt_format=None,
                 error=exc.message, partial_text=exc.text,
             )  # fmt: skip
-            render.out_json(failed)
+            render.out_json(failed, schema="record")
         raise
     finally:
         if toolset is not None:
             toolset.close()
     if as_json:
-        render.out_json(result.record())
+        render.out_json(result.record(), schema="record")
     if result.done.reasoning_open and result.done.finish_reason == "stop":
         render.warn("the model ended its output inside its reasoning: there is no answer")
     if stats:  # stderr, so with --json too
