@@ -57,6 +57,7 @@ def test_json_report(hub_server):
     result, report = doc()
     assert result.exit_code == 0, report["problems"]
     assert set(report) == {
+        "schema_version",  # docs/doctor.schema.json
         "versions",
         "compute",
         "cpu",

@@ -804,6 +804,7 @@ def as_json(row: sqlite3.Row) -> dict[str, Any]:
                 pass
     d["tokens"] = unpack_tokens(d.get("tokens"))
     d["raw"] = bool(d["raw"])
+    d["record"] = _upgraded(d.get("record"))
     return d
 
 
@@ -944,6 +945,47 @@ def _utc(text: str | None) -> float:
     return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
 
 
+IMPORTED_SCHEMA_VERSION = 1  # docs/logs.schema.json's $defs/imported_record
+
+
+def imported_record(*, model: str, text: str, reasoning: str | None, tool_calls: list | None,
+                    params: dict[str, Any], prompt_tokens: int | None, completion_tokens: int | None,
+                    total_ms: float | None) -> dict[str, Any]:  # fmt: skip
+    """The record of a response imported from simonw/llm's log: the request record's fields (a
+    figure llm did not keep is null), marked `source` "llm"; its params and tool calls are llm's."""
+    none = dict.fromkeys
+    return {
+        "schema_version": IMPORTED_SCHEMA_VERSION, "source": "llm", "text": text,
+        "reasoning": reasoning or None, "finish_reason": None, "error": None,
+        "model": {**none(("path", "endpoint", "server", "architecture", "quantization", "size_bytes",
+                          "parameters", "context_size", "gpu_layers", "weight_repack", "cache_type_k",
+                          "cache_type_v", "type")), "ref": model, "name": model},
+        "prompt_format": None, "constraint": None, "params": params,
+        "usage": {**none(("cached_tokens", "prefill_tokens", "reasoning_tokens", "decode_tokens")),
+                  "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                  "total_tokens": None if prompt_tokens is None or completion_tokens is None
+                  else prompt_tokens + completion_tokens},
+        "timings": {**none(("load_ms", "prefill_ms", "prefill_tokens_per_s", "decode_ms",
+                            "decode_tokens_per_s", "ttft_ms", "tool_ms", "reasoning", "answer")),
+                    "total_ms": total_ms},
+        "threads": None, "speculative": None, "prompt_cache": None, "sources": None,
+        "server_timings": None, "tool_calls": tool_calls or None, "versions": None,
+    }  # fmt: skip
+
+
+def _upgraded(rec: Any) -> Any:
+    """An imported record as this version writes it: those before it had no schema_version and
+    only the figures llm keeps."""
+    if not isinstance(rec, dict) or rec.get("source") != "llm" or rec.get("schema_version") is not None:
+        return rec
+    usage, timings, model = rec.get("usage") or {}, rec.get("timings") or {}, rec.get("model") or {}
+    return imported_record(model=model.get("ref") or "?", text=rec.get("text") or "",
+                           reasoning=rec.get("reasoning"), tool_calls=rec.get("tool_calls"),
+                           params=rec.get("params") or {}, prompt_tokens=usage.get("prompt_tokens"),
+                           completion_tokens=usage.get("completion_tokens"),
+                           total_ms=timings.get("total_ms"))  # fmt: skip
+
+
 def _imported_row(*, source_id: str, cid: str, name: str | None, model: str, created: float,
                   messages: list[dict[str, Any]], response: str, reasoning: str | None,
                   tool_calls: list | None, options: str | None, input_tokens: int | None,
@@ -952,10 +994,9 @@ def _imported_row(*, source_id: str, cid: str, name: str | None, model: str, cre
         params = json.loads(options) if options else {}
     except ValueError:
         params = {}
-    rec = {"schema_version": None, "source": "llm", "text": response, "reasoning": reasoning or None,
-           "tool_calls": tool_calls or None, "model": {"ref": model, "name": model},
-           "params": params, "usage": {"prompt_tokens": input_tokens, "completion_tokens": output_tokens},
-           "timings": {"total_ms": duration_ms}, "finish_reason": None}  # fmt: skip
+    rec = imported_record(model=model, text=response, reasoning=reasoning, tool_calls=tool_calls,
+                          params=params, prompt_tokens=input_tokens, completion_tokens=output_tokens,
+                          total_ms=duration_ms)  # fmt: skip
     row = row_values(rec, cid=cid, command="import", messages=messages, created=created)
     row.update(source_id=source_id, llmcli_version=None, seed=params.get("seed"),
                temperature=params.get("temperature"))  # fmt: skip

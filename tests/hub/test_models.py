@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from documents import check
 from hubtools import blobs, hub_cache, one_line_error, run
 
 pytestmark = pytest.mark.hub
@@ -38,7 +39,7 @@ def test_pull_list_json_and_split_models(hub):
     pulled("test/split-GGUF:Q8_0")
     result = run("pull", "--list", "--json", "test/split-GGUF")
     assert result.exit_code == 0, result.stderr
-    doc = json.loads(result.stdout)
+    doc = check(json.loads(result.stdout), "pull/choices")  # docs/pull.schema.json
     assert doc["repo"] == "test/split-GGUF" and doc["commit"] == hub.repos.commits["test/split-GGUF"]
     models = {m["quant"]: m for m in doc["models"]}
     assert set(models) == {"Q4_K_M", "Q8_0"}

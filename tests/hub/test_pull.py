@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from documents import check
 from hubtools import GOOD_TOKEN, blobs, hub_cache, run
 
 pytestmark = pytest.mark.hub
@@ -62,7 +63,7 @@ def test_llmcli_reuses_what_huggingface_hub_downloaded(hub):
 def test_pull_by_quantization_or_file(hub, ref, file):
     result = run("pull", ref, "--json")
     assert result.exit_code == 0, result.stderr
-    doc = json.loads(result.stdout)
+    doc = check(json.loads(result.stdout), "pull/pulled")  # docs/pull.schema.json
     assert [Path(p).name for p in doc["files"]] == [file]
     assert Path(doc["files"][0]).read_bytes() == hub.repos.content(f"test/tiny-GGUF/{file}")
     assert doc["downloaded"] is True

@@ -13,7 +13,10 @@ from typing import Any, Protocol
 from llmcli.bench import stats, traffic
 from llmcli.bench.sweep import Case, ContextSpec
 
-SCHEMA = "llmcli-bench/1"
+# The `-o json` document's and each `-o jsonl` line's version (docs/bench.schema.json): `schema` is
+# its older name, kept for the readers that check it.
+SCHEMA_VERSION = 1
+SCHEMA = f"llmcli-bench/{SCHEMA_VERSION}"
 
 
 @dataclass
@@ -397,6 +400,7 @@ class BenchRun:
     def document(self) -> dict[str, Any]:
         """The `-o json` document."""
         return {
+            "schema_version": SCHEMA_VERSION,
             "schema": SCHEMA,
             "complete": self.complete,
             "interrupted": self.interrupted,

@@ -518,7 +518,7 @@ def compare(
         if not side.complete:
             render.warn(f"{side.path} is from a run that did not finish")
     if output == "json":
-        render.out_json(result.document())
+        render.out_json(result.document(), schema="bench-compare")
     else:
         sys.stdout.write(comparison(result))
 

@@ -71,7 +71,8 @@ def config_show(as_json: Json = False) -> None:
                     }
                     for key, (value, source) in values.items()
                 },
-            }
+            },
+            schema="config",
         )
         return
     render.out_text(format_show(values, str(path), path.exists()))

@@ -34,7 +34,7 @@ def doctor(
 
     report = checks.collect(network=not offline)
     if as_json:
-        render.out_json(report)
+        render.out_json(report, schema="doctor")
     else:
         render.out_text(format_text(report))
     if any(problem["level"] == "error" for problem in report["problems"]):

@@ -133,13 +133,13 @@ def generate(
                 ref=loaded.ref, info=loaded.engine.info, params=params, done=None, prompt_format=None,
                 error=exc.message, partial_text=exc.text,
             )  # fmt: skip
-            render.out_json(failed)
+            render.out_json(failed, schema="record")
         raise
     finally:
         if toolset is not None:
             toolset.close()
     if as_json:
-        render.out_json(result.record())
+        render.out_json(result.record(), schema="record")
     if stats:  # stderr, so with --json too
         render.err_line(result.stats_line())
     if result.done.finish_reason != "interrupted" and not loaded.served:

@@ -35,7 +35,7 @@ def list_states(
     total, cap = sum(r["size_bytes"] for r in rows), kvstore.cap_bytes()
     if as_json:
         return render.out_json({"directory": str(kvstore.kv_dir()), "total_bytes": total, "cap_bytes": cap,
-                                "states": rows})  # fmt: skip
+                                "states": rows}, schema="kv")  # fmt: skip
     if not rows:
         render.info(f"no saved KV states in {kvstore.kv_dir()}")
         return

@@ -77,7 +77,7 @@ def logs(
     finally:
         db.close()
     if as_json:
-        render.out_json([logdb.as_json(r) for r in rows])
+        render.out_json([logdb.as_json(r) for r in rows], schema="logs/entries")
         return
     if not rows:
         render.info("no log entries" + (" match" if query or model or since or cid else " yet"))
@@ -155,7 +155,7 @@ def show(
 
     row = _row(entry)
     if as_json:
-        render.out_json(logdb.as_json(row))
+        render.out_json(logdb.as_json(row), schema="logs/entry")
         return
     d = logdb.as_json(row)
     out = [f"#{d['id']}  {_when(d['created'])}  {d['command']}  conversation {d['conversation_id']}",
@@ -233,7 +233,7 @@ def rerun(
     verdict = compare(row, done)
     if as_json:
         render.out_json({"id": entry, **verdict, "text": done.text, "original_text": row["response"],
-                         "seed": done.seed})  # fmt: skip
+                         "seed": done.seed}, schema="logs/rerun")  # fmt: skip
         return
     render.err_line(describe(verdict, entry))
 
@@ -296,7 +296,7 @@ def stats(
             for key in ("prefill_tokens_per_s", "decode_tokens_per_s"):
                 if g[key]:
                     g[key].pop("series")
-        render.out_json(groups)
+        render.out_json(groups, schema="logs/stats")
         return
     if not groups:
         render.info("no timed entries" + (" match" if model or since else " yet"))

@@ -67,7 +67,7 @@ def list_models(
 
     infos = [store.describe(m) for m in store.all_models()]
     if as_json:
-        return render.out_json(infos)
+        return render.out_json(infos, schema="models/list")
     if not infos:
         render.info("no models downloaded yet; try `llmcli pull org/repo`")
         return
@@ -99,7 +99,7 @@ def _list_served(text: str, as_json: bool) -> None:
     if as_json:
         listing = [{"id": m["id"], "owned_by": m.get("owned_by"), "ref": endpoint.with_model(m["id"]).ref}
                    for m in models]  # fmt: skip
-        return render.out_json(listing)
+        return render.out_json(listing, schema="models/served_list")
     if not models:
         render.info(f"{endpoint.url} serves no models")
         return
@@ -130,7 +130,7 @@ def show(
     if "error" in info:
         raise InvalidModelError(f"{info['name']}: {info['error']}")
     if as_json:
-        return render.out_json(info)
+        return render.out_json(info, schema="models/show")
     for key, value in _show_rows(info):
         sys.stdout.write(f"{key:<14} {'-' if value in (None, '') else printable(value)}\n")
     for key, value in info.get("metadata", {}).items():
@@ -276,7 +276,7 @@ def alias(
             raise ModelNotFoundError(f"no alias named {name!r}", hint="see `llmcli models alias`")
         sys.stdout.write(target + "\n")
     elif as_json:
-        render.out_json(aliases.load())
+        render.out_json(aliases.load(), schema="aliases")
     else:
         _table(["ALIAS", "REFERENCE"], [[k, v] for k, v in sorted(aliases.load().items())])
 

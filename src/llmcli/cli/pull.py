@@ -70,7 +70,7 @@ def pull(
     if as_json:
         files_ = [str(p) for p in pulled.paths]
         doc = {"ref": str(pulled.ref), "commit": pulled.commit, "files": files_, "size": pulled.size}
-        render.out_json({**doc, "downloaded": pulled.fetched})
+        render.out_json({**doc, "downloaded": pulled.fetched}, schema="pull/pulled")
 
 
 def _hub_ref(text: str):
@@ -99,7 +99,8 @@ def _print_choices(ref, as_json: bool) -> None:
     if as_json:
         doc = {"repo": repo.repo_id, "revision": repo.revision, "commit": repo.commit}
         models = [_choice_doc(ref, c) for c in choices]
-        return render.out_json({**doc, "context_for_fit": fit.DEFAULT_CTX, "models": models})
+        return render.out_json({**doc, "context_for_fit": fit.DEFAULT_CTX, "models": models},
+                               schema="pull/choices")
     render.info(
         f"{repo.repo_id} at {repo.revision} ({repo.commit[:7]}): {len(choices)} models; * marks the default"
     )

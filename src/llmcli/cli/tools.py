@@ -38,7 +38,7 @@ def list_tools(
     finally:
         toolset.close()
     if as_json:
-        return render.out_json(rows)
+        return render.out_json(rows, schema="tools")
     if not rows:
         render.info("no tools: name them with --functions FILE.py, --tool NAME or --mcp 'COMMAND ARGS' "
                     f"(built-in: {', '.join(tools.BUILTINS)})")  # fmt: skip

@@ -94,7 +94,10 @@ def out_text(text: str) -> None:
     sys.stdout.flush()
 
 
-def out_json(doc: Any) -> None:
-    """Exactly one JSON document on stdout."""
-    sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+def out_json(doc: Any, *, schema: str) -> None:
+    """Exactly one JSON document on stdout, with its `schema_version`: `schema` names its published
+    schema, "FILE/DEF" for `docs/FILE.schema.json`'s `$defs/DEF` (llmcli.render.documents)."""
+    from llmcli.render.documents import stamped
+
+    sys.stdout.write(json.dumps(stamped(doc, schema), indent=2, ensure_ascii=False) + "\n")
     sys.stdout.flush()

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from llmcli import defaults
 from llmcli.bench import stats, sweep
 from llmcli.bench.cpu_load import NOISY
-from llmcli.bench.results import BenchRun, SpecResult
+from llmcli.bench.results import SCHEMA_VERSION, BenchRun, SpecResult
 from llmcli.render import tables
 from llmcli.units import human_size
 
@@ -56,7 +56,8 @@ def to_jsonl(run: BenchRun) -> str:
 
 
 def jsonl_line(record: dict[str, Any]) -> str:
-    return json.dumps(record, ensure_ascii=False) + "\n"
+    """One `-o jsonl` line: a flat record (`BenchRun.flat_record`), with its schema's version."""
+    return json.dumps({"schema_version": SCHEMA_VERSION, **record}, ensure_ascii=False) + "\n"
 
 
 def to_csv(run: BenchRun) -> str:
