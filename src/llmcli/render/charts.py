@@ -196,6 +196,9 @@ def _local(files) -> Chart:
             panel.series.append(Series(label, [x for x, _ in points], ys, bars))
     _ticks(panel, xs_seen)
     machines = _join(_machine(env or rows[0]) for _, rows, _, env in files)
+    threads = {r.get("n_threads") for r in every}
+    if machines and len(threads) == 1 and axis != "n_threads" and _number(t := threads.pop()):
+        machines += f", {t} threads"
     return Chart(f"{_models(every)} on {machines}" if machines else _models(every), [panel])
 
 
