@@ -88,7 +88,7 @@ def test_a_size_sweep_is_one_line_per_test_kind_with_error_bars(size_sweep):
     assert all(float(v) == int(v) for v in ax.get_yticks()) and ax.get_ylim()[0] == 0
     assert "prompt tokens (pp)" in ax.get_xlabel() and "sd of 2 runs" in ax.get_ylabel()
     title = fig._suptitle.get_text()  # the model and the machine
-    assert re.fullmatch(r"fake 2M Q4_K_M on Test CPU, \d+ threads", title), title
+    assert re.fullmatch(r"a \(fake 2M Q4_K_M\) on Test CPU, \d+ threads?", title), title
 
 
 @pytest.mark.parametrize("suffix,magic", [(".png", b"\x89PNG"), (".svg", b"<?xml"), (".pdf", b"%PDF")])
@@ -107,7 +107,7 @@ def test_the_file_format_follows_the_suffix_and_the_umask(size_sweep, tmp_path, 
         ids, texts = _svg(out)
         assert {"series:pp", "series:tg"} <= ids
         assert {"16", "32", "64", "128", "pp", "tg"} <= set(texts)
-        assert any(t.startswith("fake 2M Q4_K_M on Test CPU") for t in texts)
+        assert any(t.startswith("a (fake 2M Q4_K_M) on Test CPU") for t in texts)
 
 
 def test_a_depth_sweep_overlaid_on_another_run(monkeypatch, tmp_path):
@@ -134,7 +134,7 @@ def test_the_terminal_gets_a_plotext_chart(size_sweep):
     assert result.exit_code == 0, result.stderr
     out = result.stdout
     assert "\x1b[" not in out  # no colour codes when stdout is not a terminal
-    assert out.startswith("fake 2M Q4_K_M on Test CPU")
+    assert out.startswith("a (fake 2M Q4_K_M) on Test CPU")
     assert re.search(r"o+ pp", out) and re.search(r"x+ tg", out)  # the legend, a marker per series
     grid = "\n".join(line for line in out.splitlines() if "│" in line or "┤" in line)
     assert "o" in grid.replace(" pp", "") and "x" in grid.replace(" tg", "")  # each series' points
@@ -151,7 +151,7 @@ def test_a_serving_run_is_drawn_with_its_percentiles_slo_and_knee(serving_run, t
     assert sorted(series["median"][0]) == sorted(r["output_throughput"] for r in records)
     assert series["SLO ttft 100000 ms"][1] == [100000, 100000]
     assert "TTFT (ms)" == ax.get_ylabel() and "output throughput" in ax.get_xlabel()
-    assert "on " in fig._suptitle.get_text()  # the model and the server
+    assert fig._suptitle.get_text() == "m on openai-compatible"  # the model and the server
     out = tmp_path / "serve.svg"
     result = run("bench", "plot", str(serving_run), "-o", str(out))
     assert result.exit_code == 0, result.stderr
@@ -201,3 +201,13 @@ def test_without_the_plot_extra_one_line_says_how_to_install_it(size_sweep, tmp_
         assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
         assert "pip install 'llmcli[plot]'" in done.stderr and done.stdout == ""
     assert not (tmp_path / "x.png").exists()
+
+
+def test_several_models_in_one_run_are_told_apart(monkeypatch, tmp_path):
+    bench_in(tmp_path, monkeypatch, FakeBackend())
+    path = _bench(tmp_path, "models", "-m", "a.gguf,b.gguf", "-p", "16,32", "-n", "8", "-r", "1")
+    fig, ax = _figure(path)
+    series = _series(ax)
+    assert list(series) == ["a pp", "a tg", "b pp", "b tg"]
+    assert series["a pp"][0] == [16, 32] and series["b tg"][0] == [8]
+    assert fig._suptitle.get_text().startswith("a vs b on Test CPU")

@@ -198,7 +198,7 @@ def _local(files) -> Chart:
     machines = _join(_machine(env or rows[0]) for _, rows, _, env in files)
     threads = {r.get("n_threads") for r in every}
     if machines and len(threads) == 1 and axis != "n_threads" and _number(t := threads.pop()):
-        machines += f", {t} threads"
+        machines += f", {t} thread{'s' if t != 1 else ''}"
     return Chart(f"{_models(every)} on {machines}" if machines else _models(every), [panel])
 
 
@@ -257,11 +257,17 @@ def speeds_chart(groups: list[dict[str, Any]], title: str = "Speed by prompt len
 
 
 def _model(r: dict[str, Any]) -> str:
-    return str(r.get("model_type") or r.get("model_filename") or r.get("model") or "model")
+    """The model's file (or served) name: what tells two models apart."""
+    name = str(r.get("model_filename") or r.get("model_type") or r.get("model") or "model")
+    return name.removesuffix(".gguf")
 
 
 def _models(records: list[dict[str, Any]]) -> str:
+    """The title's models: one with its architecture, size and quantization (llama 135M Q4_1)."""
     names = list(dict.fromkeys(_model(r) for r in records))
+    if len(names) == 1:
+        kind = records[0].get("model_type") if records[0].get("scenario") != "serve" else None
+        return f"{names[0]} ({kind})" if kind and kind != names[0] else names[0]
     return " vs ".join(names) if len(names) <= 3 else f"{len(names)} models"
 
 
