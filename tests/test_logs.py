@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -553,3 +554,33 @@ def test_logs_path_moves_waiting_entries_in_so_sqlite_sees_them(fake, isolated):
         assert [r[0] for r in db.execute("SELECT prompt FROM responses")] == ["hello"]
     finally:
         db.close()
+
+
+def test_stats_plot_draws_each_model_in_both_panels(isolated, tmp_path):
+    short = [{"model": "small", "prompt_tokens": 20, "decode": d, "prefill": 100 * d} for d in (10, 20, 30)]
+    write_rows([*short, {"model": "small", "prompt_tokens": 1000, "decode": 5, "prefill": 300},
+                {"model": "big", "prompt_tokens": 20, "decode": 4, "prefill": 90}])  # fmt: skip
+    from llmcli.render import charts, plot
+
+    groups = json.loads(run("logs", "stats", "--json").stdout)
+    fig = plot.figure(charts.speeds_chart(groups))
+    prefill, decode = fig.axes
+    assert [a.get_title() for a in fig.axes] == ["prefill", "decode"]
+    labels = {c.get_label(): c for c in decode.containers}
+    assert set(labels) == {"small", "big"} == {c.get_label() for c in prefill.containers}
+    xs, ys = labels["small"].lines[0].get_data()
+    assert list(ys) == [20, 5] and [t.get_text() for t in decode.get_xticklabels()] == ["0-127", "512-2047"]
+    low, high = labels["small"][2][0].get_segments()[0][:, 1]  # the quartiles as the error bar
+    assert (low, high) == (15, 25)
+    out = tmp_path / "speeds.svg"
+    result = run("logs", "stats", "--plot", str(out))
+    assert result.exit_code == 0, result.stderr
+    assert "0-127" in result.stdout  # the table still printed
+    ids = {e.get("id") for e in ET.parse(out).iter()}
+    assert {"series:small", "series:big"} <= ids
+    term = run("logs", "stats", "--plot", "-")
+    assert term.exit_code == 0 and "PROMPT TOK" not in term.stdout  # the chart instead of the table
+    assert "small" in term.stdout and "big" in term.stdout and "decode" in term.stdout
+    both = run("logs", "stats", "--plot", "-", "--json")
+    assert both.exit_code == 2 and both.stdout == ""
+    assert run("logs", "stats", "--plot", str(tmp_path / "x.gif")).exit_code == 2

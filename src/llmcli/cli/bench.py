@@ -533,9 +533,10 @@ def plot(
         typer.Option(
             "--output",
             "-o",
-            metavar="FILE.svg",
+            metavar="FILE",
             show_default=False,
-            help="Write the chart as an SVG image here (default: a text chart on stdout).",
+            help="Write the chart as an image here: PNG, SVG or PDF by the suffix (default: a chart on "
+            "the terminal).",
         ),
     ] = None,  # fmt: skip
     metric: Annotated[
@@ -546,23 +547,23 @@ def plot(
     ] = "ttft",
 ) -> None:
     """Draw results: a serving run's latency percentiles against throughput (SLO line, goodput knee),
-    a local run's tokens/s against the setting it swept; several files overlaid.
+    a local run's tokens/s per test kind against the setting it swept (error bars: the spread of
+    the repetitions); several files overlaid. Needs the plot extra: pip install 'llmcli[plot]'.
 
-    Example: llmcli bench plot sweep.json -o sweep.svg
+    Example: llmcli bench plot sweep.json -o sweep.png
     """
-    from llmcli import atomic
+    from llmcli import render
+    from llmcli.render import charts
     from llmcli.render import plot as draw
 
-    files = [(path.stem, *draw.load(path)) for path in results]
-    chart = draw.chart(files, metric)
+    if out is not None:
+        draw.check_format(out)
+    files = [(path.stem, *charts.load(path)) for path in results]
+    chart = charts.bench_chart(files, metric)
     if out is None:
-        sys.stdout.write(draw.text(chart))
-        return
-    if out.suffix.lower() != ".svg":
-        raise UsageError(
-            f"{out}: bench plot writes SVG (.svg); PNG needs a raster library llmcli does not carry"
-        )
-    atomic.write_atomic(out, draw.svg(chart), lock=False)
+        sys.stdout.write(draw.terminal(chart, colour=render.color_enabled(sys.stdout)))
+    else:
+        draw.save(chart, out)
 
 
 def _bench_served(found, n_prompt, n_gen, concurrency, requests, reps, warmup, output, seed, delay,

@@ -277,20 +277,39 @@ def stats(
     model: ModelFilter = None,
     since: Since = None,
     as_json: AsJson = False,
+    plot: Annotated[
+        str | None,
+        typer.Option(
+            "--plot",
+            metavar="FILE",
+            show_default=False,
+            help="Also draw the figures: an image (PNG, SVG or PDF by the suffix), or - for a chart on the "
+            "terminal instead of the table. Needs pip install 'llmcli[plot]'.",
+        ),
+    ] = None,
 ) -> None:
     """Prefill and decode speed per model and prompt length, from the log: median and spread
     (quartiles), with a bar chart of the medians. A prefill served mostly from the KV cache is
     left out of the prefill figures (it measures the cache, not the model).
 
-    Example: llmcli logs stats -m gemma --since 30d
+    Example: llmcli logs stats -m gemma --since 30d --plot speeds.png
     """
     from llmcli import logdb
+    from llmcli.errors import UsageError
 
+    if plot == "-" and as_json:
+        raise UsageError("--plot - draws on stdout, where --json prints: choose one, or --plot FILE")
+    if plot not in (None, "-"):
+        from llmcli.render import plot as draw
+
+        draw.check_format(Path(plot))
     db = logdb.reader()
     try:
         groups = logdb.speeds(db, model=model, since=parse_since(since))
     finally:
         db.close()
+    if plot is not None and groups:
+        _plot_speeds(groups, plot)
     if as_json:
         for g in groups:
             for key in ("prefill_tokens_per_s", "decode_tokens_per_s"):
@@ -301,7 +320,22 @@ def stats(
     if not groups:
         render.info("no timed entries" + (" match" if model or since else " yet"))
         return
-    render.out_text(speed_table(groups))
+    if plot != "-":
+        render.out_text(speed_table(groups))
+
+
+def _plot_speeds(groups: list[dict[str, Any]], where: str) -> None:
+    """`--plot`: the figures drawn on the terminal (-) or into an image file."""
+    import sys
+
+    from llmcli.render import charts
+    from llmcli.render import plot as draw
+
+    chart = charts.speeds_chart(groups, "Speed by prompt length, from llmcli's log")
+    if where == "-":
+        sys.stdout.write(draw.terminal(chart, colour=render.color_enabled(sys.stdout)))
+    else:
+        draw.save(chart, Path(where))
 
 
 def speed_table(groups: list[dict[str, Any]], width: int = 24) -> str:
