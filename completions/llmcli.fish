@@ -352,7 +352,7 @@ complete -c llmcli -n '__llmcli_at "logs" 1' -a prune -d 'Remove old entries and
 complete -c llmcli -n '__llmcli_at "logs" 1' -a off -d 'Stop logging (sets config `log = false`; `--log` still logs one request)'
 complete -c llmcli -n '__llmcli_at "logs" 1' -a on -d 'Log every request again (sets config `log = true`)'
 complete -c llmcli -n '__llmcli_at "logs" 1' -a path -d 'Print where the log is (logs.db in the data directory), after moving in the entries one-shot generates left waiting beside it, so that SQLite\'s own tools see every entry'
-complete -c llmcli -n '__llmcli_at "logs" 1' -a status -d 'Whether logging is on, where the log is, how many entries and bytes'
+complete -c llmcli -n '__llmcli_at "logs" 1' -a status -d 'Whether logging is on, where the log is, how many entries and bytes on disk'
 complete -c llmcli -n '__llmcli_at "logs"' -s q -l query -x -d 'Search prompts, answers, reasoning and tool calls (full text, best match first)'
 complete -c llmcli -n '__llmcli_at "logs"' -s m -l model -x -a '(__llmcli_dynamic "logs" model)' -d 'Only this model (its reference, or part of it)'
 complete -c llmcli -n '__llmcli_at "logs"' -l since -x -d 'Only entries from this long ago (30m, 12h, 7d, 2w) or since this date (2025-06-01)'

@@ -288,6 +288,11 @@ class Behaviour:
     # `choices`/`usage` of each `data:` event), then [DONE]
     scripts: list[list[dict]] = field(default_factory=list)
     serial: bool = False  # answer one request at a time (the others queue): a server that saturates
+    # GET: fields added to each model of the /models listing (vLLM's max_model_len, llama-server's
+    # meta), and the /props document (llama-server's; None: 404, as other servers answer)
+    listing: dict = field(default_factory=dict)
+    props: dict | None = None
+    model_ids: tuple[str, ...] = ("m", "other")
 
 
 @dataclass
@@ -349,12 +354,14 @@ class FaultHandler(BaseHTTPRequestHandler):
         self.state.requests.append({"path": self.path, "headers": dict(self.headers), "body": None})
         if self._refused():
             return
+        b = self.state.behaviour
         if self.path.endswith("/models"):
             models = [
-                {"id": "m", "object": "model", "owned_by": "test"},
-                {"id": "other", "object": "model", "owned_by": "test"},
+                {"id": name, "object": "model", "owned_by": "test", **b.listing} for name in b.model_ids
             ]
             return self._json(200, {"object": "list", "data": models})
+        if self.path == "/props" and b.props is not None:
+            return self._json(200, b.props)
         self._json(404, {"error": {"message": "not found"}})
 
     def do_POST(self) -> None:

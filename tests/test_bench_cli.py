@@ -235,6 +235,26 @@ def test_unknown_second_model_fails_before_anything_runs(backend):
     assert backend.runs == 0 and backend.loads == []
 
 
+def test_a_model_name_close_to_a_known_one_is_suggested(backend):
+    assert run("models", "alias", "tiny-llama", "a.gguf").exit_code == 0
+    for typed, meant in (("smollm2", "smollm2-135m"), ("tiny-lama", "tiny-llama"), ("Gemma3", "gemma3-270m")):
+        result = run("bench", "-m", typed, "-t", "1")
+        assert result.exit_code == 3 and not result.stdout
+        [line] = result.stderr.splitlines()
+        assert f"no model or alias named {typed!r}; did you mean {meant}?" in line
+    unlike = run("bench", "-m", "qqqqqq", "-t", "1")
+    assert unlike.exit_code == 3 and "did you mean" not in unlike.stderr
+    assert backend.runs == 0
+
+
+def test_plot_help_names_its_argument_as_typed():
+    result = run("bench", "plot", "--help")
+    assert result.exit_code == 0
+    assert "llmcli bench plot [OPTIONS] RESULTS..." in result.stdout
+    assert "\n  RESULTS...  " in result.stdout
+    assert "{" not in result.stdout and "<list" not in result.stdout and "Path]" not in result.stdout
+
+
 def test_invalid_model_file(backend):
     backend.invalid.add("b.gguf")
     result = run("bench", "-m", "b.gguf", "-t", "1")

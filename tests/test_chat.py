@@ -80,9 +80,9 @@ def test_set_name_alone_shows_it_and_none_clears_the_stop_list(engine):
     result = chat("/set stop END|STOP", "/set top-k", "/set spec-type", "/set cache-type-v", "hello",
                   "/set stop none", "/set stop", "/set nosuch", "again")  # fmt: skip
     err = result.stderr.splitlines()
-    assert "stop = ['END', 'STOP']" in err and "top-k = 40" in err
+    assert "stop = END|STOP" in err and "top-k = 40" in err  # as /set takes it, not a Python list
     assert "spec-type = none" in err and "cache-type-v = f16" in err
-    assert err.count("stop = []") == 2 and "usage" not in result.stderr
+    assert err.count("stop = none") == 2 and "usage" not in result.stderr
     assert sum("unknown setting 'nosuch'" in line for line in err) == 1
     assert engine.made[0].history[-1].params.stop == []
     assert len(engine.made) == 1  # showing a speculative or KV setting loads nothing again
@@ -103,6 +103,20 @@ def test_set_refuses_what_is_not_a_setting_in_one_line_and_the_chat_goes_on(engi
     assert result.stdout == "echo: hello\n"
     params = engine.made[0].history[-1].params
     assert params.temperature == 0.8 and params.repeat_last_n == 64 and params.json_schema is None
+
+
+def test_show_and_set_print_values_as_they_are_typed(engine):
+    result = chat("/set temperature 0", "/set seed", "/show", "/set")
+    err = result.stderr.splitlines()
+    assert "temperature = 0" in err and "seed = random" in err
+    [params] = [line for line in err if line.startswith("params     ")]
+    items = dict(item.split(" ", 1) for item in params.removeprefix("params     ").split(", "))
+    assert items["temperature"] == "0" and items["seed"] == "random" and items["stop"] == "none"
+    assert "json_schema" not in items and "grammar" not in items and "reasoning_budget_message" not in items
+    listed = [line.strip() for line in err if line.startswith("  ") and " = " in line]
+    assert "seed = random" in listed and "reasoning_budget = none" in listed
+    shown = "\n".join([params, *listed])
+    assert not any(word in shown for word in ("None", "False", "True", "[]", "=''"))
 
 
 def test_show_and_context_and_stats(engine):

@@ -272,15 +272,36 @@ def test_not_a_regular_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize("seed", range(20))
 def test_random_bytes(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
-    _reject_bytes(tmp_path, rng.randbytes(rng.randrange(1, 5000)), "not a GGUF file (bad magic")
+    _reject_bytes(tmp_path, rng.randbytes(rng.randrange(1, 5000)), "not a GGUF file (it begins with ")
 
 
 def test_html_page(tmp_path: Path) -> None:
     html = b"<html><head><title>404 Not Found</title></head><body>nope</body></html>\n"
     with pytest.raises(InvalidModelError) as info:
         read_header(_write(tmp_path, html))
-    assert info.value.message == "not a GGUF file (bad magic b'<htm')"
+    assert info.value.message == 'not a GGUF file (it begins with "<htm", not "GGUF")'
     assert "HTML" in info.value.hint
+
+
+@pytest.mark.parametrize(
+    "data, shown",
+    [
+        (b"hello world", '"hell"'),
+        (b"PK\x03\x04rest", "bytes 50 4b 03 04"),
+        (b"\x00\xffAB", "bytes 00 ff 41 42"),
+    ],
+)
+def test_a_file_that_is_not_gguf_is_named_with_its_first_bytes_readable(tmp_path: Path, data, shown) -> None:
+    from helpers import run
+
+    path = tmp_path / "notes.gguf"
+    path.write_bytes(data)
+    result = run("generate", "-m", str(path), "hi")
+    assert result.exit_code == 5 and not result.stdout
+    [line] = result.stderr.splitlines()
+    said = f'{path}: not a GGUF file (it begins with {shown}, not "GGUF")'
+    assert line.startswith(f"llmcli: invalid model: {said}")
+    assert "b'" not in line and "\\x" not in line
 
 
 def test_git_lfs_pointer(tmp_path: Path) -> None:

@@ -199,14 +199,51 @@ def test_filters_and_count(isolated):
 
 
 def test_show(fake, isolated):
-    run("generate", "what is two plus two", "--seed", "3")
+    run("generate", "what is two plus two", "--seed", "3", "--temperature", "0")
     shown = run("logs", "show", "1")
     assert shown.exit_code == 0
-    assert "what is two plus two" in shown.stdout and "seed=3" in shown.stdout
+    assert "what is two plus two" in shown.stdout
+    [settings] = [line for line in shown.stdout.splitlines() if line.startswith("settings: ")]
+    items = dict(item.split(" ", 1) for item in settings.removeprefix("settings: ").split(", "))
+    # every setting as a user types it: temperature 0 (not dropped as false), no Python reprs
+    assert items["temperature"] == "0" and items["seed"] == "3" and items["stop"] == "none"
+    assert items["reasoning_budget"] == "none" and "json_schema" not in items and "grammar" not in items
+    assert not any(word in settings for word in ("None", "False", "True", "=", "[]"))
+    assert run("logs", "show", "#1").stdout == shown.stdout  # the id as `llmcli logs` shows it
     doc = json.loads(run("logs", "show", "1", "--json").stdout)
     assert doc["record"]["params"]["seed"] == 3 and doc["tokens"]
     missing = run("logs", "show", "99")
     assert missing.exit_code == 2 and "no log entry #99" in missing.stderr
+
+
+@pytest.mark.parametrize("command", ["show", "rerun"])
+@pytest.mark.parametrize("bad", ["abc", "12x", "-3", "#"])
+def test_an_id_that_is_not_a_number_is_one_usage_line(fake, isolated, command, bad):
+    run("generate", "hello")
+    result = run("logs", command, "--", bad)
+    assert result.exit_code == 2 and not result.stdout
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert f"not a log entry id: {bad!r}" in result.stderr and "integer" not in result.stderr
+
+
+def test_status_counts_the_write_ahead_log_and_the_waiting_entries(fake, isolated):
+    for prompt in ("one", "two", "three"):
+        assert run("generate", prompt).exit_code == 0
+    where = db_file(isolated)
+    wal, pending = where.with_name("logs.db-wal"), logdb.pending_path(where)
+    result = run("logs", "status")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "entries: 3 in 3 conversations;" in result.stdout
+    [files] = [line for line in lines if line.startswith("files: ")]
+    assert f"{where.name} " in files
+    sizes = [p.stat().st_size for p in (where, wal, pending) if p.exists()]
+    if wal.exists():  # the entries moved in are in the WAL until a checkpoint folds it
+        assert "logs.db-wal " in files
+    from llmcli.units import human_size
+
+    [entries] = [line for line in lines if line.startswith("entries: ")]
+    assert f"; {human_size(sum(sizes))} on disk of " in entries
 
 
 def test_logs_before_anything_is_logged(isolated):

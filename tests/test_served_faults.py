@@ -92,6 +92,56 @@ def test_models_list_endpoint(fault_server, isolated):
     assert run("models", "list", "--endpoint", "nosuch").exit_code == 2
 
 
+@pytest.mark.parametrize(
+    "served, ctx, window",
+    [
+        # llama-server -c 4096: its /props says the slot's context; the listing, the trained one
+        (
+            dict(
+                model_ids=("m",),
+                listing={"owned_by": "llamacpp", "meta": {"n_ctx_train": 32768}},
+                props={"default_generation_settings": {"n_ctx": 4096}, "total_slots": 1},
+            ),
+            4096,
+            "4096 tokens (trained 32768)",
+        ),
+        (dict(listing={"owned_by": "vllm", "max_model_len": 2048}), 2048, "2048 tokens"),  # --max-model-len
+        # a server that says no more: the trained context, labelled as such in chat
+        (
+            dict(model_ids=("m",), listing={"meta": {"n_ctx_train": 32768}}),
+            32768,
+            "the server's (trained 32768)",
+        ),
+    ],  # fmt: skip
+    ids=["llama-server", "vllm", "trained-only"],
+)
+def test_models_list_endpoint_shows_the_served_context(fault_server, served, ctx, window):
+    fault_server.state.behaviour = Behaviour(**served)
+    listed = json.loads(run("models", "list", "--endpoint", fault_server.url, "--json").stdout)
+    assert {m["id"]: m["context"] for m in listed} == dict.fromkeys(
+        served.get("model_ids", ("m", "other")), ctx
+    )
+    table = run("models", "list", "--endpoint", fault_server.url)
+    assert table.exit_code == 0, table.stderr
+    rows = [line.split() for line in table.stdout.splitlines()[1:]]
+    assert rows and all(row[-1] == str(ctx) for row in rows)
+    shown = run("chat", "-m", f"{fault_server.url}#m", input="/show\n")  # chat says the same window
+    assert f"\ncontext    {window}\n" in shown.stderr
+
+
+def test_an_answer_in_one_chunk_shows_no_decode_speed(fault_server):
+    usage = {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}
+    two_tokens = [{"choices": [{"index": 0, "delta": {"content": "Hi there"}, "finish_reason": "stop"}]},
+                  {"choices": [], "usage": usage}]  # fmt: skip
+    fault_server.state.behaviour = Behaviour(mode="script", scripts=[two_tokens, two_tokens])
+    result = run("generate", "-m", fault_server.ref, "hi", "--stats")
+    assert result.exit_code == 0, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("prompt ")]
+    assert "generated 2 tok · decode – tok/s" in line and "0.0 tok/s" not in line
+    doc = json.loads(run("generate", "-m", fault_server.ref, "hi", "--json").stdout)
+    assert doc["usage"]["completion_tokens"] == 2 and doc["timings"]["decode_tokens_per_s"] is None
+
+
 def test_a_bad_endpoint_table_is_a_config_error(isolated):
     (isolated / "config.toml").write_text('[endpoints.x]\nurl = "ftp://nope"\n', encoding="utf-8")
     result = run("generate", "-m", "x/m", "hi")

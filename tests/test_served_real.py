@@ -101,7 +101,12 @@ def test_chat_sends_the_history_and_reports_reused_tokens(llama_server, isolated
 def test_models_list_endpoint_on_llama_server(llama_server):
     result = run("models", "list", "--endpoint", llama_server.url, "--json")
     assert result.exit_code == 0, result.stderr
-    assert [m["id"] for m in json.loads(result.stdout)] == ["smollm2"]
+    [listed] = json.loads(result.stdout)
+    assert listed["id"] == "smollm2"
+    # -c 8192 over -np 4: each request gets a 2048-token slot, not the model's trained 8192
+    assert listed["context"] == 2048 and listed["n_ctx_train"] == 8192
+    table = run("models", "list", "--endpoint", llama_server.url)
+    assert table.stdout.splitlines()[1].split()[-1] == "2048"
 
 
 def test_serving_benchmark_and_compare(llama_server, tmp_path):

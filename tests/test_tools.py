@@ -91,6 +91,21 @@ def test_builtins_are_safe_and_exact():
     assert now["utc"].endswith("+00:00")
 
 
+def test_tools_list_without_flags_lists_the_builtins_then_the_hint():
+    result = run("tools", "list")
+    assert result.exit_code == 0, result.stderr
+    heads = [line for line in result.stdout.splitlines() if line and not line.startswith(" ")]
+    assert heads == [f"{name}  (builtin)" for name in tools.BUILTINS]
+    assert result.stdout.endswith("}\n")  # a text listing ends its last line
+    assert "--tool NAME" in result.stderr and "--functions" in result.stderr  # the hint, on stderr
+    listed = json.loads(run("tools", "list", "--json").stdout)
+    assert [t["name"] for t in listed] == list(tools.BUILTINS)
+    assert {t["origin"] for t in listed} == {"builtin"}
+    chosen = run("tools", "list", "--tool", "arithmetic")
+    assert chosen.stdout.startswith("arithmetic  (builtin)") and "current_time" not in chosen.stdout
+    assert chosen.stdout.endswith("\n") and not chosen.stderr
+
+
 def test_tools_list_shows_each_schema(functions):
     result = run("tools", "list", "--functions", str(functions), "--tool", "current_time", "--json")
     assert result.exit_code == 0, result.stderr
@@ -214,6 +229,20 @@ def test_generate_runs_an_approved_call_and_records_it(functions):
     second = factory.made[0].history[1].prompt
     assert "<tool_response>\n10\n</tool_response>" in second
     assert '"word_length"' in factory.made[0].history[0].prompt  # the tools block
+
+
+def test_logs_rerun_of_a_request_that_offered_tools_refuses_in_one_line(functions):
+    factory = qwen_fake("On it.\n" + hermes("word_length", {"word": "llama", "times": 2}), "It has 10.",
+                        "No call.")  # fmt: skip
+    assert run("generate", "how long?", "--functions", str(functions), "--approve-tools").exit_code == 0
+    assert run("generate", "and now?", "--functions", str(functions)).exit_code == 0  # offered, not called
+    for entry, called in (("1", " (it called word_length)"), ("2", "")):
+        result = run("logs", "rerun", entry)
+        assert result.exit_code == 2 and not result.stdout
+        [line] = result.stderr.strip().splitlines()
+        assert f"entry #{entry} offered the model tools{called}:" in line
+        assert "--functions" in line and "--approve-tools" in line  # what to do instead
+    assert len(factory.made) == 2  # the reruns loaded no model: refused before anything ran
 
 
 def test_generate_streams_text_without_markup(functions):

@@ -255,6 +255,13 @@ class Stats:
     def decode_tps(self) -> float:
         return self.decode_tokens / self.decode_ms * 1000 if self.decode_ms > 0 else 0.0
 
+    @property
+    def decode_measured(self) -> bool:
+        """Whether `decode_tps` measures anything: tokens decoded over a time that passed (not an
+        answer of one token, nor a served answer whose text came in one chunk). Shown as unknown
+        where not, never as 0 tok/s."""
+        return self.decode_tokens > 0 and self.decode_ms > 0
+
 
 @dataclass
 class Done:

@@ -757,13 +757,24 @@ def _check_layout(tensors: list[TensorInfo], data_offset: int, alignment: int, f
 def _check_magic(head: bytes) -> None:
     magic = head[:4]
     if (len(magic) == 4 and magic != GGUF_MAGIC) or not GGUF_MAGIC.startswith(magic):
-        raise InvalidModelError(f"not a GGUF file (bad magic {magic!r})", hint=_magic_hint(head))
+        raise InvalidModelError(
+            f'not a GGUF file (it begins with {_readable(magic)}, not "GGUF")', hint=_magic_hint(head)
+        )
     if len(head) < HEADER_SIZE:
         what = "file is empty" if not head else f"file is only {len(head)} bytes"
         raise InvalidModelError(
             f"truncated GGUF: {what}; a GGUF header needs {HEADER_SIZE}",
             hint=_REFETCH,
         )
+
+
+def _readable(magic: bytes) -> str:
+    """A file's first bytes as a person reads them: "hell" where they are printable ASCII, else
+    their hex values (bytes 50 4b 03 04)."""
+    text = magic.decode("ascii", "replace")
+    if magic and text.isprintable():
+        return f'"{text}"'
+    return "bytes " + " ".join(f"{b:02x}" for b in magic)
 
 
 def _magic_hint(head: bytes) -> str | None:

@@ -41,13 +41,15 @@ def validate_file(path: Path, options: EngineOptions | None = None, *, force: bo
     that reaches for Python internals fails closed here, with a clear message, at no cost.
     """
     from llmcli import gguf_file, templates
+    from llmcli.errors import InvalidModelError
 
-    header = gguf_file.read_header(path)
+    try:
+        header = gguf_file.read_header(path)
+    except InvalidModelError as exc:  # name the file: -m may have been an alias or a default
+        raise exc.about(str(path)) from None
     draft = None
     spec = options.speculative if options is not None else None
     if spec is not None and spec.enabled and spec.kind == "draft" and spec.model_draft:
-        from llmcli.errors import InvalidModelError
-
         try:
             draft = gguf_file.read_header(Path(spec.model_draft))
         except InvalidModelError as exc:  # say which of the two files it is

@@ -110,7 +110,7 @@ def _timings(s: Stats, served: bool) -> dict[str, Any]:
         "prefill_ms": round(s.prefill_ms, 3),
         "prefill_tokens_per_s": _known(s, "prompt_tokens", round(s.prefill_tps, 3)),
         "decode_ms": round(s.decode_ms, 3),
-        "decode_tokens_per_s": round(s.decode_tps, 3),
+        "decode_tokens_per_s": round(s.decode_tps, 3) if s.decode_measured else None,  # null: unmeasurable
         "ttft_ms": round(s.ttft_ms, 3),
         "total_ms": round(s.total_ms, 3),
         "tool_ms": round(s.tool_ms, 3),

@@ -41,8 +41,12 @@ class LlamaBackend:
     def inspect(self, path: str, ref: str) -> ModelSummary:
         """Validate the GGUF header (before llama.cpp sees the file) and summarise the model."""
         from llmcli import gguf_file
+        from llmcli.errors import InvalidModelError
 
-        header = gguf_file.read_header(path)
+        try:
+            header = gguf_file.read_header(path)
+        except InvalidModelError as exc:  # name the file, as generate does
+            raise exc.about(str(path)) from None
         return ModelSummary(
             ref=ref,
             path=str(path),

@@ -180,8 +180,8 @@ def check(spec: SpecSweep, models: dict[str, ModelSummary], backend: Backend, of
     spec.model_draft_path = str(resolved.path)
     try:
         backend.inspect(spec.model_draft_path, resolved.ref)  # the GGUF header, validated
-    except InvalidModelError as exc:  # say which of the two files it is
-        raise exc.about(f"draft model {spec.model_draft_path}") from None
+    except InvalidModelError as exc:  # say which of the two files it is (inspect names the file)
+        raise exc.about("draft model") from None
     for path in models:
         backend.check_draft(path, spec.model_draft_path)
 

@@ -15,6 +15,7 @@ import typer
 
 from llmcli import defaults
 from llmcli.cli import options as o
+from llmcli.cli.helptext import ReadableArgs
 from llmcli.errors import ExitCode, UsageError
 
 SWEEP_PANEL = "Sweep (comma lists and first-last+step / first-last*mult ranges; every list sweeps)"
@@ -523,10 +524,13 @@ def compare(
         sys.stdout.write(comparison(result))
 
 
-@bench_app.command("plot")
+@bench_app.command("plot", cls=ReadableArgs)
 def plot(
     results: Annotated[
-        list[Path], typer.Argument(help="Result files (llmcli bench -o json or jsonl); several are overlaid.")
+        list[Path],
+        typer.Argument(
+            help="Result files (llmcli bench -o json or jsonl); several are overlaid.", metavar="RESULTS"
+        ),
     ],
     out: Annotated[
         Path | None,

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from llmcli import render
+from llmcli.cli.helptext import ReadableArgs
 
 logs_app = typer.Typer(
     name="logs",
@@ -126,6 +127,22 @@ def parse_since(value: str | None) -> float | None:
                          hint="e.g. 30m, 12h, 7d, 2w, or 2025-06-01") from None  # fmt: skip
 
 
+EntryId = Annotated[
+    str,
+    typer.Argument(help="The entry's id (#N in `llmcli logs`; 42 or #42).", metavar="ID", show_default=False),
+]
+
+
+def entry_id(text: str) -> int:
+    """An entry's id as `llmcli logs` shows it (#42) or bare (42); a one-line usage error otherwise."""
+    from llmcli.errors import UsageError
+
+    digits = text.strip().removeprefix("#")
+    if not digits.isdigit() or not digits.isascii():
+        raise UsageError(f"not a log entry id: {text!r}", hint="an id is a number, #N in `llmcli logs`")
+    return int(digits)
+
+
 def _row(rowid: int):
     from llmcli import logdb
     from llmcli.errors import UsageError
@@ -140,9 +157,9 @@ def _row(rowid: int):
     return row
 
 
-@logs_app.command("show")
+@logs_app.command("show", cls=ReadableArgs)
 def show(
-    entry: Annotated[int, typer.Argument(help="The entry's id (#N in `llmcli logs`).", metavar="ID")],
+    entry: EntryId,
     as_json: AsJson = False,
 ) -> None:
     """Show one entry whole: prompt messages, reasoning, answer, settings and timings.
@@ -153,7 +170,7 @@ def show(
 
     from llmcli import logdb
 
-    row = _row(entry)
+    row = _row(entry_id(entry))
     if as_json:
         render.out_json(logdb.as_json(row), schema="logs/entry")
         return
@@ -162,20 +179,10 @@ def show(
            f"model: {d['model']}" + (f"  ({d['endpoint']})" if d["endpoint"] else "")]  # fmt: skip
     params = d.get("params") or {}
     if params:
-        out.append(
-            "settings: " + ", ".join(f"{k}={v}" for k, v in params.items() if v not in (None, [], False))
-        )
-    usage = (d.get("record") or {}).get("usage") or {}
-    if d["prompt_tokens"] is not None or d["completion_tokens"] is not None:
-        out.append(
-            f"tokens: prompt {d['prompt_tokens']} ({d['cached_tokens'] or 0} cached), "
-            f"answer {d['completion_tokens']}"
-            + (f", reasoning {usage.get('reasoning_tokens')}" if usage.get("reasoning_tokens") else "")
-        )
-    if d["prefill_tps"] is not None or d["decode_tps"] is not None:
-        out.append(f"timings: prefill {d['prefill_ms']} ms ({d['prefill_tps']} tok/s), "
-                   f"decode {d['decode_ms']} ms "
-                   f"({d['decode_tps']} tok/s), first token {d['ttft_ms']} ms")  # fmt: skip
+        from llmcli.sampling import settings_text
+
+        out.append(f"settings: {settings_text(params)}")
+    out += _figures(d)
     if d["finish_reason"]:
         out.append(f"finish: {d['finish_reason']}" + (f" ({d['error']})" if d["error"] else ""))
     if d["command"] == "import":
@@ -191,14 +198,40 @@ def show(
     render.out_text("\n".join(out))
 
 
-@logs_app.command("rerun")
+def _figures(d: dict[str, Any]) -> list[str]:
+    """The tokens and timings lines of `logs show`: "?" where a figure is unknown (a served model's
+    server gave no count, a speed that cannot be measured from one token)."""
+    usage = (d.get("record") or {}).get("usage") or {}
+    out = []
+    if d["prompt_tokens"] is not None or d["completion_tokens"] is not None:
+        out.append(
+            f"tokens: prompt {_n(d['prompt_tokens'])} ({d['cached_tokens'] or 0} cached), "
+            f"answer {_n(d['completion_tokens'])}"
+            + (f", reasoning {usage.get('reasoning_tokens')}" if usage.get("reasoning_tokens") else "")
+        )
+    if d["prefill_tps"] is not None or d["decode_tps"] is not None or d["ttft_ms"] is not None:
+        out.append(f"timings: prefill {_n(d['prefill_ms'])} ms ({_n(d['prefill_tps'])} tok/s), "
+                   f"decode {_n(d['decode_ms'])} ms ({_n(d['decode_tps'])} tok/s), "
+                   f"first token {_n(d['ttft_ms'])} ms")  # fmt: skip
+    return out
+
+
+def _n(value: float | None) -> str:
+    """A figure as a person reads it: "?" when unknown, at most one decimal."""
+    if value is None:
+        return "?"
+    return str(round(value)) if abs(value) >= 100 or float(value).is_integer() else f"{value:.1f}"
+
+
+@logs_app.command("rerun", cls=ReadableArgs)
 def rerun(
-    entry: Annotated[int, typer.Argument(help="The entry's id (#N in `llmcli logs`).", metavar="ID")],
+    entry: EntryId,
     as_json: AsJson = False,
     log: Annotated[bool, typer.Option("--log/--no-log", help="Log the rerun as a new entry.")] = False,
 ) -> None:
     """Run a logged request again: the same model, messages, settings and seed. The text goes to
-    stdout; stderr says whether it is identical, or from which token it differs.
+    stdout; stderr says whether it is identical, or from which token it differs. A request that
+    offered tools is refused: the log keeps its calls, not the tools.
 
     Example: llmcli logs rerun 42
     """
@@ -208,10 +241,12 @@ def rerun(
     from llmcli.generation import consume
     from llmcli.loader import load_engine
 
-    row = logdb.as_json(_row(entry))
+    number = entry_id(entry)
+    row = logdb.as_json(_row(number))
     if row["command"] == "import":
-        raise UsageError(f"entry #{entry} was imported from llm: its model and settings are llm's")
+        raise UsageError(f"entry #{number} was imported from llm: its model and settings are llm's")
     rec = row.get("record") or {}
+    _refuse_tools(number, row, rec)
     saved = row.get("params") or {}
     known = set(SamplingParams.__dataclass_fields__) - {"grammar", "json_schema", "defaulted"}
     params = SamplingParams(**{k: v for k, v in saved.items() if k in known})
@@ -232,10 +267,27 @@ def rerun(
     done, _, _ = consume(loaded.engine, request, stream_stdout=not as_json, log=logged)
     verdict = compare(row, done)
     if as_json:
-        render.out_json({"id": entry, **verdict, "text": done.text, "original_text": row["response"],
+        render.out_json({"id": number, **verdict, "text": done.text, "original_text": row["response"],
                          "seed": done.seed}, schema="logs/rerun")  # fmt: skip
         return
-    render.err_line(describe(verdict, entry))
+    render.err_line(describe(verdict, number))
+
+
+def _refuse_tools(number: int, row: dict[str, Any], rec: dict[str, Any]) -> None:
+    """A request that offered tools is not rerun: the log keeps the calls it made, not the tools
+    (their code, an MCP server) nor the approval rules, and without them the prompt itself differs."""
+    from llmcli.errors import UsageError
+
+    if rec.get("tool_calls") is None and not row.get("tool_calls"):
+        return
+    calls = rec.get("tool_calls") or row.get("tool_calls") or []
+    names = sorted({str(c["name"]) for c in calls if isinstance(c, dict) and c.get("name")})
+    used = f" (it called {', '.join(names)})" if names else ""
+    raise UsageError(
+        f"entry #{number} offered the model tools{used}: the log keeps the calls, not the tools, so "
+        "a rerun would be another request",
+        hint="run the original command again with its --functions/--tool/--mcp and --approve-tools flags",
+    )
 
 
 def _kv(kind: str | None) -> str | None:
@@ -487,7 +539,10 @@ def path() -> None:
 
 @logs_app.command("status")
 def status() -> None:
-    """Whether logging is on, where the log is, how many entries and bytes.
+    """Whether logging is on, where the log is, how many entries and bytes on disk.
+
+    The bytes are the database's, its write-ahead log's and those of the entries one-shot generates
+    left waiting beside it: in all, then each file apart.
 
     Example: llmcli logs status
     """
@@ -497,17 +552,33 @@ def status() -> None:
     value, source = settings.resolve_with_source("log")
     where = logdb.db_path()
     lines = [f"logging: {'on' if value else 'off'} ({source})", f"path: {where}"]
-    if where.exists():
-        db = logdb.reader()
+    if where.exists() or logdb.pending_path().exists():
+        db = logdb.reader()  # moves in the entries left waiting: the counts are every entry
         try:
             n = db.execute("SELECT count(*) FROM responses").fetchone()[0]
             c = db.execute("SELECT count(*) FROM conversations").fetchone()[0]
         finally:
             db.close()
         cap = logdb.cap_bytes()
-        lines.append(f"entries: {n} in {c} conversations; {human_size(where.stat().st_size)} of "
+        files = _disk(where)
+        lines.append(f"entries: {n} in {c} conversations; {human_size(sum(files.values()))} on disk of "
                      f"{human_size(cap) if cap else 'no cap'} (log_max_mb)")  # fmt: skip
+        lines.append("files: " + ", ".join(f"{name} {human_size(size)}" for name, size in files.items()))
     render.out_text("".join(line + "\n" for line in lines))
+
+
+def _disk(where: Path) -> dict[str, int]:
+    """The log's files and their sizes: the database, its write-ahead log (entries written but not
+    yet folded into the database) and the entries one-shot generates left waiting beside it."""
+    from llmcli import logdb
+
+    sizes = {}
+    for path in (where, where.with_name(where.name + "-wal"), logdb.pending_path(where)):
+        try:
+            sizes[path.name] = path.stat().st_size
+        except OSError:  # not there (a folded WAL, nothing waiting)
+            continue
+    return sizes
 
 
 def register(app: typer.Typer) -> None:

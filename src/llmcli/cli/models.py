@@ -90,22 +90,36 @@ def _list_served(text: str, as_json: bool) -> None:
     client = Client(endpoint)
     try:
         data = client.get_json("/models")
+        listed = data.get("data") if isinstance(data, dict) else None
+        if not isinstance(listed, list):
+            raise UsageError(f"{endpoint.url}/models is not an OpenAI-compatible model list")
+        models = [m for m in listed if isinstance(m, dict) and isinstance(m.get("id"), str)]
+        # llama-server says its served context in /props; vLLM in the listing (max_model_len)
+        props = client.get_json("/props", root=True, quiet=True) if models else None
     finally:
         client.close()
-    listed = data.get("data") if isinstance(data, dict) else None
-    if not isinstance(listed, list):
-        raise UsageError(f"{endpoint.url}/models is not an OpenAI-compatible model list")
-    models = [m for m in listed if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    contexts = [_served_ctx(m, props if len(models) == 1 else None) for m in models]
     if as_json:
-        listing = [{"id": m["id"], "owned_by": m.get("owned_by"), "ref": endpoint.with_model(m["id"]).ref}
-                   for m in models]  # fmt: skip
+        listing = [{"id": m["id"], "owned_by": m.get("owned_by"), "ref": endpoint.with_model(m["id"]).ref,
+                    "context": ctx, "n_ctx_train": (m.get("meta") or {}).get("n_ctx_train")}
+                   for m, ctx in zip(models, contexts, strict=True)]  # fmt: skip
         return render.out_json(listing, schema="models/served_list")
     if not models:
         render.info(f"{endpoint.url} serves no models")
         return
-    rows = [[endpoint.with_model(m["id"]).ref, str(m.get("owned_by") or ""),
-             _count((m.get("meta") or {}).get("n_ctx_train"), plain=True)] for m in models]  # fmt: skip
+    rows = [[endpoint.with_model(m["id"]).ref, str(m.get("owned_by") or ""), _count(ctx, plain=True)]
+            for m, ctx in zip(models, contexts, strict=True)]  # fmt: skip
     _table(["MODEL", "OWNED BY", "CTX"], rows)
+
+
+def _served_ctx(model: dict[str, Any], props: Any) -> int | None:
+    """The context the server serves the model with; where it does not say, the model's trained
+    context (its GGUF metadata, in llama-server's listing)."""
+    from llmcli.engine.served import served_context
+
+    served = served_context(model, props if isinstance(props, dict) else None)
+    trained = (model.get("meta") or {}).get("n_ctx_train")
+    return served or (trained if isinstance(trained, int) else None)
 
 
 def _model_row(info: dict[str, Any]) -> list[str]:

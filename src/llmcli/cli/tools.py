@@ -25,13 +25,15 @@ def list_tools(
     mcp: o.Mcp = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document (a list).")] = False,
 ) -> None:
-    """List the tools these flags offer: name, where it comes from, description, JSON schema.
+    """List the tools these flags offer: name, where it comes from, description, JSON schema. With
+    no flags, the built-in tools (offer one with --tool NAME).
 
     Example: llmcli tools list --functions my_tools.py --tool current_time
     """
     from llmcli import tools
 
-    toolset = o.build_toolset(functions, tool, mcp)
+    flagged = bool(functions or tool or mcp)
+    toolset = o.build_toolset(functions, tool if flagged else list(tools.BUILTINS), mcp)
     try:
         rows = [{"name": t.name, "origin": t.origin, "description": t.description, "parameters": t.parameters}
                 for t in toolset.tools.values()]  # fmt: skip
@@ -39,10 +41,6 @@ def list_tools(
         toolset.close()
     if as_json:
         return render.out_json(rows, schema="tools")
-    if not rows:
-        render.info("no tools: name them with --functions FILE.py, --tool NAME or --mcp 'COMMAND ARGS' "
-                    f"(built-in: {', '.join(tools.BUILTINS)})")  # fmt: skip
-        return
     blocks = []
     for row in rows:
         head = f"{row['name']}  ({row['origin']})"
@@ -50,7 +48,13 @@ def list_tools(
         blocks.append(
             f"{head}\n  {row['description']}\n" + "\n".join("  " + line for line in body.splitlines())
         )
-    render.out_text("\n\n".join(blocks))
+    if blocks:
+        render.out_text("\n\n".join(blocks) + "\n")
+    if not flagged:
+        render.info("these are the built-in tools: offer one with --tool NAME; your own with "
+                    "--functions FILE.py or --mcp 'COMMAND ARGS'")  # fmt: skip
+    elif not rows:
+        render.info("no tools: the flags given offer none")
 
 
 def register(app: typer.Typer) -> None:

@@ -318,8 +318,7 @@ class ServedEngine:
             self.client.close()
             raise
         meta = listed.get("meta") or {}
-        settings = (self.props or {}).get("default_generation_settings") or {}
-        self.n_ctx = int(settings.get("n_ctx") or (self.props or {}).get("n_ctx") or 0)
+        self.n_ctx = served_context(listed, self.props) or 0
         self.info = ModelInfo(
             path=endpoint.url,
             architecture=self.flavour,
@@ -934,6 +933,19 @@ def probe(client: Client, endpoint: Endpoint) -> tuple[str, str, dict]:
         f"{endpoint.url} does not serve {wanted!r} (served: {shown})",
         hint=f"llmcli models list --endpoint {endpoint.name or endpoint.url}",
     )
+
+
+def served_context(listed: dict, props: dict | None) -> int | None:
+    """The context the server gives a request, as it says: vLLM's `max_model_len` (in its model
+    listing), llama-server's per-slot `n_ctx` (`/props`, which `-c` and `-np` set); None where it
+    says neither (the model's trained context is not the served one)."""
+    props = props if isinstance(props, dict) else {}
+    settings = props.get("default_generation_settings")
+    settings = settings if isinstance(settings, dict) else {}
+    for value in (listed.get("max_model_len"), settings.get("n_ctx"), props.get("n_ctx")):
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 def budget_fields(params: SamplingParams, flavour: str) -> dict[str, Any]:

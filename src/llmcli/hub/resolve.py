@@ -59,8 +59,9 @@ def _resolve_alias(name: str, offline: bool) -> ResolvedModel:
 
     target = aliases.get(name)
     if target is None:
+        close = did_you_mean(name)
         raise ModelNotFoundError(
-            f"no model or alias named {name!r}",
+            f"no model or alias named {name!r}" + (f"; did you mean {' or '.join(close)}?" if close else ""),
             hint="hub models are named org/repo[:QUANT]; set a name with `llmcli models alias NAME REF`",
         )
     parsed = refs.parse(target)
@@ -72,6 +73,21 @@ def _resolve_alias(name: str, offline: bool) -> ResolvedModel:
         resolved = _resolve_hub(parsed, offline)
     resolved.ref = name
     return resolved
+
+
+def did_you_mean(name: str) -> list[str]:
+    """The known names (bundled models, aliases) `name` may have meant: those it begins, then the
+    close spellings, at most three."""
+    import difflib
+
+    from llmcli.hub import aliases, default_model
+
+    names = [*default_model.BUNDLED, *aliases.load()]
+    wanted = name.lower()
+    begun = [n for n in names if n.lower().startswith(wanted)]
+    close = difflib.get_close_matches(wanted, [n.lower() for n in names], n=3, cutoff=0.6)
+    spelled = [n for n in names if n.lower() in close]
+    return list(dict.fromkeys(begun + spelled))[:3]
 
 
 def _resolve_hub(ref, offline: bool) -> ResolvedModel:

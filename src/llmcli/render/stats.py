@@ -16,7 +16,8 @@ def stats_line(s: Stats, *, context: int | None = None, ttft: bool = True, load:
     """prompt (reused), prefill speed, generated, decode speed; then, as asked, time to first
     token, context used of `context`, and load time. A served model's figures (`s.sources` set) show
     "?" where the server gave no count, "~" where it is estimated from streamed chunks, and the
-    server's own speeds (llama-server's timings) after "server"."""
+    server's own speeds (llama-server's timings) after "server". A decode speed that cannot be
+    measured (one token, or a served answer that came in one chunk) is "–", never 0.0."""
     reused = f" ({s.cached_tokens} reused)" if s.cached_tokens else ""
     unknown = s.sources.get("prompt_tokens") == "unknown"
     approx = "~" if s.sources.get("completion_tokens") == "chunks" else ""
@@ -24,7 +25,7 @@ def stats_line(s: Stats, *, context: int | None = None, ttft: bool = True, load:
         "prompt ? tok" if unknown else f"prompt {s.prompt_tokens} tok{reused}",
         "prefill ? tok/s" if unknown else f"prefill {s.prefill_tps:.1f} tok/s",
         f"generated {approx}{s.completion_tokens} tok",
-        f"decode {approx}{s.decode_tps:.1f} tok/s",
+        f"decode {approx}{s.decode_tps:.1f} tok/s" if s.decode_measured else "decode – tok/s",
     ]
     if s.speculative or s.target_passes:
         parts.append(speculation_part(s.drafted_tokens, s.accepted_tokens, s.decode_tokens, s.target_passes))

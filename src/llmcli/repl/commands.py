@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from llmcli import reasoning
+from llmcli.contract import SamplingParams
 from llmcli.endpoints import display_ref
 from llmcli.errors import LlmcliError, TerminatedError, UsageError
+from llmcli.sampling import settings_text, value_text
 
 if TYPE_CHECKING:
     from llmcli.repl.chat_session import ChatSession
@@ -48,6 +50,7 @@ class SlashCommand:
 
 
 REGISTRY: dict[str, SlashCommand] = {}
+_SAMPLING = frozenset(SamplingParams.__dataclass_fields__)
 # other REPLs' words for the same commands (Ollama's /bye and /?), accepted but not listed
 ALIASES = {"/bye": "/exit", "/quit": "/exit", "/?": "/help"}
 
@@ -116,9 +119,9 @@ def _set(repl: Repl, arg: str) -> None:
     if not arg:
         for key, value in repl.session.params.as_dict().items():
             if key not in ("grammar", "json_schema"):  # the command line's constraint, not /set's
-                repl.info(f"  {key} = {value}")
+                repl.info(f"  {key} = {value_text(key, value)}")
         for key in SPEC_SETTINGS if not repl.session.served else ():  # a server drafts on its own
-            repl.info(f"  {key} = {repl.session.spec_value(key)}")
+            repl.info(f"  {key} = {_setting(repl, key)}")
         for key in KV_SETTINGS:
             if (kv_type := repl.session.cache_type(key)) is not None:
                 repl.info(f"  {key} = {kv_type}")
@@ -127,7 +130,7 @@ def _set(repl: Repl, arg: str) -> None:
     name, _, value = arg.partition(" ")
     dashed = name.replace("_", "-")
     if not value.strip():  # `/set NAME`: its value
-        repl.info(f"{name} = {repl.session.setting(name)}")
+        repl.info(f"{name} = {_setting(repl, name)}")
         return
     carried = repl.session.set_param(name, value.strip())
     if name == "think":
@@ -135,9 +138,15 @@ def _set(repl: Repl, arg: str) -> None:
         repl.info(f"think = {repl.session.setting('think')}" + (f" ({note})" if note else ""))
         return
     if dashed in SPEC_SETTINGS or dashed in KV_SETTINGS:
-        repl.info(f"{name} = {repl.session.setting(name)} ({_reloaded(carried)})")
+        repl.info(f"{name} = {_setting(repl, name)} ({_reloaded(carried)})")
         return
-    repl.info(f"{name} = {repl.session.setting(name)}")
+    repl.info(f"{name} = {_setting(repl, name)}")
+
+
+def _setting(repl: Repl, name: str) -> str:
+    """A setting's value as `/set` takes it (`seed = random`, `stop = END|STOP`), not Python's repr."""
+    key, value = name.replace("-", "_"), repl.session.setting(name)
+    return value if isinstance(value, str) and key not in _SAMPLING else value_text(key, value)
 
 
 def _reloaded(carried: int | None) -> str:
@@ -182,7 +191,7 @@ def _show(repl: Repl, arg: str) -> None:
         repl.info(f"template   {s.prompt_format.source}")
         repl.info(f"reasoning  {reasoning.describe(info.reasoning)}")
     repl.info(f"overflow   {s.on_overflow}")
-    repl.info("params     " + ", ".join(f"{k}={v}" for k, v in s.params.as_dict().items() if k != "grammar"))
+    repl.info("params     " + settings_text(s.params.as_dict()))
     if s.conversation.system:
         repl.info(f"system     {s.conversation.system}")
 
