@@ -362,6 +362,26 @@ def test_a_repeated_call_is_not_run_again_and_the_model_answers_without_tools(co
     assert prompts[2].count("<tool_call>") == 1  # the repeat is left out of what the model reads
 
 
+def test_a_call_written_after_the_tools_were_withdrawn_is_not_run_nor_the_answer(counted):
+    """A model that calls again even without the tools: its JSON is read as a call, never printed as
+    the answer, and the answer that is left is empty: exit 8, nothing on stdout."""
+    path, counter = counted
+    call = hermes("get_temperature", {"city": "Tromso"})
+    qwen_fake(call, call, '{"name": "get_temperature", "arguments": {"city": "Tromso"}}')
+    result = run("generate", "temperature?", "--functions", str(path), "--approve-tools")
+    assert result.exit_code == 8 and result.stdout == ""
+    assert counter.read_text() == "x"
+    (line,) = result.stderr.strip().splitlines()
+    assert "no answer" in line
+    qwen_fake(call, call, '{"name": "get_temperature", "arguments": {"city": "Tromso"}}')
+    doc = json.loads(run("generate", "temperature?", "--functions", str(path), "--approve-tools", "--json").stdout)
+    assert doc["finish_reason"] == "no_answer" and doc["text"] == ""
+    assert [c["error"] for c in doc["tool_calls"]][1:] == [
+        "not run: the same call was answered in round 1",
+        "not run: the tools were withdrawn after a repeated call",
+    ]
+
+
 def test_the_same_call_twice_in_one_answer_runs_once(counted):
     path, counter = counted
     qwen_fake(hermes("tick", {}) + hermes("tick", {}), "Done.")

@@ -313,6 +313,9 @@ class Request:
     # Tools the model may call (OpenAI-style definitions: {"type": "function", "function": {"name",
     # "description", "parameters"}}): rendered into the template, or sent to the server
     tools: list[dict] | None = None
+    # The tools were offered earlier in this answer and are no longer (the tool loop's last round):
+    # calls the model writes anyway are still read out of its text, never shown as its answer
+    calls_withdrawn: bool = False
     # Called by an engine that prefills here, with the prompt's tokens, before the prefill: the
     # caller may load a saved KV state for them (kvstore). Returns the ms it took, which count toward
     # the time to the first token. An engine whose cache lives elsewhere (a server) never calls it.

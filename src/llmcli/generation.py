@@ -455,19 +455,19 @@ def drive_tools(
     answered: dict[str, dict] = {}  # each call run in this answer, by name and arguments: its record
     round_no = 0
     offered: list[dict] | None = request.tools
+    withdrawn = ""
     while done.tool_calls and done.finish_reason == "stop":
         round_no += 1
         calls = ids.assign(done.tool_calls)
-        if round_no > loop.rounds or not offered:  # a server that called tools it was not offered
+        if not offered:  # calls written after the tools were withdrawn: recorded, never run
             for call in calls:
-                turn.calls.append(
-                    _call_record(call, round_no, None, f"not run: --tool-rounds {loop.rounds} reached")
-                )
-            render.warn(f"the model asked for more tool calls after {loop.rounds} rounds (--tool-rounds); "
-                        "they were not run")  # fmt: skip
-            done = replace(done, finish_reason="no_answer")
+                _done_call(call, round_no, loop, None, f"not run: {withdrawn}", turn)
+            if not done.text.strip():
+                done = replace(done, finish_reason="no_answer")
             break
-        fresh, repeated, seen = [], [], set(answered)
+        fresh: list[ToolCall] = []
+        repeated: list[ToolCall] = []
+        seen = set(answered)
         for call in calls:
             (repeated if _same_call(call) in seen else fresh).append(call)
             seen.add(_same_call(call))
@@ -491,13 +491,13 @@ def drive_tools(
             break
         if repeated or round_no >= loop.rounds:
             offered = None  # answer from what you have: calls are no longer allowed
-            render.debug_log(
-                "tools: the next request offers no tools ("
-                + ("a call was repeated)" if repeated else f"--tool-rounds {loop.rounds} reached)")
+            withdrawn = "the tools were withdrawn after " + (
+                "a repeated call" if repeated else f"{loop.rounds} rounds (--tool-rounds)"
             )
+            render.debug_log(f"tools: {withdrawn}: the next request offers none")
         assert request.messages is not None
         follow = replace(request, messages=[*request.messages, *turn.messages], tools=offered,
-                         before_prefill=None)  # fmt: skip
+                         calls_withdrawn=offered is None, before_prefill=None)  # fmt: skip
         if sink is not None and texts[-1] and not texts[-1].endswith("\n"):
             sink(Token("\n", 0))  # the next round's text on a line of its own, as in the joined text
         done, _ = drive(engine, follow, sink)

@@ -38,7 +38,7 @@ def respond(engine: Engine, request: Request) -> Iterator[Event]:
         events = split_reasoning(events, Splitter(fmt, "start" if state == "answer" else state))
     else:
         events = run(engine, tokens, request.params, prepared, waited_ms, calls=calls)
-    if request.text is None and request.tools:
+    if request.text is None and (request.tools or request.calls_withdrawn):
         events = split_calls(events, toolcalls.Parser(call_format(engine)))
     return events
 
