@@ -5,8 +5,8 @@ file), timed on its own, apart from any model.
     python benchmarks/log_overhead.py [--requests 500] [--answer-tokens 500]
 
 Figures, each the median, mean, 95th percentile and largest over the requests:
-  oneshot  a `generate`: the record, and its row appended to logs.db-pending (logdb.defer); a
-           process that finds more than logdb.PENDING_DRAIN_BYTES waiting moves them into the
+  oneshot  a `generate`: the record, and its row appended to logs.db-pending (log.writer.defer);
+           a process that finds more than log.writer.PENDING_DRAIN_BYTES waiting moves them into the
            database itself, and pays for that (the p95 and max show it)
   warm     a chat turn: the connection is open (what every turn after the first pays)
   cold     a chat's first turn: open the log (connect, WAL, schema check), write, and close, as
@@ -15,9 +15,9 @@ Figures, each the median, mean, 95th percentile and largest over the requests:
            after PENDING_DRAIN_BYTES pays, once per row)
   build    the record and row alone, without SQLite (to see where the time goes)
 The cold figure includes closing the connection. Connections do not
-checkpoint when they close (logdb._keep_wal), so no fsync is paid per process: the WAL is carried
+checkpoint when they close (log.native.keep_wal), so no fsync is paid per process: the WAL is carried
 over to the next one and folded into the database by the write that finds it past
-logdb.WAL_FOLD_BYTES (that write pays the syncs: the p95 and max show it).
+log.store.WAL_FOLD_BYTES (that write pays the syncs: the p95 and max show it).
 Nothing is logged per token: the hook runs once, after `Done`; the answer's length only changes the
 size of the row (its text and token ids), which `--answer-tokens` lets you vary.
 """
@@ -46,10 +46,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["LLMCLI_DATA_DIR"] = tmp
         os.environ["LLMCLI_CONFIG"] = str(Path(tmp) / "config.toml")
-        from llmcli import logdb, record
+        from llmcli import record
         from llmcli.contract import Request, SamplingParams
         from llmcli.engine.fake import FakeEngine
         from llmcli.generation import drive, log_request
+        from llmcli.log import queries, rows, writer
 
         engine = FakeEngine(n_ctx=1 << 16, replies=["word " * (args.answer_tokens // 5)] * 2)
         messages = [{"role": "system", "content": "You are terse."},
@@ -58,7 +59,7 @@ def main() -> None:
         done, prepared = drive(engine, request)
 
         def once() -> float:
-            log = logdb.Logged("bench-model", "chat", cid="bench")
+            log = rows.Logged("bench-model", "chat", cid="bench")
             started = time.perf_counter()
             log_request(engine, request, log, done, prepared)
             return (time.perf_counter() - started) * 1e6
@@ -66,50 +67,50 @@ def main() -> None:
         def once_and_close() -> float:
             """A process's whole cost: open, write and close (the close is where a WAL checkpoint
             would sync the database)."""
-            log = logdb.Logged("bench-model", "chat", cid="bench")
+            log = rows.Logged("bench-model", "chat", cid="bench")
             started = time.perf_counter()
             log_request(engine, request, log, done, prepared)
-            logdb.close_all()
+            writer.close_all()
             return (time.perf_counter() - started) * 1e6
 
         def oneshot() -> float:
-            log = logdb.Logged("bench-model", "generate", cid="bench", deferred=True)
+            log = rows.Logged("bench-model", "generate", cid="bench", deferred=True)
             started = time.perf_counter()
             log_request(engine, request, log, done, prepared)
             return (time.perf_counter() - started) * 1e6
 
         once()  # the file and its schema exist from here on, as after a first request
-        logdb.close_all()
+        writer.close_all()
         warm = [once() for _ in range(args.requests)]
         cold = []
         for _ in range(max(100, args.requests // 2)):
             cold.append(once_and_close())
-        logdb.close_all()
+        writer.close_all()
         shots = []
         for _ in range(args.requests):
             shots.append(oneshot())
-            logdb.close_all()  # each is a new process
+            writer.close_all()  # each is a new process
         drained = []
         for _ in range(5):
             for _ in range(40):
-                logdb.defer(logdb.row_values(
+                writer.defer(rows.row_values(
                     record.build(ref="bench-model", info=engine.info, params=request.params, done=done,
                                  prompt_format=prepared.prompt_format),
                     cid="bench", command="generate", messages=messages, tokens=done.tokens))  # fmt: skip
-            logdb.close_all()
+            writer.close_all()
             started = time.perf_counter()
-            logdb.reader().close()
+            queries.reader().close()
             drained.append((time.perf_counter() - started) * 1e6 / 40)
-        logdb.close_all()
+        writer.close_all()
 
         build = []
         for _ in range(args.requests):
             started = time.perf_counter()
             rec = record.build(ref="bench-model", info=engine.info, params=request.params, done=done,
                                prompt_format=prepared.prompt_format)  # fmt: skip
-            logdb.row_values(rec, cid="bench", command="chat", messages=messages, tokens=done.tokens)
+            rows.row_values(rec, cid="bench", command="chat", messages=messages, tokens=done.tokens)
             build.append((time.perf_counter() - started) * 1e6)
-        logdb.close_all()
+        writer.close_all()
         size = (Path(tmp) / "logs.db").stat().st_size
 
     def line(name: str, values: list[float]) -> str:

@@ -42,9 +42,9 @@ def isolated(tmp_path, session_cache, monkeypatch) -> Path:
     environment.install(environment.Environment())  # each test starts from a fresh one
     yield home
     environment.install(previous)
-    from llmcli import logdb
+    from llmcli.log import writer
 
-    logdb.close_all()  # each test's log is its own (its data dir); the next starts with none open
+    writer.close_all()  # each test's log is its own (its data dir); the next starts with none open
 
 
 @pytest.fixture(autouse=True)

@@ -172,14 +172,14 @@ def test_an_imported_entry_is_a_versioned_record(tmp_path, isolated):
 
 def test_an_entry_imported_before_the_version_reads_back_versioned(tmp_path, isolated):
     """Imports written before the record had a version (schema_version null, llm's figures only)."""
-    from llmcli import logdb
+    from llmcli.log import writer
 
     assert run("logs", "import", str(_llm_log(tmp_path / "llm.db"))).exit_code == 0
     old = {"schema_version": None, "source": "llm", "text": "hello!", "reasoning": None, "tool_calls": None,
            "model": {"ref": "gpt-4o-mini", "name": "gpt-4o-mini"}, "params": {"temperature": 0.2},
            "usage": {"prompt_tokens": 3, "completion_tokens": 2}, "timings": {"total_ms": 120},
            "finish_reason": None}  # fmt: skip
-    logdb.close_all()
+    writer.close_all()
     db = sqlite3.connect(isolated / "data" / "logs.db")
     db.execute("UPDATE responses SET record = ?", (json.dumps(old),))
     db.commit()

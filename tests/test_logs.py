@@ -1,4 +1,4 @@
-"""The conversation log (llmcli.logdb, `llmcli logs`): what each request writes, finding it again,
+"""The conversation log (llmcli.log, `llmcli logs`): what each request writes, finding it again,
 continuing and rerunning it, speed over time, and a log that is locked, read-only, full, damaged
 or from a newer llmcli costing one warning line and never the answer."""
 
@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 from helpers import run
 
-from llmcli import logdb
+from llmcli.log import cap, queries, store, writer
+from llmcli.log.pending import pending_path
+from llmcli.log.rows import new_cid, pack_tokens, row_values, unpack_tokens
 
 
 def db_file(home: Path) -> Path:
@@ -25,8 +27,8 @@ def db_file(home: Path) -> Path:
 
 def rows(home: Path, sql: str = "SELECT * FROM responses ORDER BY id") -> list[dict]:
     """The log's rows, after moving in what one-shot processes left waiting (as `llmcli logs` does)."""
-    if logdb.pending_path(db_file(home)).exists():
-        logdb.reader(db_file(home)).close()
+    if pending_path(db_file(home)).exists():
+        queries.reader(db_file(home)).close()
     db = sqlite3.connect(db_file(home))
     db.row_factory = sqlite3.Row
     try:
@@ -43,7 +45,7 @@ def warnings(stderr: str) -> list[str]:
 
 
 def test_the_log_lives_in_the_tests_data_dir(isolated):
-    assert logdb.db_path() == isolated / "data" / "logs.db"  # never the user's real data directory
+    assert store.db_path() == isolated / "data" / "logs.db"  # never the user's real data directory
 
 
 def test_generate_writes_one_row_with_its_record(fake, isolated):
@@ -60,7 +62,7 @@ def test_generate_writes_one_row_with_its_record(fake, isolated):
     assert row["finish_reason"] == "stop" and row["error"] is None
     assert row["completion_tokens"] > 0 and row["prompt_tokens"] > 0
     assert row["decode_tps"] > 0 and row["ttft_ms"] >= 0
-    assert logdb.unpack_tokens(row["tokens"])  # the answer's token ids, for rerun
+    assert unpack_tokens(row["tokens"])  # the answer's token ids, for rerun
     rec = json.loads(row["record"])
     assert rec["text"] == row["response"] and rec["versions"]["llmcli"] == row["llmcli_version"]
     assert rec["model"]["path"] == row["model_path"]
@@ -143,7 +145,7 @@ def test_a_served_stream_that_breaks_is_logged_with_its_error(isolated, fault_se
 
 
 def write_rows(entries: list[dict]) -> None:
-    """Rows straight through logdb, as the request path writes them."""
+    """Rows straight through llmcli.log, as the request path writes them."""
     for e in entries:
         usage = {"prompt_tokens": e.get("prompt_tokens", 10), "cached_tokens": 0, "completion_tokens": 5}
         timings = {"prefill_tokens_per_s": e.get("prefill", 100.0),
@@ -154,10 +156,10 @@ def write_rows(entries: list[dict]) -> None:
                "finish_reason": "stop", "error": None, "model": {"ref": e.get("model", "m1"), "name": "n"},
                "params": {"seed": 1, "temperature": 0.0}, "usage": usage, "timings": timings,
                "versions": {"llmcli": "x"}}  # fmt: skip
-        row = logdb.row_values(rec, cid=e.get("cid", logdb.new_cid()), command="generate",
+        row = row_values(rec, cid=e.get("cid", new_cid()), command="generate",
                                messages=[{"role": "user", "content": e.get("prompt", "p")}],
                                created=e.get("created"))  # fmt: skip
-        assert logdb.write(row) is not None
+        assert writer.write(row) is not None
 
 
 def test_search_covers_prompts_answers_reasoning_and_tool_calls_ranked(isolated):
@@ -230,7 +232,7 @@ def test_status_counts_the_write_ahead_log_and_the_waiting_entries(fake, isolate
     for prompt in ("one", "two", "three"):
         assert run("generate", prompt).exit_code == 0
     where = db_file(isolated)
-    wal, pending = where.with_name("logs.db-wal"), logdb.pending_path(where)
+    wal, pending = where.with_name("logs.db-wal"), pending_path(where)
     result = run("logs", "status")
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -303,9 +305,9 @@ def test_rerun_identical_and_where_it_differs(fake, isolated):
     assert same.stdout.strip() == rows(isolated)[0]["response"]
     # the logged answer's tokens from the third on were other ones: the rerun says where
     db = sqlite3.connect(db_file(isolated))
-    tokens = logdb.unpack_tokens(db.execute("SELECT tokens FROM responses").fetchone()[0])
+    tokens = unpack_tokens(db.execute("SELECT tokens FROM responses").fetchone()[0])
     changed = tokens[:3] + [t + 1 for t in tokens[3:]]
-    db.execute("UPDATE responses SET tokens = ?, response = response || '!'", (logdb.pack_tokens(changed),))
+    db.execute("UPDATE responses SET tokens = ?, response = response || '!'", (pack_tokens(changed),))
     db.commit()
     db.close()
     differs = run("logs", "rerun", "1", "--json")
@@ -347,7 +349,7 @@ def _answer_and_waiting(result, home: Path) -> None:
     assert result.exit_code == 0, result.stderr
     assert result.stdout.strip() == "echo: hello"
     assert not warnings(result.stderr), result.stderr
-    assert b'"prompt":"hello"' in logdb.pending_path(db_file(home)).read_bytes()
+    assert b'"prompt":"hello"' in pending_path(db_file(home)).read_bytes()
 
 
 def _one_line_error(result) -> str:
@@ -361,19 +363,19 @@ def test_a_damaged_log_costs_one_warning(fake, isolated):
     run("generate", "before")
     rows(isolated)  # into the database
     path = db_file(isolated)
-    logdb.close_all()
+    writer.close_all()
     data = path.read_bytes()
     path.write_bytes(b"this is no database at all" + data[len(data) // 2 :])
     _answer_and_waiting(run("generate", "hello"), isolated)
     assert "not a SQLite database" in _one_line_error(run("logs"))
-    assert b'"prompt":"hello"' in logdb.pending_path(path).read_bytes()  # still waiting, not lost
+    assert b'"prompt":"hello"' in pending_path(path).read_bytes()  # still waiting, not lost
     result = run("chat", input="hello\n")  # a chat writes itself: one warning, the answer kept
     _answer_and_one_warning(result)
 
 
 def test_a_truncated_log_costs_one_warning(fake, isolated):
     write_rows([{"prompt": "x" * 5000} for _ in range(20)])
-    logdb.close_all()
+    writer.close_all()
     path = db_file(isolated)
     for extra in ("-wal", "-shm"):
         path.with_name("logs.db" + extra).unlink(missing_ok=True)
@@ -397,16 +399,16 @@ def test_a_chat_warns_once_then_carries_on(fake, isolated):
 
 
 def test_a_locked_log_costs_one_warning(fake, isolated, monkeypatch):
-    monkeypatch.setattr(logdb, "BUSY_TIMEOUT_MS", 200)
+    monkeypatch.setattr(store, "BUSY_TIMEOUT_MS", 200)
     run("generate", "before")
     rows(isolated)
-    logdb.close_all()
+    writer.close_all()
     holder = sqlite3.connect(db_file(isolated), isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     try:
         _answer_and_waiting(run("generate", "hello"), isolated)
         _answer_and_one_warning(run("chat", input="hello\n"))
-        logdb.close_all()
+        writer.close_all()
         listed = run("logs", "--json")  # what is there, and one line on what waits
         assert listed.exit_code == 0, listed.stderr
         assert [e["prompt"] for e in json.loads(listed.stdout)] == ["before"]
@@ -432,7 +434,7 @@ def _make_read_only(path: Path) -> callable:
 def test_a_read_only_log_costs_one_warning(fake, isolated):
     run("generate", "before")
     rows(isolated)
-    logdb.close_all()
+    writer.close_all()
     db = sqlite3.connect(db_file(isolated))
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     db.close()
@@ -467,13 +469,13 @@ def test_a_full_disk_costs_one_warning(fake, isolated):
         resource.setrlimit(resource.RLIMIT_FSIZE, limit)
         signal.signal(signal.SIGXFSZ, handler)
     _answer_and_one_warning(result)
-    pending = logdb.pending_path(db_file(isolated))
+    pending = pending_path(db_file(isolated))
     assert not pending.exists() or pending.stat().st_size == 0  # no half-written entry left behind
     assert [r["prompt"] for r in rows(isolated)] == ["before"]
 
 
 def test_a_line_cut_short_is_dropped_and_the_next_entry_lands(fake, isolated):
-    pending = logdb.pending_path(db_file(isolated))
+    pending = pending_path(db_file(isolated))
     pending.parent.mkdir(parents=True)
     pending.write_bytes(b'{}\n[1]\n{"conversation_id":"x","prompt":"cut sh')  # no rows; one cut short
     assert run("generate", "hello").exit_code == 0
@@ -482,10 +484,10 @@ def test_a_line_cut_short_is_dropped_and_the_next_entry_lands(fake, isolated):
 
 
 def test_waiting_entries_move_in_once_they_pass_the_threshold(fake, isolated, monkeypatch):
-    monkeypatch.setattr(logdb, "PENDING_DRAIN_BYTES", 1)
+    monkeypatch.setattr(writer, "PENDING_DRAIN_BYTES", 1)
     assert run("generate", "one").exit_code == 0
     assert run("generate", "two").exit_code == 0
-    assert logdb.pending_path(db_file(isolated)).read_bytes() == b""
+    assert pending_path(db_file(isolated)).read_bytes() == b""
     db = sqlite3.connect(db_file(isolated))
     try:
         assert [r[0] for r in db.execute("SELECT prompt FROM responses ORDER BY id")] == ["one", "two"]
@@ -496,9 +498,9 @@ def test_waiting_entries_move_in_once_they_pass_the_threshold(fake, isolated, mo
 def test_a_log_from_a_newer_llmcli_is_left_alone(fake, isolated):
     run("generate", "before")
     rows(isolated)
-    logdb.close_all()
+    writer.close_all()
     db = sqlite3.connect(db_file(isolated))
-    db.execute(f"PRAGMA user_version = {logdb.SCHEMA + 5}")
+    db.execute(f"PRAGMA user_version = {store.SCHEMA + 5}")
     db.close()
     _answer_and_waiting(run("generate", "hello"), isolated)
     assert "newer llmcli" in _one_line_error(run("logs"))
@@ -509,15 +511,15 @@ def test_a_log_from_a_newer_llmcli_is_left_alone(fake, isolated):
 
 def test_the_schema_migrates_forward(isolated, monkeypatch):
     write_rows([{"prompt": "kept"}])
-    logdb.close_all()
-    step = logdb._script(
+    writer.close_all()
+    step = store._script(
         "ALTER TABLE responses ADD COLUMN rating INTEGER;\nUPDATE responses SET rating = 5;\n"
     )
-    monkeypatch.setattr(logdb, "MIGRATIONS", [*logdb.MIGRATIONS, step])
-    monkeypatch.setattr(logdb, "SCHEMA", logdb.SCHEMA + 1)
-    db = logdb.connect()
+    monkeypatch.setattr(store, "MIGRATIONS", [*store.MIGRATIONS, step])
+    monkeypatch.setattr(store, "SCHEMA", store.SCHEMA + 1)
+    db = store.connect()
     try:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == logdb.SCHEMA
+        assert db.execute("PRAGMA user_version").fetchone()[0] == store.SCHEMA
         assert [tuple(r) for r in db.execute("SELECT prompt, rating FROM responses")] == [("kept", 5)]
     finally:
         db.close()
@@ -526,15 +528,15 @@ def test_the_schema_migrates_forward(isolated, monkeypatch):
 WRITER = textwrap.dedent(
     """
     import sys
-    from llmcli import logdb
+    from llmcli.log import rows, writer
     for i in range(int(sys.argv[1])):
         rec = {"text": f"answer {i}", "model": {"ref": "m"}, "params": {}, "usage": {}, "timings": {}}
-        row = logdb.row_values(rec, cid=sys.argv[2], command="generate",
-                               messages=[{"role": "user", "content": f"q {i}"}])
+        row = rows.row_values(rec, cid=sys.argv[2], command="generate",
+                              messages=[{"role": "user", "content": f"q {i}"}])
         if sys.argv[3] == "defer":
-            assert logdb.defer(row), "not left"
+            assert writer.defer(row), "not left"
         else:
-            assert logdb.write(row) is not None, "not written"
+            assert writer.write(row) is not None, "not written"
     """
 )
 
@@ -560,9 +562,9 @@ def test_writers_in_separate_processes_all_land(isolated, how, monkeypatch):
 def test_the_size_cap_removes_the_oldest(isolated, monkeypatch):
     monkeypatch.setenv("LLMCLI_LOG_MAX_MB", "1")
     write_rows([{"prompt": f"entry {i} " + "y" * 20_000} for i in range(120)])
-    db = logdb.connect()
+    db = store.connect()
     try:
-        assert logdb.used_bytes(db) <= 1_000_000
+        assert cap.used_bytes(db) <= 1_000_000
         ids = [r[0] for r in db.execute("SELECT id FROM responses ORDER BY id")]
     finally:
         db.close()
@@ -583,7 +585,7 @@ def test_prune(isolated):
 
 def test_logs_path_moves_waiting_entries_in_so_sqlite_sees_them(fake, isolated):
     assert run("generate", "hello").exit_code == 0
-    assert logdb.pending_path(db_file(isolated)).stat().st_size > 0  # waiting beside the log
+    assert pending_path(db_file(isolated)).stat().st_size > 0  # waiting beside the log
     result = run("logs", "path")
     assert result.exit_code == 0 and result.stdout.strip() == str(db_file(isolated))
     db = sqlite3.connect(result.stdout.strip())

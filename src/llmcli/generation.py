@@ -18,7 +18,7 @@ from llmcli import prompting, render, signals, tools
 from llmcli.contract import Done, Prepared, Request, SamplingParams, Stats, ThreadsChanged, Token, ToolCall
 from llmcli.errors import UsageError
 from llmcli.loader import Loaded
-from llmcli.logdb import Logged
+from llmcli.log.rows import Logged
 
 
 @dataclass
@@ -290,7 +290,7 @@ def drive(engine, request: Request, sink=None, log: Logged | None = None) -> tup
     """One request, as generate and each chat turn run it: Ctrl-C through the signal watcher, every
     event to `sink`, the thread policy's decisions to --debug; returns the final Done and how the
     prompt was built. With `log`, the request is written to the conversation log when it ends
-    (llmcli.logdb), a served stream that broke off included."""
+    (llmcli.log), a served stream that broke off included."""
     from llmcli.errors import StreamBrokenError
 
     done: Done | None = None
@@ -351,9 +351,10 @@ def log_request(
     *, error: str | None = None, partial: str = "", tool_calls: list[dict] | None = None,
 ) -> int | None:  # fmt: skip
     """The one hook after each request: its record, prompt and conversation id to the log. Never
-    raises (a log that cannot be written is one warning line, see logdb.write); returns the row id
-    (0: left for the database, `logdb.defer`; None: not logged)."""
-    from llmcli import logdb, record
+    raises (a log that cannot be written is one warning line, see log.writer.write); returns the row
+    id (0: left for the database, `log.writer.defer`; None: not logged)."""
+    from llmcli import record
+    from llmcli.log import rows, writer
 
     if done is not None and done.finish_reason == "interrupted" and not done.text:
         return None  # stopped before its first token: the request did not happen (chat keeps nothing)
@@ -365,7 +366,7 @@ def log_request(
             constraint_complete=done is not None and done.constraint_complete is not False,
             prompt_cache=log.prompt_cache, error=error, partial_text=partial, tool_calls=tool_calls,
         )  # fmt: skip
-        row = logdb.row_values(
+        row = rows.row_values(
             rec, cid=log.cid, command=log.command, messages=request.messages, text=request.text,
             think=request.think, grammar=request.params.grammar,
             tokens=done.tokens if done is not None else None, session=log.session, kv_state=log.kv_state,
@@ -374,8 +375,8 @@ def log_request(
         render.warn(f"not logged: {exc}")
         return None
     if log.deferred:
-        return 0 if logdb.defer(row) else None
-    return logdb.write(row)
+        return 0 if writer.defer(row) else None
+    return writer.write(row)
 
 
 # -- tool calling --------------------------------------------------------------------------------

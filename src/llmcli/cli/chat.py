@@ -155,9 +155,9 @@ def chat(
     kv_state = str(kvstore.session_state_path(name)) if name and not loaded.served else None
     chat_session.log = flags.logged(loaded.ref, "chat", history, session=name, kv_state=kv_state)
     if chat_session.log is not None:
-        from llmcli import logdb
+        from llmcli.log import writer
 
-        logdb.open_writer()  # before the prompt: no turn waits for the log to open
+        writer.open_writer()  # before the prompt: no turn waits for the log to open
     system = settings.resolve("system", system)
     if system:
         chat_session.conversation.system = system

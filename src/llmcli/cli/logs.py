@@ -1,4 +1,4 @@
-"""`llmcli logs`: the conversation log (llmcli.logdb) read back: list and search, show, rerun,
+"""`llmcli logs`: the conversation log (llmcli.log) read back: list and search, show, rerun,
 speed over time, import from simonw/llm, prune, and the switch that turns logging off or on."""
 
 from __future__ import annotations
@@ -61,12 +61,12 @@ def logs(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from llmcli import logdb
+    from llmcli.log import queries
 
-    db = logdb.reader()
+    db = queries.reader()
     try:
-        rows = logdb.select(db, query=query, model=model, since=parse_since(since), cid=cid,
-                            limit=count or None)  # fmt: skip
+        rows = queries.select(db, query=query, model=model, since=parse_since(since), cid=cid,
+                              limit=count or None)  # fmt: skip
     except Exception as exc:
         import sqlite3
 
@@ -78,7 +78,7 @@ def logs(
     finally:
         db.close()
     if as_json:
-        render.out_json([logdb.as_json(r) for r in rows], schema="logs/entries")
+        render.out_json([queries.as_json(r) for r in rows], schema="logs/entries")
         return
     if not rows:
         render.info("no log entries" + (" match" if query or model or since or cid else " yet"))
@@ -144,12 +144,12 @@ def entry_id(text: str) -> int:
 
 
 def _row(rowid: int):
-    from llmcli import logdb
     from llmcli.errors import UsageError
+    from llmcli.log import queries
 
-    db = logdb.reader()
+    db = queries.reader()
     try:
-        row = logdb.one(db, rowid)
+        row = queries.one(db, rowid)
     finally:
         db.close()
     if row is None:
@@ -168,13 +168,13 @@ def show(
     """
     import json
 
-    from llmcli import logdb
+    from llmcli.log import queries
 
     row = _row(entry_id(entry))
     if as_json:
-        render.out_json(logdb.as_json(row), schema="logs/entry")
+        render.out_json(queries.as_json(row), schema="logs/entry")
         return
-    d = logdb.as_json(row)
+    d = queries.as_json(row)
     out = [f"#{d['id']}  {_when(d['created'])}  {d['command']}  conversation {d['conversation_id']}",
            f"model: {d['model']}" + (f"  ({d['endpoint']})" if d["endpoint"] else "")]  # fmt: skip
     params = d.get("params") or {}
@@ -235,14 +235,15 @@ def rerun(
 
     Example: llmcli logs rerun 42
     """
-    from llmcli import environment, logdb
+    from llmcli import environment
     from llmcli.contract import EngineOptions, Request, SamplingParams
     from llmcli.errors import UsageError
     from llmcli.generation import consume
     from llmcli.loader import load_engine
+    from llmcli.log import queries, rows, writer
 
     number = entry_id(entry)
-    row = logdb.as_json(_row(number))
+    row = queries.as_json(_row(number))
     if row["command"] == "import":
         raise UsageError(f"entry #{number} was imported from llm: its model and settings are llm's")
     rec = row.get("record") or {}
@@ -263,7 +264,7 @@ def rerun(
     request = (
         Request(params, text=row["prompt"]) if row["raw"] else Request(params, messages=messages, think=think)
     )
-    logged = logdb.Logged(loaded.ref, "rerun") if log and logdb.enabled() else None
+    logged = rows.Logged(loaded.ref, "rerun") if log and writer.enabled() else None
     done, _, _ = consume(loaded.engine, request, stream_stdout=not as_json, log=logged)
     verdict = compare(row, done)
     if as_json:
@@ -346,8 +347,9 @@ def stats(
 
     Example: llmcli logs stats -m gemma --since 30d --plot speeds.png
     """
-    from llmcli import logdb
     from llmcli.errors import UsageError
+    from llmcli.log.queries import reader
+    from llmcli.log.stats import speeds
 
     if plot == "-" and as_json:
         raise UsageError("--plot - draws on stdout, where --json prints: choose one, or --plot FILE")
@@ -355,9 +357,9 @@ def stats(
         from llmcli.render import plot as draw
 
         draw.check_format(Path(plot))
-    db = logdb.reader()
+    db = reader()
     try:
-        groups = logdb.speeds(db, model=model, since=parse_since(since))
+        groups = speeds(db, model=model, since=parse_since(since))
     finally:
         db.close()
     if plot is not None and groups:
@@ -426,15 +428,15 @@ def import_llm(
 
     Example: llmcli logs import "$(llm logs path)"
     """
-    from llmcli import logdb
     from llmcli.errors import UsageError
+    from llmcli.log import llm_import, store
 
     try:
-        db = logdb.connect()
+        db = store.connect()
     except Exception as exc:
-        raise UsageError(f"cannot open the log {logdb.db_path()}: {exc}") from None
+        raise UsageError(f"cannot open the log {store.db_path()}: {exc}") from None
     try:
-        imported, skipped, conversations = logdb.import_llm(path, db)
+        imported, skipped, conversations = llm_import.import_llm(path, db)
     finally:
         db.close()
     render.info(f"imported {imported} entr{'y' if imported == 1 else 'ies'} in {conversations} "
@@ -474,23 +476,23 @@ def prune(
 
     Example: llmcli logs prune --older-than 90d
     """
-    from llmcli import logdb
     from llmcli.errors import UsageError
+    from llmcli.log import cap, queries, store
 
     if older_than is None and keep is None and max_mb is None:
         raise UsageError("say what to remove: --older-than WHEN, --keep N and/or --max-mb N")
-    db = logdb.reader()
+    db = queries.reader()
     try:
-        before = logdb.db_path().stat().st_size
-        removed = logdb.prune(db, before=parse_since(older_than), keep=keep)
+        before = store.db_path().stat().st_size
+        removed = cap.prune(db, before=parse_since(older_than), keep=keep)
         if max_mb:
-            removed += logdb.prune_to(db, max_mb * 1_000_000)
+            removed += cap.prune_to(db, max_mb * 1_000_000)
             db.execute("VACUUM")
     finally:
         db.close()
     from llmcli.units import human_size
 
-    after = logdb.db_path().stat().st_size
+    after = store.db_path().stat().st_size
     render.info(f"removed {removed} entr{'y' if removed == 1 else 'ies'}; the log is {human_size(after)} "
                 f"(was {human_size(before)})")  # fmt: skip
 
@@ -526,15 +528,15 @@ def path() -> None:
 
     Example: sqlite3 "$(llmcli logs path)" .schema
     """
-    from llmcli import logdb
     from llmcli.errors import UsageError
+    from llmcli.log import pending, queries, store
 
-    if logdb.pending_path().exists():
+    if pending.pending_path().exists():
         try:
-            logdb.reader().close()
+            queries.reader().close()
         except UsageError as exc:  # the path is still the answer; why the entries wait goes to stderr
             render.warn(f"entries wait beside the log: {exc.message}")
-    render.out_text(f"{logdb.db_path()}\n")
+    render.out_text(f"{store.db_path()}\n")
 
 
 @logs_app.command("status")
@@ -546,20 +548,22 @@ def status() -> None:
 
     Example: llmcli logs status
     """
-    from llmcli import logdb, settings
+    from llmcli import settings
+    from llmcli.log import pending, queries, store
+    from llmcli.log.cap import cap_bytes
     from llmcli.units import human_size
 
     value, source = settings.resolve_with_source("log")
-    where = logdb.db_path()
+    where = store.db_path()
     lines = [f"logging: {'on' if value else 'off'} ({source})", f"path: {where}"]
-    if where.exists() or logdb.pending_path().exists():
-        db = logdb.reader()  # moves in the entries left waiting: the counts are every entry
+    if where.exists() or pending.pending_path().exists():
+        db = queries.reader()  # moves in the entries left waiting: the counts are every entry
         try:
             n = db.execute("SELECT count(*) FROM responses").fetchone()[0]
             c = db.execute("SELECT count(*) FROM conversations").fetchone()[0]
         finally:
             db.close()
-        cap = logdb.cap_bytes()
+        cap = cap_bytes()
         files = _disk(where)
         lines.append(f"entries: {n} in {c} conversations; {human_size(sum(files.values()))} on disk of "
                      f"{human_size(cap) if cap else 'no cap'} (log_max_mb)")  # fmt: skip
@@ -570,10 +574,10 @@ def status() -> None:
 def _disk(where: Path) -> dict[str, int]:
     """The log's files and their sizes: the database, its write-ahead log (entries written but not
     yet folded into the database) and the entries one-shot generates left waiting beside it."""
-    from llmcli import logdb
+    from llmcli.log.pending import pending_path
 
     sizes = {}
-    for path in (where, where.with_name(where.name + "-wal"), logdb.pending_path(where)):
+    for path in (where, where.with_name(where.name + "-wal"), pending_path(where)):
         try:
             sizes[path.name] = path.stat().st_size
         except OSError:  # not there (a folded WAL, nothing waiting)

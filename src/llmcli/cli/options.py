@@ -846,26 +846,26 @@ class RunFlags:
         return "json_schema" if self.json_schema is not None else "grammar" if self.grammar_file else None
 
     def continued(self):
-        """The logged conversation `--continue` / `--cid` name (logdb.History), or None."""
+        """The logged conversation `--continue` / `--cid` name (log.queries.History), or None."""
         if not self.continue_last and not self.cid:
             return None
-        from llmcli import logdb
         from llmcli.errors import UsageError
+        from llmcli.log import queries
 
         if self.continue_last and self.cid:
             raise UsageError("--continue and --cid both name a conversation: give one")
-        return logdb.history(self.cid)
+        return queries.history(self.cid)
 
     def logged(self, ref: str, command: str, history=None, **extra):
-        """What the request path logs each request with (logdb.Logged), or None under --no-log."""
-        from llmcli import logdb
+        """What the request path logs each request with (log.rows.Logged), or None under --no-log."""
+        from llmcli.log import rows, writer
 
-        if not logdb.enabled(self.log):
+        if not writer.enabled(self.log):
             return None
         if history is not None:
             extra.setdefault("cid", history.cid)
         extra.setdefault("deferred", command == "generate")  # one-shot: no database opened
-        return logdb.Logged(ref, command, **extra)
+        return rows.Logged(ref, command, **extra)
 
     def after_load(self, loaded) -> None:
         """What the loaded model makes of the flags: a warning for --repack on an AMX build, and one

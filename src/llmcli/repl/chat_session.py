@@ -19,7 +19,7 @@ from llmcli.conversation import Conversation
 from llmcli.errors import StreamBrokenError
 from llmcli.generation import ToolLoop, ToolTurn
 from llmcli.loader import Loaded
-from llmcli.logdb import Logged
+from llmcli.log.rows import Logged
 
 
 class Sink(Protocol):
@@ -95,7 +95,7 @@ class ChatSession:
     think_given: bool = (
         False  # the command line (flag, LLMCLI_THINK, config) set `think`: a session's does not
     )
-    log: Logged | None = None  # how each turn is logged (llmcli.logdb); None: --no-log
+    log: Logged | None = None  # how each turn is logged (llmcli.log); None: --no-log
     # the tools the model may call, and how each call is approved and shown (None: no tools)
     tool_loop: ToolLoop | None = None
 
@@ -323,7 +323,7 @@ class ChatSession:
     def clear(self) -> None:
         self.last_reasoning = ""
         if self.log is not None:  # a new conversation in the log too
-            from llmcli.logdb import new_cid
+            from llmcli.log.rows import new_cid
 
             self.log.cid = new_cid()
         self.conversation.clear()

@@ -1,0 +1,159 @@
+"""Reading the log back for `llmcli logs` and `--continue`: `reader` (a connection, the waiting
+rows moved in first), a conversation to continue (`history`), the rows a listing or a search
+selects (FTS5), one row, and a row as `--json` prints it.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llmcli import reporting
+from llmcli.log.llm_import import upgraded
+from llmcli.log.pending import drain, pending_path
+from llmcli.log.rows import unpack_tokens
+from llmcli.log.store import LogError, connect, db_path, why
+
+
+def reader(path: Path | None = None) -> sqlite3.Connection:
+    """A connection for reading (and pruning, importing): UsageError when there is no log yet or it
+    cannot be opened."""
+    from llmcli.errors import UsageError
+
+    path = path or db_path()
+    if not path.exists() and pending_path(path).exists():
+        try:
+            connect(path).close()  # one-shot processes logged, nothing has opened the log since
+        except (sqlite3.Error, LogError, OSError) as exc:
+            raise UsageError(f"cannot create the log {path}: {why(exc)}") from None
+    if not path.exists():
+        raise UsageError(
+            f"nothing logged yet ({path} does not exist)",
+            hint="every generate and chat turn is logged unless --no-log or `llmcli logs off`",
+        )
+    try:
+        db = connect(path, create=False)
+    except (sqlite3.Error, LogError) as exc:
+        raise UsageError(f"cannot read the log {path}: {why(exc)}") from None
+    try:
+        drain(db, path)
+    except (sqlite3.Error, OSError) as exc:  # read what is there; the waiting rows stay for later
+        reporting.warn(f"entries waiting in {pending_path(path)} are not in the log yet: {why(exc)}")
+    return db
+
+
+@dataclass
+class History:
+    """A logged conversation, to continue: its id, its model and how it was prompted, and the
+    messages so far (system first, ending with the last answer)."""
+
+    cid: str
+    model: str
+    system: str | None
+    messages: list[dict[str, str]]
+    raw: bool
+    last: dict[str, Any]  # its latest row
+
+    @property
+    def text(self) -> str:
+        """A plain-text (`--raw`) conversation so far: the last prompt and its continuation."""
+        return str(self.last["prompt"]) + str(self.last["response"])
+
+
+def history(cid: str | None = None, path: Path | None = None) -> History:
+    """The conversation `cid` (None: the one logged last), rebuilt from its latest row: the prompt
+    messages that row sent, and its answer. UsageError when there is none."""
+    from llmcli.errors import UsageError
+
+    db = reader(path)
+    try:
+        if cid is None:
+            row = db.execute("SELECT * FROM responses ORDER BY id DESC LIMIT 1").fetchone()
+            if row is None:
+                raise UsageError("--continue: nothing logged yet")
+        else:
+            row = db.execute(
+                "SELECT * FROM responses WHERE conversation_id = ? ORDER BY id DESC LIMIT 1", (cid,)
+            ).fetchone()
+            if row is None:
+                raise UsageError(f"--cid: no logged conversation {cid!r}", hint="`llmcli logs` lists them")
+    finally:
+        db.close()
+    last = dict(row)
+    messages: list[dict[str, str]] = []
+    if last["messages"]:
+        messages = [{"role": m["role"], "content": m["content"]} for m in json.loads(last["messages"])]
+    elif not last["raw"]:
+        messages = [{"role": "user", "content": last["prompt"]}]
+    if not last["raw"] and last["response"]:
+        messages.append({"role": "assistant", "content": last["response"]})
+    system = next((m["content"] for m in messages if m["role"] == "system"), None)
+    return History(last["conversation_id"], last["model"], system,
+                   [m for m in messages if m["role"] != "system"], bool(last["raw"]), last)  # fmt: skip
+
+
+def fts_query(text: str) -> str:
+    """Words as FTS5 phrases (every one must appear), so that punctuation is never FTS syntax."""
+    words = [w for w in text.split() if w.strip()]
+    return " ".join('"' + w.replace('"', '""') + '"' for w in words)
+
+
+def select(
+    db: sqlite3.Connection,
+    *,
+    query: str | None = None,
+    model: str | None = None,
+    since: float | None = None,
+    cid: str | None = None,
+    limit: int | None = 20,
+) -> list[sqlite3.Row]:
+    """Rows, newest first (with `query`: best match first, by FTS5's bm25 rank)."""
+    where: list[str] = []
+    args: list[Any] = []
+    if model:
+        where.append("(r.model = ? OR r.model LIKE ? OR r.model_name = ?)")
+        args += [model, f"%{model}%", model]
+    if since is not None:
+        where.append("r.created >= ?")
+        args.append(since)
+    if cid:
+        where.append("r.conversation_id = ?")
+        args.append(cid)
+    if query:
+        where.append("responses_fts MATCH ?")
+        args.append(fts_query(query))
+        source = "responses_fts JOIN responses r ON r.id = responses_fts.rowid"
+        order = "responses_fts.rank, r.id DESC"
+    else:
+        source, order = "responses r", "r.id DESC"
+    sql = (
+        f"SELECT r.* FROM {source}"
+        + (" WHERE " + " AND ".join(where) if where else "")
+        + f" ORDER BY {order}"
+    )
+    if limit:
+        sql += f" LIMIT {int(limit)}"
+    return db.execute(sql, args).fetchall()
+
+
+def one(db: sqlite3.Connection, rowid: int) -> sqlite3.Row | None:
+    return db.execute("SELECT * FROM responses WHERE id = ?", (rowid,)).fetchone()
+
+
+def as_json(row: sqlite3.Row) -> dict[str, Any]:
+    """A row for `--json`: its columns, with the messages, params, tool calls and record parsed
+    and the token ids as a list."""
+    d = dict(row)
+    for key in ("messages", "params", "tool_calls", "record"):
+        if d.get(key):
+            try:
+                d[key] = json.loads(d[key])
+            except ValueError:
+                pass
+    d["tokens"] = unpack_tokens(d.get("tokens"))
+    d["raw"] = bool(d["raw"])
+    d["record"] = upgraded(d.get("record"))
+    return d
