@@ -374,7 +374,8 @@ def test_a_call_written_after_the_tools_were_withdrawn_is_not_run_nor_the_answer
     (line,) = result.stderr.strip().splitlines()
     assert "no answer" in line
     qwen_fake(call, call, '{"name": "get_temperature", "arguments": {"city": "Tromso"}}')
-    doc = json.loads(run("generate", "temperature?", "--functions", str(path), "--approve-tools", "--json").stdout)
+    as_json = run("generate", "temperature?", "--functions", str(path), "--approve-tools", "--json")
+    doc = json.loads(as_json.stdout)
     assert doc["finish_reason"] == "no_answer" and doc["text"] == ""
     assert [c["error"] for c in doc["tool_calls"]][1:] == [
         "not run: the same call was answered in round 1",

@@ -53,8 +53,8 @@ def check_calls(calls: list[dict]) -> None:
 
 
 def test_generate_runs_the_call_once_and_answers_with_its_value(qwen15, functions):
-    result = llmcli("generate", "-m", qwen15, "--functions", functions, "--approve-tools", "--temperature", "0",
-                    "-n", "120", "--json", QUESTION, timeout=1800)  # fmt: skip
+    result = llmcli("generate", "-m", qwen15, "--functions", functions, "--approve-tools",
+                    "--temperature", "0", "-n", "120", "--json", QUESTION, timeout=1800)  # fmt: skip
     assert result.returncode == 0, result.stderr
     doc = validate(json.loads(result.stdout))
     assert doc["finish_reason"] == "stop"
@@ -77,8 +77,8 @@ def test_through_llama_server_the_answer_has_the_value(qwen15, functions, tmp_pa
         pytest.skip(f"llama-server cannot be built here: {exc}")
     try:
         result = llmcli("generate", "-m", server.ref, "--functions", functions, "--approve-tools",
-                        "--temperature", "0", "--seed", "1", "-n", "120", "--json", "--timeout", "600", QUESTION,
-                        timeout=1800)  # fmt: skip
+                        "--temperature", "0", "--seed", "1", "-n", "120", "--json", "--timeout", "600",
+                        QUESTION, timeout=1800)  # fmt: skip
     finally:
         server.stop()
     assert result.returncode == 0, result.stderr

@@ -19,7 +19,7 @@ class ExitCode(IntEnum):
     CONTEXT_OVERFLOW = 4  # the prompt does not fit the context window
     INVALID_MODEL = 5  # the file is not a usable GGUF (corrupt, truncated, hostile, hash mismatch)
     NETWORK = 6  # the hub, a mirror or a served model's server: unreachable, refused access, broke off
-    INCOMPLETE = 7  # output cut short: a grammar not yet satisfied, or no answer yet (inside reasoning, a call)
+    INCOMPLETE = 7  # output cut short: a grammar not satisfied, or no answer yet (in reasoning, a call)
     NO_ANSWER = 8  # the model stopped without an answer (nothing after its reasoning or tool calls)
     INTERRUPTED = 130  # SIGINT (Ctrl-C)
     BROKEN_PIPE = 141  # the reader of stdout went away (`| head`); nothing is printed

@@ -114,7 +114,8 @@ def missing_answer(done: Done, answer: str, calls: int, params: SamplingParams):
         if done.reasoning_open:
             return IncompleteOutputError(*unanswered_message(done, params))
         what, room = _cut_by(done, params)
-        inside = f"inside a tool call ({len(done.tool_calls)} not run)" if done.tool_calls else "before any answer"
+        calls_cut = len(done.tool_calls)
+        inside = f"inside a tool call ({calls_cut} not run)" if calls_cut else "before any answer"
         return IncompleteOutputError(f"no answer: {what} ended the output {inside}", room)
     if done.reasoning_open:
         return NoAnswerError("the model ended its output inside its reasoning: there is no answer",
@@ -188,7 +189,8 @@ def run_generate(
         cache.update(saved_bytes=saved.bytes, save_ms=round(saved.ms, 3))
     return Result(loaded, done, params, prepared.prompt_format,
                   constraint=constraint if params.grammar else None, prompt_cache=cache,
-                  tool_calls=turn.calls if tool_loop is not None else None, answer=turn.last_text)  # fmt: skip
+                  tool_calls=turn.calls if tool_loop is not None else None,
+                  answer=turn.last_text)  # fmt: skip
 
 
 def _restore_prompt_cache(engine, cache: dict, tokens: list[int]) -> float:
