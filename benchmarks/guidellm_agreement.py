@@ -140,6 +140,8 @@ def main() -> None:
 
 
 def report(runs: dict[str, list[dict]], args) -> None:
+    from vllm_agreement import round_ratios
+
     print(f"SmolLM2-135M on vLLM (CPU), -p {args.p} -n {args.n}, {args.requests} requests at "
           f"concurrency {args.c}, {args.rounds} rounds (medians); GuideLLM {_version()}'s TPOT column "
           "is its ITL (the mean gap after the first token, what llmcli and vLLM call TPOT)\n")  # fmt: skip
@@ -150,17 +152,18 @@ def report(runs: dict[str, list[dict]], args) -> None:
         v = med[who]
         print(f"| {who} | {v['output_throughput']:.1f} | {v['mean_ttft_ms']:.1f} | "
               f"{v['median_ttft_ms']:.1f} | {v['median_tpot_ms']:.1f} |")  # fmt: skip
-    ratio = {m: med["llmcli"][m] / med["guidellm"][m] if med["guidellm"][m] else float("nan") for m in METRICS}
+    ratio = {m: med["llmcli"][m] / med["guidellm"][m] for m in METRICS}
     print(f"| llmcli / GuideLLM | {ratio['output_throughput']:.3f} | {ratio['mean_ttft_ms']:.3f} | "
           f"{ratio['median_ttft_ms']:.3f} | {ratio['median_tpot_ms']:.3f} |")  # fmt: skip
-    per_round = [a["output_throughput"] / b["output_throughput"] for a, b in zip(runs["llmcli"], runs["guidellm"])]
+    per_round = round_ratios(runs["llmcli"], runs["guidellm"])
     print("\nper round, llmcli / GuideLLM output tok/s: " + ", ".join(f"{r:.3f}" for r in per_round))
     print("both count the server's usage tokens of the completed requests over the run's span: llmcli "
           "from just before its first request is sent to the end of its last (after one untimed "
           "warm-up request), GuideLLM from its first request's send to its last request's end (no "
           "warm-up request)")  # fmt: skip
     if args.json:
-        Path(args.json).write_text(json.dumps({"runs": runs, "medians": med, "per_round": per_round}, indent=2))
+        everything = {"runs": runs, "medians": med, "per_round": per_round}
+        Path(args.json).write_text(json.dumps(everything, indent=2))
     print(f"llmcli/guidellm output tok/s at c={args.c}: {ratio['output_throughput']:.3f}")
 
 
