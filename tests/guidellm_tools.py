@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 VERSION = "0.8.1"
-CPU_TORCH = "torch==2.13.0+cpu"  # the build vLLM's CPU wheel pins; on PyPI's mirrors here as a wheel
+CPU_TORCH = "torch==2.13.0+cpu"  # the build vLLM's CPU wheel takes; among pip's find-links on these machines
 MARKER = ".llmcli-complete"
 
 

@@ -6,7 +6,7 @@ GuideLLM's reported throughput is its output tokens over its measured window (th
 otherwise). No timing is asserted; the ratio only has to be a number.
 
 Cost: on a fresh machine the first run installs GuideLLM with a CPU torch (about 2 minutes on two
-cores, 1.5 GB); then about 30 seconds, most of it GuideLLM's start. Skipped where GuideLLM or vLLM
+cores, 1.5 GB); then about 15 seconds, most of it GuideLLM's start. Skipped where GuideLLM or vLLM
 cannot be installed."""
 
 from __future__ import annotations
