@@ -195,6 +195,10 @@ def main() -> None:
     for name, sides in results.items():
         ratios = ", ".join(f"{r:.3f}" for r in round_ratios(sides["llmcli"], sides["vllm"]))
         print(f"{name}: llmcli / vLLM output tok/s per round: {ratios}")
+    print("both count the server's usage tokens of the completed requests from just before the first "
+          "request is sent to the end of the last, after one untimed warm-up request (vLLM's repeats "
+          "its first prompt); TPOT and latency end at vLLM's last chunk with a choice, at llmcli's "
+          "end of stream")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps({"runs": results, "medians": summary}, indent=2))
 
