@@ -75,8 +75,8 @@ def test_a_calls_json_is_written_under_its_schemas_grammar(qwen_model, tmp_path)
     arguments fit that tool's schema, through the whole generate path."""
     from realmodel import llmcli
 
-    result = llmcli("generate", "-m", str(qwen_model), "--temperature", "0", "-n", "80", "--tool", "arithmetic",
-                    "--tool", "current_time", "--approve-tools", "--tool-rounds", "1", "--json",
+    result = llmcli("generate", "-m", str(qwen_model), "--temperature", "0", "-n", "80", "--tool",
+                    "arithmetic", "--tool", "current_time", "--approve-tools", "--tool-rounds", "1", "--json",
                     "What is 17.5 times 3?", timeout=900)  # fmt: skip
     assert result.returncode == 0, result.stderr
     calls = json.loads(result.stdout)["tool_calls"]
@@ -113,7 +113,11 @@ def test_qwen_through_llama_server_calls_a_python_function(qwen_model, tmp_path)
                      "--timeout", "300")  # fmt: skip
     finally:
         server.stop()
-    assert result.exit_code == 0, result.stderr
+    # the 0.5B model may go on writing calls once the tools are withdrawn (no answer: exit 7 when -n
+    # cuts them, 8 when it stops); that is said, never silent (tests/test_tools_loop_real.py has the
+    # 1.5B, which answers)
+    assert result.exit_code in (0, 7, 8), result.stderr
+    assert (result.exit_code != 0) == ("no answer" in result.stderr), result.stderr
     doc = json.loads(result.stdout)
     first = doc["tool_calls"][0]
     assert first["name"] == "get_secret_code" and first["round"] == 1 and first["error"] is None
@@ -163,6 +167,7 @@ def test_chat_on_a_terminal_asks_then_ctrl_c_stops_the_call_and_the_chat_goes_on
     question, stats = r"run tool get_secret_code\(.*\)\? \[y\]es", r"prompt \d+ tok \(\d+ reused\)"
     while child.expect([question, stats]) == 0:  # it may ask for the code again: declined now
         child.sendline("n")
+        child.expect(r"the user declined this call")  # taken (the question redrawn is not a new one)
     child.expect(prompt)
     child.sendeof()
     child.expect(pexpect.EOF)
