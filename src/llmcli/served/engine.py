@@ -18,30 +18,27 @@ Figures and where they come from (`Stats.sources`; the record repeats it):
   `timings.cache_n`; llama-server's own `timings` (prompt_n, prompt_ms, predicted_per_second, ...)
   are kept as reported (`Stats.server`).
 
-Faults become one error each (see `_refusal` and `_transport_error`): connection refused, DNS,
-TLS (verified by default), 401/403, 404, 429/503 (retried a bounded number of times, honouring
-Retry-After, and never once text has arrived), a stream that breaks off (`StreamBrokenError`,
-carrying the partial text), malformed events, and a stream silent for longer than the `timeout`
-setting. `interrupt()` (Ctrl-C, from the signal watcher's thread) shuts the socket down, which
-ends the blocked read at once.
-
-httpx is imported here only, when a served model is used: `--help` never loads it.
+Faults become one error each (`faults.py`): connection refused, DNS, TLS (verified by default),
+401/403, 404, 429/503 (retried a bounded number of times by the `Client`, honouring Retry-After,
+and never once text has arrived), a stream that breaks off (`StreamBrokenError`, carrying the
+partial text), malformed events, and a stream silent for longer than the `timeout` setting.
+`interrupt()` (Ctrl-C, from the signal watcher's thread) shuts the socket down, which ends the
+blocked read at once.
 """
 
 from __future__ import annotations
 
 import json
-import random
-import socket
 import threading
 import time
 from collections.abc import Iterator
-from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
-from llmcli import reporting, toolcalls
+from llmcli import toolcalls
 from llmcli.contract import (
+    Capabilities,
     Done,
+    EngineOptions,
     Event,
     ModelInfo,
     Prepared,
@@ -50,259 +47,33 @@ from llmcli.contract import (
     SamplingParams,
     Stats,
     Token,
-    ToolCall,
 )
-from llmcli.endpoint_config import stall_timeout
-from llmcli.endpoints import Endpoint
 from llmcli.engine.local import Clock, split_calls
-from llmcli.errors import (
-    ContextOverflowError,
-    LlmcliError,
-    ModelNotFoundError,
-    NetworkError,
-    RequestRefusedError,
-    StreamBrokenError,
-    UsageError,
-)
+from llmcli.errors import ModelNotFoundError, NetworkError, StreamBrokenError, UsageError
+from llmcli.served.client import Client
+from llmcli.served.endpoints import Endpoint
+from llmcli.served.reply import Exchange, Reply
+from llmcli.served.wire import budget_fields, openai_messages, request_body
 from llmcli.toolcalls import CallGrammar
 
-if TYPE_CHECKING:
-    import httpx
+if TYPE_CHECKING:  # the contract, checked by mypy (tests/test_types.py)
+    from llmcli.contract import Engine
 
-MAX_RETRIES = 3  # for 429 and 503, before any text arrived
-MAX_RETRY_WAIT_S = 30.0  # a Retry-After longer than this is not waited for
-CONNECT_TIMEOUT_S = 10.0
 FLAVOURS = ("llama-server", "llama-cpp-python", "vllm", "openai-compatible")
 _OWNERS = {"llamacpp": "llama-server", "me": "llama-cpp-python", "vllm": "vllm"}
-
-
-class Client:
-    """One endpoint's HTTP connection pool, with the fault handling every request shares."""
-
-    def __init__(self, endpoint: Endpoint, *, connections: int = 4, debug: bool = False) -> None:
-        import httpx
-
-        self.endpoint = endpoint
-        self.debug = debug
-        self.stall_s = stall_timeout(endpoint)
-        key, self.key_source = endpoint.api_key()
-        headers = {"Accept": "application/json"}
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        self._http = httpx.Client(
-            headers=headers,
-            timeout=httpx.Timeout(self.stall_s, connect=min(CONNECT_TIMEOUT_S, self.stall_s)),
-            verify=_verify(endpoint.verify),
-            limits=httpx.Limits(
-                max_connections=max(1, connections), max_keepalive_connections=max(1, connections)
-            ),
-            trust_env=True,
-            follow_redirects=False,
-        )
-
-    def url(self, path: str, *, root: bool = False) -> str:
-        return (self.endpoint.server_root if root else self.endpoint.url) + path
-
-    def get_json(self, path: str, *, root: bool = False, quiet: bool = False) -> Any:
-        """GET a JSON document; with `quiet`, None instead of an error (optional probes)."""
-        import httpx
-
-        url = self.url(path, root=root)
-        try:
-            response = self._http.get(url)
-        except httpx.HTTPError as exc:
-            if quiet:
-                return None
-            raise _transport_error(exc, url, self.stall_s) from None
-        if response.status_code >= 400:
-            if quiet:
-                return None
-            raise _refusal(response.status_code, _body_message(response.text), url, self.key_source)
-        try:
-            return response.json()
-        except ValueError:
-            if quiet:
-                return None
-            raise NetworkError(f"{url} answered with something that is not JSON") from None
-
-    def post_json(self, path: str, body: dict, *, root: bool = False) -> Any:
-        import httpx
-
-        url = self.url(path, root=root)
-        try:
-            response = self._http.post(url, json=body)
-        except httpx.HTTPError as exc:
-            raise _transport_error(exc, url, self.stall_s) from None
-        if response.status_code >= 400:
-            raise _refusal(response.status_code, _body_message(response.text), url, self.key_source)
-        return response.json()
-
-    def open_stream(self, path: str, body: dict, cancel: threading.Event) -> httpx.Response | None:
-        """POST `body` and return the streaming response once the server accepted it (None when
-        `cancel` was set first). 429 and 503 are retried up to MAX_RETRIES times, waiting as the
-        server's Retry-After says (interruptibly), else 0.5 s, 1 s, 2 s."""
-        import httpx
-
-        url = self.url(path)
-        if self.debug:
-            reporting.debug(f"POST {url} {json.dumps(_loggable(body))[:2000]}")
-        for attempt in range(MAX_RETRIES + 1):
-            request = self._http.build_request(
-                "POST", url, json=body, headers={"Accept": "text/event-stream"}
-            )
-            try:
-                response = self._http.send(request, stream=True)
-            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-                if cancel.is_set():
-                    return None
-                try:  # a kept-alive connection the server had closed (a chat idle for a while): once more
-                    response = self._http.send(request, stream=True)
-                except httpx.HTTPError:
-                    raise _transport_error(exc, url, self.stall_s) from None
-            except httpx.HTTPError as exc:
-                if cancel.is_set():
-                    return None
-                raise _transport_error(exc, url, self.stall_s) from None
-            if response.status_code < 400:
-                return response
-            try:
-                text = response.read().decode("utf-8", "replace")
-            except httpx.HTTPError:
-                text = ""
-            response.close()
-            status = response.status_code
-            if status in (429, 503) and attempt < MAX_RETRIES:
-                wait = _retry_after(response.headers.get("retry-after"))
-                if wait is None:
-                    wait = 0.5 * 2**attempt
-                if wait > MAX_RETRY_WAIT_S:
-                    raise NetworkError(
-                        f"{url}: HTTP {status} ({_reason(status)}); the server asks to retry in {wait:.0f} s",
-                        hint="try again later",
-                    )
-                reporting.debug(
-                    f"HTTP {status} from {url}; retry {attempt + 1}/{MAX_RETRIES} in {wait:.1f} s"
-                )
-                if cancel.wait(wait):
-                    return None
-                continue
-            raise _refusal(status, _body_message(text), url, self.key_source, retried=attempt)
-        raise AssertionError("unreachable")
-
-    def close(self) -> None:
-        self._http.close()
-
-
-class Chunk:
-    """One streamed event's JSON and when it arrived (monotonic seconds)."""
-
-    __slots__ = ("at", "data")
-
-    def __init__(self, at: float, data: dict) -> None:
-        self.at = at
-        self.data = data
-
-
-def read_chunks(response: httpx.Response, url: str, stall_s: float) -> Iterator[Chunk]:
-    """The JSON events of an OpenAI-style stream until `[DONE]`. Raises NetworkError for a
-    malformed event, an `error` event, a stall, or a connection that breaks; a stream that simply
-    ends without `[DONE]` ends the iteration (the caller decides whether the answer was finished)."""
-    import httpx
-
-    from llmcli.engine import sse
-
-    kind = response.headers.get("content-type", "")
-    if "text/event-stream" not in kind and "application/x-ndjson" not in kind:
-        raise NetworkError(f"{url} did not answer with an event stream (content-type {kind or 'none'!r})")
-    try:
-        for _, data in sse.events(response.iter_lines()):
-            if data.strip() == "[DONE]":
-                return
-            try:
-                parsed = json.loads(data)
-            except ValueError:
-                raise NetworkError(f"{url} sent a malformed event: {data[:80]!r}") from None
-            if not isinstance(parsed, dict):
-                raise NetworkError(f"{url} sent a malformed event: {data[:80]!r}")
-            if "error" in parsed and not parsed.get("choices"):
-                raise NetworkError(f"the server reported an error mid-stream: {_error_text(parsed['error'])}")
-            yield Chunk(time.monotonic(), parsed)
-    except sse.MalformedEvent as exc:
-        raise NetworkError(f"{url} sent a malformed event stream: {str(exc)[:80]!r}") from None
-    except httpx.ReadTimeout:
-        raise NetworkError(
-            f"{url}: the stream stalled: nothing for {stall_s:g} s",
-            hint="raise the timeout setting (LLMCLI_TIMEOUT) for a slow server",
-        ) from None
-    except httpx.HTTPError as exc:
-        raise NetworkError(f"{url}: the connection broke mid-stream ({_short(exc)})") from None
-
-
-class Exchange:
-    """One streamed request on a `Client`: opened, read into a `Reply` as its text arrives, and shut
-    from any thread. `ServedEngine` runs one per answer; the serving benchmark runs many at once
-    on one engine's client, so each holds its own response rather than the engine holding one."""
-
-    def __init__(self, client: Client, path: str, body: dict, *, chat: bool) -> None:
-        self.client = client
-        self.path = path
-        self.body = body
-        self.chat = chat
-        self.url = client.url(path)
-        self.reply = Reply(time.monotonic())
-        self._response: httpx.Response | None = None
-        self._lock = threading.Lock()
-
-    def open(self, cancel: threading.Event) -> bool:
-        """Send the request; False when `cancel` was set before the server accepted it. The reply's
-        clock starts here: its time to first text counts from the request being sent."""
-        self.reply = Reply(time.monotonic())
-        response = self.client.open_stream(self.path, self.body, cancel)
-        if response is None:
-            return False
-        with self._lock:
-            self._response = response
-        if cancel.is_set():  # interrupted while the request was being accepted
-            self.shutdown()
-        return True
-
-    def pieces(self) -> Iterator[tuple[str, str]]:
-        """Each chunk's (reasoning, answer) text as it arrives; chunks with neither are skipped."""
-        assert self._response is not None, "open() first"
-        for chunk in read_chunks(self._response, self.url, self.client.stall_s):
-            text = self.reply.add(chunk, chat=self.chat)
-            if text or self.reply.fresh_reasoning:
-                yield self.reply.fresh_reasoning, text
-
-    def texts(self) -> Iterator[str]:
-        """Each chunk's text as it arrives (the reply keeps it, with usage, timings and arrival
-        times). Raises NetworkError as `read_chunks` does."""
-        assert self._response is not None, "open() first"
-        for chunk in read_chunks(self._response, self.url, self.client.stall_s):
-            text = self.reply.add(chunk, chat=self.chat)
-            if text:
-                yield text
-
-    def shutdown(self) -> None:
-        """End the blocked read now (any thread): the socket is shut down under it."""
-        with self._lock:
-            response = self._response
-        if response is not None:
-            _shutdown(response)
-
-    def close(self) -> None:
-        with self._lock:
-            response, self._response = self._response, None
-        if response is not None:
-            response.close()
 
 
 class ServedEngine:
     """A served model: the `Engine` contract over an OpenAI-compatible HTTP API. `respond` sends the
     conversation to `/chat/completions` (`stream_messages`) and plain text to `/completions`."""
 
+    # its server applies the template, keeps the cache, drafts, and sets its context and threads
+    can = Capabilities(template=False, kv_state=False, speculation=False, load_options=False)
+    costs_pending = False
+
     def __init__(self, endpoint: Endpoint, *, connections: int = 4, debug: bool = False) -> None:
         self.endpoint = endpoint
+        self.options = EngineOptions()  # none of its own: its server's (`can.load_options` is False)
         self.client = Client(endpoint, connections=connections, debug=debug)
         self._cancel = threading.Event()
         self._exchange: Exchange | None = None
@@ -459,6 +230,18 @@ class ServedEngine:
     def load_state_payload(self, tokens: list[int], payload: bytearray | memoryview) -> bool:
         return False
 
+    def describe(self) -> list[tuple[str, str]]:
+        """What the server does not say (its KV cache, offload, template) is not guessed."""
+        info = self.info
+        trained = f" (trained {info.n_ctx_train})" if info.n_ctx_train else ""
+        window = f"{self.n_ctx} tokens" if self.n_ctx else "the server's"
+        return [("endpoint", info.path), ("context", f"{window}{trained}"),
+                ("template", "the server's (chat completions)")]  # fmt: skip
+
+    def calibrate(self) -> None:
+        """Nothing to measure: the server drafts, if it does, by its own settings."""
+        return None
+
     def close(self) -> None:
         self.client.close()
 
@@ -534,203 +317,6 @@ class ServedEngine:
             self._exchange = None
 
 
-class Reply:
-    """One streamed answer as it arrives: the text pieces, when they came, usage and timings."""
-
-    def __init__(self, started: float) -> None:
-        self.started = started
-        self.pieces: list[str] = []
-        self.reasoning: list[str] = []  # a reasoning model's reasoning (`reasoning_content`, `reasoning`)
-        self.fresh_reasoning = ""  # what the last chunk added to it
-        self.times: list[float] = []  # arrival of each text chunk (monotonic seconds)
-        self.finish: str | None = None
-        self.usage: dict = {}
-        self.timings: dict = {}
-        # the model's tool calls as the deltas build them, by their index: id, name, and the
-        # arguments' JSON text in the pieces it streams in (or why a delta could not be read)
-        self.calls: dict[int, dict[str, str]] = {}
-
-    @property
-    def text(self) -> str:
-        return "".join(self.pieces)
-
-    @property
-    def n_chunks(self) -> int:
-        return len(self.pieces)
-
-    def add(self, chunk: Chunk, *, chat: bool) -> str:
-        data = chunk.data
-        if isinstance(data.get("usage"), dict):
-            self.usage = data["usage"]
-        if isinstance(data.get("timings"), dict):
-            self.timings = data["timings"]
-        text = self.fresh_reasoning = ""
-        for choice in data.get("choices") or []:
-            if not isinstance(choice, dict):
-                continue
-            if chat:
-                delta = choice.get("delta") or choice.get("message") or {}
-                piece = delta.get("content") if isinstance(delta, dict) else None
-                # llama-server's `reasoning_content`, vLLM's `reasoning`: the same stream apart
-                thought = (
-                    (delta.get("reasoning_content") or delta.get("reasoning"))
-                    if isinstance(delta, dict)
-                    else None
-                )
-                if isinstance(thought, str) and thought:
-                    self.fresh_reasoning += thought
-                if isinstance(delta, dict) and delta.get("tool_calls"):
-                    self.add_calls(delta["tool_calls"])
-            else:
-                piece = choice.get("text")
-            if isinstance(piece, str) and piece:
-                text += piece
-            if choice.get("finish_reason"):
-                self.finish = str(choice["finish_reason"])
-        if text:
-            self.pieces.append(text)
-            self.times.append(chunk.at)
-        if self.fresh_reasoning:
-            self.reasoning.append(self.fresh_reasoning)
-        return text
-
-    def add_calls(self, deltas: Any) -> None:
-        """`tool_calls` deltas, OpenAI's shape: each with its `index`, and in its first piece the
-        call's `id` and `function.name`; `function.arguments` comes in string pieces."""
-        for delta in deltas if isinstance(deltas, list) else [deltas]:
-            free = max(self.calls) + 1 if self.calls else 0
-            if not isinstance(delta, dict):
-                problem = f"the server sent a tool call that is not an object: {delta!r:.200}"
-                self.calls[free] = {"id": "", "name": "", "arguments": "", "error": problem}
-                continue
-            index = delta.get("index")
-            if not isinstance(index, int):  # a whole message's calls (no index): one call each
-                index = free
-            call = self.calls.setdefault(index, {"id": "", "name": "", "arguments": "", "error": ""})
-            if isinstance(delta.get("id"), str) and delta["id"]:
-                call["id"] = delta["id"]
-            function = delta.get("function")
-            if not isinstance(function, dict):
-                continue
-            name = function.get("name")
-            if isinstance(name, str) and name != call["name"]:  # sent once; a server that repeats it
-                call["name"] += name
-            arguments = function.get("arguments")
-            if isinstance(arguments, str):
-                call["arguments"] += arguments
-            elif arguments is not None:  # an object instead of its JSON text
-                call["arguments"] += json.dumps(arguments)
-
-    def tool_calls(self) -> list[ToolCall]:
-        """The calls the deltas built; one that cannot be read (no name, arguments that are not a
-        JSON object) is still a call, whose error the model is told."""
-        calls: list[ToolCall] = []
-        for n, index in enumerate(sorted(self.calls)):
-            call = self.calls[index]
-            call_id, name, text = call["id"] or f"call{n + 1:05d}", call["name"], call["arguments"]
-            arguments: Any = {}
-            error = call["error"] or None
-            if not error and not name:
-                error = f"the server's tool call has no function name (arguments: {text[:200]})"
-            elif not error:
-                try:
-                    arguments = json.loads(text) if text.strip() else {}
-                except ValueError as exc:
-                    error = f"the arguments are not valid JSON ({exc}): {text[:200]}"
-                    arguments = {}
-                if not error and not isinstance(arguments, dict):
-                    error = f"the arguments must be a JSON object: {text[:200]}"
-                    arguments = {}
-            calls.append(ToolCall(call_id, name, arguments, error))
-        return calls
-
-    @property
-    def finish_reason(self):
-        if self.finish == "interrupted":
-            return "interrupted"
-        return "length" if self.finish == "length" else "stop"
-
-    def stats(self, n_ctx: int) -> Stats:
-        """The request's figures, each with its source (see the module's docstring)."""
-        now = time.monotonic()
-        s = Stats(total_ms=(now - self.started) * 1000, context_size=n_ctx)
-        sources: dict[str, str] = {"ttft_ms": "client", "decode_ms": "client", "prefill_ms": "client"}
-        u = self.usage
-        if isinstance(u.get("completion_tokens"), int):
-            s.completion_tokens, sources["completion_tokens"] = u["completion_tokens"], "usage"
-        else:
-            s.completion_tokens, sources["completion_tokens"] = self.n_chunks, "chunks"
-        if isinstance(u.get("prompt_tokens"), int):
-            s.prompt_tokens, sources["prompt_tokens"] = u["prompt_tokens"], "usage"
-        else:
-            sources["prompt_tokens"] = "unknown"
-        details = u.get("prompt_tokens_details")
-        details = details if isinstance(details, dict) else {}
-        if isinstance(details.get("cached_tokens"), int):
-            s.cached_tokens, sources["cached_tokens"] = details["cached_tokens"], "usage"
-        elif isinstance(self.timings.get("cache_n"), int):
-            s.cached_tokens, sources["cached_tokens"] = self.timings["cache_n"], "timings"
-        else:
-            sources["cached_tokens"] = "unknown"
-        s.prefill_tokens = max(0, s.prompt_tokens - s.cached_tokens)
-        spent = u.get("completion_tokens_details")
-        thought = spent.get("reasoning_tokens") if isinstance(spent, dict) else None
-        if isinstance(thought, int):
-            s.reasoning_tokens, sources["reasoning_tokens"] = thought, "usage"
-        else:
-            sources["reasoning_tokens"] = "unknown"
-        if self.times:
-            s.ttft_ms = (self.times[0] - self.started) * 1000
-            s.decode_ms = (self.times[-1] - self.times[0]) * 1000
-            s.decode_tokens = max(0, s.completion_tokens - 1) if s.decode_ms > 0 else 0
-        s.prefill_ms = s.ttft_ms  # the client sees prefill as the wait for the first text
-        s.context_used = s.prompt_tokens + s.completion_tokens
-        s.sources = sources
-        s.server = server_figures(self.timings)
-        return s
-
-
-_TIMINGS = (
-    "cache_n",
-    "prompt_n",
-    "prompt_ms",
-    "prompt_per_second",
-    "predicted_n",
-    "predicted_ms",
-    "predicted_per_second",
-    "draft_n",
-    "draft_n_accepted",
-)
-
-
-def openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The conversation as the OpenAI API takes it. An earlier answer's reasoning is not sent back:
-    the server's template would drop it or, worse, put it before the answer again (what llama-server
-    and vLLM ask of their clients). A call's arguments go as a JSON string; a tool result as a
-    "tool" message with its `tool_call_id`."""
-    from llmcli.conversation import REASONING_FIELD
-
-    out = []
-    for message in messages:
-        m = {k: v for k, v in message.items() if k != REASONING_FIELD}
-        if m.get("tool_calls"):
-            m["tool_calls"] = [_openai_call(call) for call in m["tool_calls"]]
-        out.append(m)
-    return out
-
-
-def _openai_call(call: dict[str, Any]) -> dict[str, Any]:
-    function = dict(call.get("function") or {})
-    if not isinstance(function.get("arguments"), str):
-        function["arguments"] = json.dumps(function.get("arguments") or {}, ensure_ascii=False)
-    return {"id": call.get("id") or "", "type": "function", "function": function}
-
-
-def server_figures(timings: dict) -> dict:
-    """llama-server's `timings`, as it reported them (numbers only)."""
-    return {k: timings[k] for k in _TIMINGS if isinstance(timings.get(k), int | float)}
-
-
 def _constraint_complete(reply: Reply, params: SamplingParams) -> bool | None:
     if params.grammar is None and params.json_schema is None:
         return None
@@ -742,165 +328,6 @@ def _constraint_complete(reply: Reply, params: SamplingParams) -> bool | None:
         except ValueError:
             return False
     return True
-
-
-def _retry_after(value: str | None) -> float | None:
-    """Retry-After as seconds: a number, or an HTTP date."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    import datetime
-
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=datetime.timezone.utc)
-    return max(0.0, (when - datetime.datetime.now(datetime.timezone.utc)).total_seconds())
-
-
-def _shutdown(response: httpx.Response) -> None:
-    stream = response.extensions.get("network_stream")
-    sock = stream.get_extra_info("socket") if stream is not None else None
-    if isinstance(sock, socket.socket):
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-
-
-def _verify(value: bool | str):
-    if isinstance(value, str):
-        import ssl
-
-        try:
-            return ssl.create_default_context(cafile=value)
-        except (OSError, ssl.SSLError) as exc:
-            raise UsageError(f"cannot read the CA bundle {value}: {exc}") from None
-    return value
-
-
-def _loggable(body: dict) -> dict:
-    """The request as --debug shows it: long prompts shortened (the key is in a header, never here)."""
-    shown = dict(body)
-    if isinstance(shown.get("prompt"), list) and len(shown["prompt"]) > 16:
-        shown["prompt"] = f"[{len(shown['prompt'])} token ids]"
-    return shown
-
-
-def _error_text(error: Any) -> str:
-    if isinstance(error, dict):
-        return str(error.get("message") or error.get("type") or error)[:300]
-    return str(error)[:300]
-
-
-def _body_message(text: str) -> str:
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return " ".join(text.split())[:200]
-    if isinstance(data, dict):
-        if "error" in data:
-            return _error_text(data["error"])
-        if "detail" in data:
-            return str(data["detail"])[:300]
-        if "message" in data:
-            return str(data["message"])[:300]
-    return " ".join(text.split())[:200]
-
-
-def _reason(status: int) -> str:
-    from http import HTTPStatus
-
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return "error"
-
-
-_CONTEXT_WORDS = (
-    "context length",
-    "context size",
-    "exceeds the available context",
-    "maximum context",
-    "too many tokens",
-    "exceed_context_size",
-)
-
-
-def _refusal(status: int, message: str, url: str, key_source: str, *, retried: int = 0) -> LlmcliError:
-    """The one error for an HTTP error status (the key is never part of it: only where it came from)."""
-    said = f": {message}" if message else ""
-    if status in (401, 403):
-        hint = (
-            "no API key was sent: set LLMCLI_API_KEY, or api_key_env in the endpoint's config"
-            if key_source == "none"
-            else f"the key from {key_source} was not accepted"
-        )
-        return NetworkError(f"{url}: HTTP {status} ({_reason(status)}){said}", hint=hint)
-    if status == 404:
-        return ModelNotFoundError(
-            f"{url}: HTTP 404 ({_reason(404)}){said}",
-            hint="check the URL (usually ending in /v1) and the model name",
-        )
-    if status in (429, 503):
-        again = f" after {retried} retries" if retried else ""
-        return NetworkError(f"{url}: HTTP {status} ({_reason(status)}){again}{said}", hint="try again later")
-    if status in (400, 413, 422) and any(w in message.lower() for w in _CONTEXT_WORDS):
-        return ContextOverflowError(
-            f"the server refused the prompt{said}", hint="shorten the prompt or the history"
-        )
-    if 400 <= status < 500:
-        return RequestRefusedError(f"{url}: HTTP {status} ({_reason(status)}){said}")
-    return NetworkError(f"{url}: HTTP {status} ({_reason(status)}){said}")
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text.splitlines()[0][:200]
-
-
-def _transport_error(exc: BaseException, url: str, stall_s: float) -> NetworkError:
-    """Connection refused, DNS, TLS, timeouts: one line that says which."""
-    from urllib.parse import urlsplit
-
-    import httpx
-
-    host = urlsplit(url).netloc
-    text = _short(exc)
-    low = text.lower()
-    if isinstance(exc, httpx.ConnectTimeout):
-        return NetworkError(
-            f"cannot connect to {host}: no answer within {min(CONNECT_TIMEOUT_S, stall_s):g} s"
-        )
-    if isinstance(exc, httpx.TimeoutException):
-        return NetworkError(
-            f"{url}: no answer for {stall_s:g} s (stalled)",
-            hint="raise the timeout setting (LLMCLI_TIMEOUT) for a slow server",
-        )
-    if "certificate" in low or "ssl" in low or "tls" in low:
-        return NetworkError(
-            f"TLS failure talking to {host}: {text}",
-            hint="TLS is verified; trust the server's CA with the endpoint's ca_bundle",
-        )
-    if (
-        "name or service not known" in low
-        or "nodename nor servname" in low
-        or "name resolution" in low
-        or "getaddrinfo" in low
-        or "no address associated" in low
-    ):
-        return NetworkError(f"cannot resolve the host name {urlsplit(url).hostname!r}", hint="check the URL")
-    if "refused" in low:
-        return NetworkError(f"cannot connect to {host}: connection refused", hint="is the server running?")
-    if isinstance(exc, httpx.RemoteProtocolError):
-        return NetworkError(f"{url}: the server closed the connection ({text})")
-    return NetworkError(f"cannot reach {host}: {text}")
 
 
 def probe(client: Client, endpoint: Endpoint) -> tuple[str, str, dict]:
@@ -948,102 +375,7 @@ def served_context(listed: dict, props: dict | None) -> int | None:
     return None
 
 
-def budget_fields(params: SamplingParams, flavour: str) -> dict[str, Any]:
-    """A reasoning budget as the server takes it per request: llama-server's
-    `reasoning_budget_tokens` (and its message; it enforces it for templates whose thinking tags it
-    knows), vLLM's `thinking_token_budget` (it enforces it
-    where it was started with a reasoning configuration). A server that takes none: refused."""
-    budget, message = params.reasoning_budget, params.reasoning_budget_message
-    if budget is None:
-        return {}
-    if flavour == "llama-server":
-        return {
-            "reasoning_budget_tokens": budget,
-            **({"reasoning_budget_message": message} if message else {}),
-        }
-    if flavour == "vllm":
-        if message:
-            raise UsageError("vLLM takes a reasoning budget but no message: drop --reasoning-budget-message")
-        return {"thinking_token_budget": budget}
-    raise UsageError(
-        f"this server ({flavour}) takes no reasoning budget: --reasoning-budget works with local "
-        "models, llama-server and vLLM",
-        hint="use --no-think where the model's template has a switch",
-    )
+if TYPE_CHECKING:
 
-
-def request_body(
-    params: SamplingParams,
-    model: str,
-    flavour: str,
-    *,
-    chat: bool,
-    cache_prompt: bool = True,
-    ignore_eos: bool = False,
-    server_defaults: bool = False,
-) -> dict:
-    """The sampling settings as the API takes them. Standard fields always; llama.cpp's own
-    (top_k, min_p, repeat_penalty, grammar) to servers known to take them, and to other servers
-    only when the user set them (an unknown field the server refuses is then its clear error);
-    a setting that cannot be expressed is an error, never dropped.
-
-    `cache_prompt=False` asks llama-server to prefill the whole prompt (as for a distinct user);
-    `ignore_eos` asks the servers that take it (llama-server, vLLM) for exactly `max_tokens`;
-    `server_defaults` leaves out the settings in `params.defaulted` (top_p, top_k, min_p,
-    repeat_penalty, repeat_last_n), so the server's own defaults apply (the serving benchmark)."""
-    seed = params.seed if params.seed is not None else random.randint(0, 2**31 - 1)
-    body: dict[str, Any] = {
-        "model": model,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "temperature": params.temperature,
-        "seed": seed,
-    }
-    set_by_user = lambda name: name not in params.defaulted  # noqa: E731
-    sent = set_by_user if server_defaults else (lambda name: True)
-    if sent("top_p"):
-        body["top_p"] = params.top_p
-    if params.max_tokens:
-        body["max_tokens"] = params.max_tokens
-    if params.stop:
-        body["stop"] = list(params.stop)
-    llama_like = flavour in ("llama-server", "llama-cpp-python")
-    for name in ("top_k", "min_p", "repeat_penalty"):
-        if (llama_like or set_by_user(name)) and sent(name):
-            key = "repetition_penalty" if (name == "repeat_penalty" and flavour == "vllm") else name
-            body[key] = getattr(params, name)
-    if ignore_eos and flavour in ("llama-server", "vllm"):
-        body["ignore_eos"] = True
-    if flavour == "llama-server":
-        if sent("repeat_last_n"):
-            body["repeat_last_n"] = params.repeat_last_n
-        body["cache_prompt"] = cache_prompt
-        body["timings_per_token"] = False
-    if params.json_schema is not None:
-        schema = params.json_schema if isinstance(params.json_schema, dict) else {}
-        if flavour == "llama-cpp-python":
-            body["response_format"] = {"type": "json_object", "schema": schema}
-        elif chat or flavour == "llama-server":
-            body["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": "output", "schema": schema, "strict": True},
-            }
-        elif flavour == "vllm":
-            body["guided_json"] = schema
-        else:
-            raise UsageError(
-                "--json-schema with --raw needs a server that constrains completions "
-                "(llama-server, vLLM); this one takes a schema in chat only"
-            )
-    elif params.grammar is not None:
-        if llama_like:
-            body["grammar"] = params.grammar
-        elif flavour == "vllm":
-            body["guided_grammar"] = params.grammar
-        else:
-            raise UsageError(
-                "this server does not take a GBNF grammar (--grammar-file): llama-server, "
-                "llama-cpp-python and vLLM do",
-                hint="use --json-schema, which OpenAI-compatible servers take",
-            )
-    return body
+    def _a_served_model_is_an_engine(served: ServedEngine) -> Engine:
+        return served
