@@ -73,7 +73,8 @@ def _asks_what_an_engine_is(node: ast.AST) -> bool:
     """`x.served`, or `getattr(engine, ...)` / `getattr(self.engine, ...)`: a probe of which engine."""
     if isinstance(node, ast.Attribute) and node.attr == "served":
         return True
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" and node.args:
+    calls_getattr = isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr"
+    if calls_getattr and node.args:
         target = node.args[0]
         name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
         return name == "engine"
@@ -108,5 +109,4 @@ def test_the_endpoint_syntax_imports_only_the_core_it_needs():
     config reads the settings: the two packages reach each other (pyproject's acyclic contract
     ignores that one import), so the syntax must import nothing that leads back to settings."""
     mine = {n for n in _imports(SRC / "served" / "endpoints.py") if n.startswith("llmcli")}
-    assert mine <= {"llmcli.errors", "llmcli.names", "llmcli.names.is_alias_name", "llmcli.errors.ConfigError",
-                    "llmcli.errors.UsageError"}, mine  # fmt: skip
+    assert mine and all(n.split(".")[:2] in (["llmcli", "errors"], ["llmcli", "names"]) for n in mine), mine
