@@ -62,8 +62,8 @@ def metrics(root: str) -> dict[str, float]:
 
 def client_overhead(ref: str, requests: int, n_gen: int) -> dict:
     from llmcli.contract import Done, SamplingParams
-    from llmcli.engine.served import ServedEngine
     from llmcli.loader import served_endpoint
+    from llmcli.served.engine import ServedEngine
 
     endpoint = served_endpoint(ref)
     assert endpoint is not None

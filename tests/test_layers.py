@@ -67,3 +67,46 @@ def test_hub_and_bench_never_import_the_output_layer(package):
 
 def test_the_runner_does_not_reach_into_the_repl():
     assert not {n for n in _imports(SRC / "generation.py") if n.startswith("llmcli.repl")}
+
+
+def _asks_what_an_engine_is(node: ast.AST) -> bool:
+    """`x.served`, or `getattr(engine, ...)` / `getattr(self.engine, ...)`: a probe of which engine."""
+    if isinstance(node, ast.Attribute) and node.attr == "served":
+        return True
+    calls_getattr = isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr"
+    if calls_getattr and node.args:
+        target = node.args[0]
+        name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+        return name == "engine"
+    return False
+
+
+def test_the_layers_above_the_loader_never_ask_which_engine():
+    """The loader decides local or served, once; above it the command line, the REPL, the output
+    layer and the request ask the engine what it can do (`engine.can`, `engine.describe()`)."""
+    paths = [*sorted((SRC / "cli").glob("*.py")), *sorted((SRC / "repl").glob("*.py")),
+             *sorted((SRC / "render").glob("*.py")), SRC / "generation.py"]  # fmt: skip
+    found = [
+        f"{path.relative_to(SRC)}:{node.lineno}: {ast.unparse(node)}"
+        for path in paths
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if _asks_what_an_engine_is(node)
+    ]
+    assert len(paths) > 20 and not found, "\n".join(found)
+
+
+def test_the_probe_finds_what_it_forbids():
+    probes = ["loaded.served", "s.engine.options if s.served else None", "getattr(engine, 'options', None)",
+              "getattr(self.engine, 'costs_pending', False)"]  # fmt: skip
+    for text in probes:
+        assert any(_asks_what_an_engine_is(n) for n in ast.walk(ast.parse(text))), text
+    for text in ["engine.can.kv_state", "getattr(options, 'type_k')", "from llmcli.served import engine"]:
+        assert not any(_asks_what_an_engine_is(n) for n in ast.walk(ast.parse(text))), text
+
+
+def test_the_endpoint_syntax_imports_only_the_core_it_needs():
+    """settings checks the config file's [endpoints] tables with `served.endpoints`, and served/'s
+    config reads the settings: the two packages reach each other (pyproject's acyclic contract
+    ignores that one import), so the syntax must import nothing that leads back to settings."""
+    mine = {n for n in _imports(SRC / "served" / "endpoints.py") if n.startswith("llmcli")}
+    assert mine and all(n.split(".")[:2] in (["llmcli", "errors"], ["llmcli", "names"]) for n in mine), mine

@@ -13,9 +13,9 @@ from llmcli import reasoning
 from llmcli.contract import Request, SamplingParams
 from llmcli.engine import local
 from llmcli.engine.fake import FakeEngine
-from llmcli.engine.served import budget_fields
 from llmcli.errors import UsageError
 from llmcli.reasoning import ReasoningFormat, Tracker
+from llmcli.served.wire import budget_fields
 
 
 @pytest.mark.parametrize(

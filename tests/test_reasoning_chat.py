@@ -458,4 +458,4 @@ def test_a_reply_cut_inside_the_reasoning_says_there_is_no_answer(model):
     warned = [line for line in result.stderr.splitlines() if line.startswith("warning: no answer")]
     assert len(warned) == 1 and "--max-tokens (5) ended the output inside the reasoning" in warned[0]
     assert "/set reasoning_budget N" in warned[0] and result.stdout.strip() == ""
-    assert "reasoning_budget = 3\n" in result.stderr and "reasoning_budget = None\n" in result.stderr
+    assert "reasoning_budget = 3\n" in result.stderr and "reasoning_budget = none\n" in result.stderr

@@ -14,8 +14,9 @@ from records import validate
 from test_reasoning import template
 
 from llmcli.engine.fake import FakeEngine
-from llmcli.engine.served import Chunk, Reply
 from llmcli.reasoning import ReasoningFormat, Splitter
+from llmcli.served.client import Chunk
+from llmcli.served.reply import Reply
 
 QWEN3 = ReasoningFormat("<think>", "</think>", "enable_thinking", preopened=False)
 R1 = ReasoningFormat("<think>", "</think>", None, preopened=True)

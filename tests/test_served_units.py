@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from llmcli import endpoint_config, endpoints
 from llmcli.bench.stats import percentile
 from llmcli.contract import SamplingParams, Stats
-from llmcli.engine import sse
-from llmcli.engine.served import _retry_after, request_body
 from llmcli.errors import UsageError
 from llmcli.render.stats import stats_line
+from llmcli.served import config as endpoint_config
+from llmcli.served import endpoints, sse
+from llmcli.served.faults import retry_after
+from llmcli.served.wire import request_body
 
 
 def test_sse_events():
@@ -130,10 +131,10 @@ def test_json_schema_with_raw_on_an_unknown_server_is_an_error():
     )
 
 
-def test_retry_after():
-    assert _retry_after("2") == 2.0
-    assert _retry_after(None) is None and _retry_after("soon") is None
-    assert _retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # a date in the past: now
+def testretry_after():
+    assert retry_after("2") == 2.0
+    assert retry_after(None) is None and retry_after("soon") is None
+    assert retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # a date in the past: now
 
 
 def test_percentile_interpolates_like_numpy():

@@ -13,7 +13,8 @@ from helpers import run
 from servers import Behaviour, start_fault_server
 
 from llmcli.contract import ToolCall
-from llmcli.engine.served import Reply, openai_messages
+from llmcli.served.reply import Reply
+from llmcli.served.wire import openai_messages
 
 FUNCTIONS = '''
 def word_length(word: str) -> int:
@@ -68,7 +69,7 @@ def posts(server) -> list[dict]:
 
 
 def feed(docs: list[dict]) -> Reply:
-    from llmcli.engine.served import Chunk
+    from llmcli.served.client import Chunk
 
     reply = Reply(0.0)
     for doc in docs:

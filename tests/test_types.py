@@ -36,14 +36,27 @@ def test_an_engine_without_interrupt_is_refused(tmp_path):
             """
             from collections.abc import Iterator
 
-            from llmcli.contract import Engine, Event, ModelInfo, SamplingParams
+            from llmcli.contract import Capabilities, Engine, EngineOptions, Event, ModelInfo, SamplingParams
             from llmcli.engine.fake import FakeEngine
+            from llmcli.toolcalls import CallFormat
 
 
             class HalfEngine:
                 info: ModelInfo
                 n_ctx: int = 0
                 add_bos: bool = True
+                can = Capabilities()
+                options = EngineOptions()
+                costs_pending = False
+
+                def call_format(self) -> CallFormat:
+                    return CallFormat("hermes")
+
+                def describe(self) -> list[tuple[str, str]]:
+                    return []
+
+                def calibrate(self) -> None:
+                    return None
 
                 def tokenize(self, text: str, *, special: bool = True, add_bos: bool = False) -> list[int]:
                     return []

@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol
 
 from llmcli import defaults
 from llmcli.reasoning import ReasoningFormat
-from llmcli.toolcalls import CallGrammar
+from llmcli.toolcalls import CallFormat, CallGrammar
 
 # "no_answer": the model stopped without an answer: nothing after its reasoning or its tool calls,
 # or nothing at all (set above the engines, by generation.drive; an engine says "stop")
@@ -407,6 +407,32 @@ def check_prompt(tokens: list[int], n_ctx: int) -> None:
         )
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What an engine can do, which the layers above ask instead of which engine it is (the loader
+    decides that, once). A local engine (LlamaEngine, FakeEngine) does all of it in this process;
+    a served one (llmcli.served) none of it: its server applies the template, keeps the KV cache,
+    drafts, and sets its own context, threads and layers."""
+
+    # It renders the chat template here: the template, its think switch and its tools can be
+    # shown and checked, and `/context` counts the prompt (False: the server renders its own).
+    template: bool = True
+    # Its KV cache can be saved, loaded and handed to another engine (kvstore: --prompt-cache, a
+    # session's state, a warm --continue; chat's reload after `/set`).
+    kv_state: bool = True
+    # Speculative decoding runs here (the spec flags and `/set spec-*`, their measured costs).
+    speculation: bool = True
+    # The context size, threads, GPU layers, KV cache types and weight repacking are set here, by
+    # the flags and `/set` (False: flags for them are ignored, and said to be).
+    load_options: bool = True
+
+
+class Measured(Protocol):
+    """What `Engine.calibrate` measured (engine/exact.py's cost table), for `--debug` to show."""
+
+    def report(self) -> dict: ...
+
+
 class Engine(Protocol):
     """A loaded model with one KV cache: the contract every caller uses and every engine implements
     (LlamaEngine, FakeEngine; checked by mypy through `engine/__init__.py`).
@@ -417,6 +443,10 @@ class Engine(Protocol):
 
     info: ModelInfo
     n_ctx: int  # the context window in tokens
+    can: Capabilities  # what it can do (the layers above ask this, never which engine it is)
+    # The options it was loaded with; an engine without options of its own (`can.load_options`
+    # False) has the defaults, none of which apply to it.
+    options: EngineOptions
 
     @property
     def add_bos(self) -> bool:
@@ -479,6 +509,27 @@ class Engine(Protocol):
     def load_state_payload(self, tokens: list[int], payload: bytearray | memoryview) -> bool:
         """Load a checked payload (a file's bytes, or another engine's `state_payload`) into an
         empty cache; False (cache left empty) when refused."""
+        ...
+
+    def call_format(self) -> CallFormat:
+        """How the model writes a tool call: read from its chat template, where a template that
+        takes no tools is refused in one line (chat checks before its first turn); a server's
+        template is its own, and the format is what it shows of it, else the most common one."""
+        ...
+
+    def describe(self) -> list[tuple[str, str]]:
+        """Where and how the model runs, as `/show` says it: (label, text) rows for its file or
+        endpoint, its context, and its cache (or whose template applies)."""
+        ...
+
+    @property
+    def costs_pending(self) -> bool:
+        """Speculation decided by assumed costs, which `calibrate` would measure and store (False
+        where nothing speculates here)."""
+        ...
+
+    def calibrate(self) -> Measured | None:
+        """Measure speculation's costs on this machine and store them (None: nothing measured)."""
         ...
 
     def close(self) -> None:

@@ -329,7 +329,7 @@ def measure_spec_costs(engine) -> None:
     model, or pair, and settings on this machine) measures them now, once, and stores them, so the
     runs after it decide by this machine's own; nothing is measured before a first token. One line
     on stderr says so (--quiet silences it); Ctrl-C skips it (the next run measures)."""
-    if not getattr(engine, "costs_pending", False):
+    if not engine.costs_pending:
         return
     import time
 

@@ -18,20 +18,29 @@ from llmcli.contract import Engine, EngineOptions
 EngineFactory = Callable[[Path, EngineOptions, bool], Engine]
 
 if TYPE_CHECKING:
-    from llmcli.endpoints import Endpoint
+    from llmcli.served.endpoints import Endpoint
 
 
 @dataclass
 class Loaded:
     engine: Engine
     ref: str
-    path: Path | None  # None for a served model (engine/served.py): its file is on the server
+    path: Path | None  # None for a served model (llmcli.served): its file is on the server
+
+    # Whether the model runs on a server is the loader's decision alone: the layers above ask the
+    # engine what it can do (`engine.can`) and how to describe itself, and these how to name it.
 
     @property
-    def served(self) -> bool:
-        """Whether the model runs on a server: the loader's decision, which the layers above read
-        only for what to say (which flags apply, what `/show` reports), never for how to run."""
-        return self.path is None
+    def display(self) -> str:
+        """The reference for a banner: a served model whose name is a file path as `FILE at URL`."""
+        from llmcli.served.endpoints import display_ref
+
+        return display_ref(self.ref)
+
+    @property
+    def name(self) -> str:
+        """How `/show` names the model: a served one by its server's own name, else the reference."""
+        return self.engine.info.name if self.path is None and self.engine.info.name else self.ref
 
 
 def validate_file(path: Path, options: EngineOptions | None = None, *, force: bool = False) -> None:
@@ -148,15 +157,18 @@ def load_engine(
     timeout: float | None = None,
     factory: EngineFactory | None = None,
     check_files: bool = True,
+    speculation_optional: bool = False,
 ) -> Loaded:
     """The engine for `ref` (None: the configured model): a served model's, or one built by
-    `factory` (None: llama.cpp's) after the file checks (`check_files`: off for a test's fake)."""
+    `factory` (None: llama.cpp's) after the file checks (`check_files`: off for a test's fake).
+    A served model refuses speculative options, unless `speculation_optional` (chat's `/model`,
+    which carries the session's settings to whatever model comes): then it goes without them."""
     from llmcli import settings
     from llmcli.hub.resolve import resolve_model
 
     text = ref or settings.resolve("model") or None
     if (endpoint := served_endpoint(text)) is not None:
-        if options.speculative.enabled:
+        if options.speculative.enabled and not speculation_optional:
             from llmcli.errors import UsageError
 
             raise UsageError(
@@ -195,16 +207,25 @@ def served_endpoint(ref: str | None) -> Endpoint | None:
     """The endpoint `ref` (else the configured model) names, or None for a local model: the one
     place that tells a served model from a local one (a URL, `NAME/MODEL` of a config
     `[endpoints.NAME]` table, or an alias to either, before the hub's references)."""
+    from dataclasses import replace
+
     from llmcli import settings
     from llmcli.hub import aliases
+    from llmcli.served import config
 
-    return aliases.endpoint(ref or settings.resolve("model") or None)
+    text = (ref or settings.resolve("model") or "").strip()
+    found = config.lookup(text)
+    if found is None and text and "/" not in text:  # an alias to a served model
+        target = aliases.get(text)
+        if target is not None and (found := config.lookup(target)) is not None:
+            return replace(found, alias=text)
+    return found
 
 
 def load_served(endpoint: Endpoint, *, debug: bool = False, connections: int = 4) -> Loaded:
-    """A served model: ask the server what it serves, and talk to it (engine/served.py), with a pool
+    """A served model: ask the server what it serves, and talk to it (llmcli.served), with a pool
     of `connections` (the serving benchmark's highest concurrency; one request at a time else)."""
-    from llmcli.engine.served import ServedEngine
+    from llmcli.served.engine import ServedEngine
 
     engine = ServedEngine(endpoint, connections=connections, debug=debug)
     return Loaded(engine, endpoint.with_model(engine.model).ref, None)

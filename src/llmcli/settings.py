@@ -356,8 +356,8 @@ def validate(path: Path, text: str) -> dict[str, Any]:
         raise ConfigError(message) from None
     values: dict[str, Any] = {}
     for key, raw in data.items():
-        if key == "endpoints":  # [endpoints.NAME] tables: served models (llmcli.endpoints)
-            from llmcli.endpoints import validate_table
+        if key == "endpoints":  # [endpoints.NAME] tables: served models (llmcli.served.endpoints)
+            from llmcli.served.endpoints import validate_table
 
             values[key] = validate_table(raw, _where(path, text, key))
             continue

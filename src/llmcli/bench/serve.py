@@ -36,10 +36,11 @@ from typing import TYPE_CHECKING, Any, cast
 from llmcli.bench import stats
 from llmcli.bench.results import BenchRun
 from llmcli.bench.runner import Event, now_iso
-from llmcli.endpoints import Endpoint, short_model
+from llmcli.served.endpoints import Endpoint, short_model
 
 if TYPE_CHECKING:
-    from llmcli.engine.served import Exchange, Reply, ServedEngine
+    from llmcli.served.engine import ServedEngine
+    from llmcli.served.reply import Exchange, Reply
 
 WORDS = (
     "time person year way day thing man world life hand part child eye woman place work week case "

@@ -213,7 +213,7 @@ def run_spec(
             batch = list(group)
             engine = backend.chat_engine(models[batch[0].model], engine_options(batch[0], options))
             try:
-                if getattr(engine, "costs_pending", False):  # measured here: what later runs decide by
+                if engine.costs_pending:  # measured here: what later runs decide by
                     engine.calibrate()
                 fmt, tokens = _prompt(engine, options.prompt)
                 for case in batch:

@@ -101,14 +101,15 @@ def chat(
         )
         render.debug_log(f"the session's KV cache types: {kv}")
 
-    def load(ref: str | None, speculative=None, **kv: str | None):
+    def load(ref: str | None, speculative=None, speculation_optional: bool = False, **kv: str | None):
         from dataclasses import replace
 
         changes = kv if speculative is None else {**kv, "speculative": speculative}
         opts = replace(engine_opts, **changes)
         env = environment.current()
         return load_engine(ref, opts, offline=offline, force=force, debug=render.debug(), timeout=timeout,
-                           factory=env.engine_factory, check_files=env.checks_model_files)  # fmt: skip
+                           factory=env.engine_factory, check_files=env.checks_model_files,
+                           speculation_optional=speculation_optional)  # fmt: skip
 
     toolset = flags.toolset()  # a bad functions file, an MCP server that does not start: before the load
     if toolset is not None:
@@ -122,10 +123,8 @@ def chat(
                                think_given=flags.think_given())  # fmt: skip
     try:
         chat_session.check_model(loaded)
-        if toolset is not None and not loaded.served:  # a template that takes no tools: refused now
-            from llmcli.engine.local import call_format
-
-            call_format(loaded.engine)
+        if toolset is not None:  # a template that takes no tools: refused now (a server's is its own)
+            loaded.engine.call_format()
     except UsageError:
         loaded.engine.close()
         raise
@@ -148,11 +147,11 @@ def chat(
             history.system or "", [Message.from_template(m) for m in history.messages]
         )
         state = history.last.get("kv_state")
-        if state and not loaded.served and Path(state).is_file():
+        if state and loaded.engine.can.kv_state and Path(state).is_file():
             chat_session.kv_restore = Path(state)  # warm: kvstore uses it only where it belongs
     from llmcli import kvstore
 
-    kv_state = str(kvstore.session_state_path(name)) if name and not loaded.served else None
+    kv_state = str(kvstore.session_state_path(name)) if name and loaded.engine.can.kv_state else None
     chat_session.log = flags.logged(loaded.ref, "chat", history, session=name, kv_state=kv_state)
     if chat_session.log is not None:
         from llmcli.log import writer
@@ -180,10 +179,9 @@ def chat(
 
         with sigint_held():  # a Ctrl-C now would only cut the save short
             sessions.save(name, chat_session.to_record())
-    if not chat_session.loaded.served:
-        from llmcli.generation import measure_spec_costs
+    from llmcli.generation import measure_spec_costs
 
-        measure_spec_costs(chat_session.loaded.engine)  # the session's state is saved: the cache may go
+    measure_spec_costs(chat_session.loaded.engine)  # the session's state is saved: the cache may go
 
 
 def _session_to_continue(session: str | None, resume: bool) -> tuple[str | None, dict | None]:
@@ -207,7 +205,7 @@ def _saved_cache_types(saved: dict, options, flag_k: str | None, flag_v: str | N
     is not a KV cache type, or a quantized V cache under -nfa, is skipped."""
     from llmcli import settings
     from llmcli.errors import UsageError
-    from llmcli.repl.chat_session import kv_cache_type
+    from llmcli.repl.chat_settings import kv_cache_type
 
     kv: dict[str, str | None] = {}
     for which, flag in (("k", flag_k), ("v", flag_v)):
@@ -241,20 +239,15 @@ def _banner(repl, saved: dict | None) -> None:
     from llmcli import prompting
 
     s = repl.session
-    if s.served:
-        context = f"context {s.engine.n_ctx}" if s.engine.n_ctx else "context: the server's"
-        from llmcli.endpoints import display_ref
-
-        repl.info(f"llmcli chat · {display_ref(s.loaded.ref)} · {context} · template: the server's")
-        _continuing(repl, saved)
-        if repl.interactive:
-            repl.info('/help for commands, """ for multiline, Ctrl-C stops a reply, Ctrl-D exits')
-        return
-    fmt = s.prompt_format
-    note = " (the model has no chat template: using this fallback)" if fmt.is_fallback else ""
-    if prompting.is_base(s.engine):
-        repl.warn(prompting.base_warning(s.loaded.ref))
-    repl.info(f"llmcli chat · {s.loaded.ref} · context {s.engine.n_ctx} · template {fmt.source}{note}")
+    context = f"context {s.engine.n_ctx}" if s.engine.n_ctx else "context: the server's"
+    template = "template: the server's"
+    if s.engine.can.template:  # the template is rendered here: which one
+        fmt = s.prompt_format
+        note = " (the model has no chat template: using this fallback)" if fmt.is_fallback else ""
+        template = f"template {fmt.source}{note}"
+        if prompting.is_base(s.engine):
+            repl.warn(prompting.base_warning(s.loaded.ref))
+    repl.info(f"llmcli chat · {s.loaded.display} · {context} · {template}")
     _continuing(repl, saved)
     if repl.interactive:
         repl.info('/help for commands, """ for multiline, Ctrl-C stops a reply, Ctrl-D exits')

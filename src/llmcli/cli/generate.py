@@ -81,7 +81,7 @@ def generate(
         model, flags.engine(ctx), offline=offline, force=force, debug=render.debug(), timeout=timeout,
         factory=env.engine_factory, check_files=env.checks_model_files,
     )  # fmt: skip
-    if loaded.served and prompt_cache is not None:
+    if not loaded.engine.can.kv_state and prompt_cache is not None:
         raise UsageError("--prompt-cache needs a local model: a served model's cache lives on its server")
     flags.after_load(loaded)
     from llmcli.generation import run_generate
@@ -108,7 +108,7 @@ def generate(
         text = history.text + text
     constraint = flags.constraint
     log = flags.logged(loaded.ref, "generate", history, constraint=constraint)
-    if prompt_cache is None and history is not None and not loaded.served:
+    if prompt_cache is None and history is not None and loaded.engine.can.kv_state:
         prompt_cache, prompt_cache_ro = _warm_state(history), True
         if log is not None and prompt_cache is not None:
             log.kv_state = str(prompt_cache)  # the state this conversation warms from next time too
@@ -142,7 +142,7 @@ def generate(
         render.out_json(result.record(), schema="record")
     if stats:  # stderr, so with --json too
         render.err_line(result.stats_line())
-    if result.done.finish_reason != "interrupted" and not loaded.served:
+    if result.done.finish_reason != "interrupted":
         from llmcli.generation import measure_spec_costs
 
         measure_spec_costs(loaded.engine)

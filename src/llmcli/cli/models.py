@@ -76,12 +76,12 @@ def list_models(
 
 
 def _list_served(text: str, as_json: bool) -> None:
-    from llmcli import endpoint_config, endpoints
-    from llmcli.engine.served import Client
+    from llmcli.served import config, endpoints
+    from llmcli.served.client import Client
 
     if "/" in text and not endpoints.is_url(text):
         raise UsageError(f"--endpoint takes a URL or an endpoint name, got {text!r}")
-    endpoint = endpoint_config.lookup(text)
+    endpoint = config.lookup(text)
     if endpoint is None:
         raise UsageError(
             f"no endpoint named {text!r} in the config file",
@@ -115,7 +115,7 @@ def _list_served(text: str, as_json: bool) -> None:
 def _served_ctx(model: dict[str, Any], props: Any) -> int | None:
     """The context the server serves the model with; where it does not say, the model's trained
     context (its GGUF metadata, in llama-server's listing)."""
-    from llmcli.engine.served import served_context
+    from llmcli.served.engine import served_context
 
     served = served_context(model, props if isinstance(props, dict) else None)
     trained = (model.get("meta") or {}).get("n_ctx_train")

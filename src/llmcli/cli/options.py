@@ -707,7 +707,7 @@ def _reason(exc: Exception) -> str:
 def warn_amx_repack(repack: bool | None, loaded) -> None:
     """`--repack` typed on a build that hands repacked weights to llama.cpp's AMX kernels: honoured,
     with a warning, since those kernels crash some hosts (virtual machines) at the first batch."""
-    if repack is not True or loaded.served:
+    if repack is not True or not loaded.engine.can.load_options:
         return
     from llmcli import render
     from llmcli.engine import backend
@@ -871,9 +871,9 @@ class RunFlags:
         """What the loaded model makes of the flags: a warning for --repack on an AMX build, and one
         for the flags a served model ignores."""
         warn_amx_repack(self.repack, loaded)
-        if self.think is not None and not loaded.served:
+        if self.think is not None and loaded.engine.can.template:
             warn_think(self.think, loaded.engine.info.reasoning)
-        if loaded.served:
+        if not loaded.engine.can.load_options:
             warn_local_only(ctx_size=self.ctx_size, gpu_layers=self.gpu_layers, threads=self.threads,
                             batch_size=self.batch_size, flash_attn=self.flash_attn, repack=self.repack,
                             cache_type_k=self.cache_type_k, cache_type_v=self.cache_type_v)  # fmt: skip

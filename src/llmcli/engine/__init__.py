@@ -1,4 +1,5 @@
-"""Engines: the only code that runs a model. The contract they implement is `llmcli.contract`."""
+"""Engines: the only code that runs a model here (a served model's engine, which talks to its server,
+is `llmcli.served`). The contract they implement is `llmcli.contract`."""
 
 from __future__ import annotations
 
@@ -11,8 +12,3 @@ if TYPE_CHECKING:  # the contract, checked by mypy (tests/test_types.py): each e
 
     def _every_engine_is_an_engine(llama: LlamaEngine, fake: FakeEngine) -> tuple[Engine, Engine]:
         return llama, fake
-
-    from llmcli.engine.served import ServedEngine
-
-    def _a_served_model_is_an_engine(served: ServedEngine) -> Engine:
-        return served

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from llmcli import reasoning
 from llmcli.contract import (
+    Capabilities,
     Done,
     EngineOptions,
     Event,
@@ -26,7 +27,7 @@ from llmcli.contract import (
 )
 from llmcli.engine import local
 from llmcli.engine.text import TextStream
-from llmcli.toolcalls import CallGrammar
+from llmcli.toolcalls import CallFormat, CallGrammar
 
 BOS = 0x10FFFF  # a code point no test text uses
 
@@ -150,6 +151,18 @@ class FakeEngine:
 
     def close(self) -> None:
         pass
+
+    can = Capabilities()  # a local engine's, all of it
+    costs_pending = False  # its speculation decides by no measured costs
+
+    def calibrate(self) -> None:
+        return None
+
+    def call_format(self) -> CallFormat:
+        return local.call_format(self)
+
+    def describe(self) -> list[tuple[str, str]]:
+        return local.describe(self)
 
     def respond(self, request: Request) -> Iterator[Event]:
         return local.respond(self, request)

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from llmcli import defaults
 from llmcli.contract import (
+    Capabilities,
     EngineOptions,
     Event,
     ModelInfo,
@@ -71,7 +72,7 @@ from llmcli.engine.threads import physical_cores
 from llmcli.engine.vocab import Tokenizer
 from llmcli.errors import InvalidModelError, LlmcliError, UsageError
 from llmcli.reasoning import tracker_for
-from llmcli.toolcalls import CallGrammar
+from llmcli.toolcalls import CallFormat, CallGrammar
 
 __all__ = [  # the engine, and the names other modules, tests and benchmarks import from here
     "DEFAULT_CTX_CAP", "GGML_KV_TYPES", "MIN_PREFILL_SAMPLE", "SPEC_VOCAB_MAX_DIFFERENCE", "AbortFlag",
@@ -84,6 +85,8 @@ DEFAULT_CTX_CAP = defaults.CTX_CAP
 
 class LlamaEngine:
     """A GGUF model loaded through llama.cpp, with one KV cache that persists between requests."""
+
+    can = Capabilities()  # all of it, here
 
     def __init__(
         self, path: str | Path, options: EngineOptions | None = None, *, debug: bool = False
@@ -454,6 +457,12 @@ class LlamaEngine:
 
     def respond(self, request: Request) -> Iterator[Event]:
         return local.respond(self, request)
+
+    def call_format(self) -> CallFormat:
+        return local.call_format(self)
+
+    def describe(self) -> list[tuple[str, str]]:
+        return local.describe(self)
 
     def stream(
         self,

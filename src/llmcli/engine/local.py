@@ -88,6 +88,17 @@ def call_format(engine: Engine) -> toolcalls.CallFormat:
     return fmt
 
 
+def describe(engine: Engine) -> list[tuple[str, str]]:
+    """A local model as `/show` says it: its file, its context and GPU layers, its KV cache."""
+    info = engine.info
+    weights = "repacked" if info.repack else "not repacked"
+    return [
+        ("path", info.path),
+        ("context", f"{engine.n_ctx} tokens (trained {info.n_ctx_train}); GPU layers {info.gpu_layers}"),
+        ("kv cache", f"K {info.type_k}, V {info.type_v}; weights {weights}"),
+    ]
+
+
 def run(
     engine: Engine, tokens: list[int], params, prepared: Prepared, waited_ms: float,
     reasoning: str | None = None, calls: toolcalls.CallGrammar | None = None,

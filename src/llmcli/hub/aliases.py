@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from llmcli import endpoint_config, paths
+from llmcli import paths
 from llmcli.atomic import locked, write_atomic
-from llmcli.endpoints import Endpoint
 from llmcli.errors import ConfigError, ModelNotFoundError, UsageError
 from llmcli.hub import refs
 from llmcli.hub.default_model import BUNDLED, DEFAULT_REF
+from llmcli.served import config as endpoint_config
 
 DEFAULT_NAME = DEFAULT_REF  # the bundled default model's name
 RESERVED = set(BUNDLED)  # the bundled models' names
@@ -71,7 +71,7 @@ def delete(name: str) -> str:
 
 def normalise(target: str) -> str:
     """A reference worth storing: hub references canonical, paths absolute, aliases flattened; a
-    served model (llmcli.endpoints) as its URL#MODEL or NAME/MODEL, never with a key."""
+    served model (llmcli.served.endpoints) as its URL#MODEL or NAME/MODEL, never with a key."""
     endpoint = endpoint_config.lookup(target)
     if endpoint is not None:
         return endpoint.ref
@@ -90,20 +90,6 @@ def normalise(target: str) -> str:
             )
         return resolved
     return str(ref)
-
-
-def endpoint(text: str | None) -> Endpoint | None:
-    """The served model a reference names: a URL, NAME[/MODEL] of a config table, or an alias to
-    either (`llmcli.endpoints`); None for a local or hub model."""
-    found = endpoint_config.lookup(text)
-    name = (text or "").strip()
-    if found is None and name and "/" not in name:
-        target = get(name)
-        if target is not None and (found := endpoint_config.lookup(target)) is not None:
-            from dataclasses import replace
-
-            return replace(found, alias=name)
-    return found
 
 
 def names_for(target: str) -> list[str]:

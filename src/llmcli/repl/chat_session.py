@@ -9,7 +9,7 @@ answer. The REPL loop and the tests drive it the same way.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -20,6 +20,7 @@ from llmcli.errors import StreamBrokenError
 from llmcli.generation import ToolLoop, ToolTurn
 from llmcli.loader import Loaded
 from llmcli.log.rows import Logged
+from llmcli.repl.chat_settings import SessionSettings, think_word
 
 
 class Sink(Protocol):
@@ -62,17 +63,8 @@ class TurnResult:
     calls: int = 0  # tool calls in the answer
 
 
-def _as_settings(message: str) -> str:
-    """An error about the flags, naming the `/set` settings instead (spec-type, top_k)."""
-    import re
-
-    message = message.replace("-md/--model-draft REF", "/set model-draft REF")
-    message = re.sub(r"--(spec-[a-z-]+)", r"\1", message)
-    return re.sub(r"--([a-z][a-z-]*)", lambda m: m[1].replace("-", "_"), message)  # --top-k: top_k
-
-
 @dataclass
-class ChatSession:
+class ChatSession(SessionSettings):
     loaded: Loaded
     params: SamplingParams
     conversation: Conversation = field(default_factory=Conversation)
@@ -80,7 +72,8 @@ class ChatSession:
     session_name: str | None = None
     last: Stats | None = None
     totals: Totals = field(default_factory=Totals)
-    load_model: Callable[..., Loaded] | None = None  # (ref), or (ref, speculative options, type_k=, type_v=)
+    # (ref, speculative options, speculation_optional=, type_k=, type_v=): the loader's, with the chat's flags
+    load_model: Callable[..., Loaded] | None = None
     allow_base: bool = False  # --fallback-template: chat with a base model in its fallback format
     constraint: str | None = None  # "grammar" or "json_schema": every reply is constrained
     recommended: dict[str, Any] = field(default_factory=dict)  # the model's sampling, applied
@@ -238,11 +231,6 @@ class ChatSession:
             self.conversation.messages += previous
         return result
 
-    @property
-    def served(self) -> bool:
-        """A served model (decided by the loader): for what the REPL says, never for how a turn runs."""
-        return self.loaded.served
-
     def _answer(self, sink: Sink) -> TurnResult:
         """One turn: the whole history as one request (a local engine fits it to the context by the
         overflow policy and reuses its cached prefix; a server does its own)."""
@@ -314,7 +302,7 @@ class ChatSession:
         """Save the KV cache beside the session `name` (see kvstore); never raises."""
         from llmcli import kvstore
 
-        if self.served:
+        if not self.engine.can.kv_state:
             return kvstore.SaveResult(skipped="a served model's cache lives on its server")
         path = kvstore.session_state_path(name)
         # reload: the chat goes on from exactly what a resuming process will load (engine/state.py)
@@ -329,205 +317,20 @@ class ChatSession:
         self.conversation.clear()
         self.engine.reset()
 
-    def setting(self, name: str) -> object:
-        """The current value of what `/set NAME` changes (a one-line error for an unknown name)."""
-        dashed = name.replace("_", "-")
-        if dashed == "think":
-            return think_word(self.think)
-        if dashed in SPEC_SETTINGS:
-            return self.spec_value(dashed)
-        if dashed in KV_SETTINGS:
-            kv_type = self.cache_type(dashed)
-            return "the server's" if kv_type is None else kv_type
-        key = self._sampling_key(name)
-        return getattr(self.params, key)
-
-    def _sampling_key(self, name: str) -> str:
-        from llmcli.errors import UsageError
-
-        # the constraint is the command line's (--grammar-file, --json-schema); `defaulted` is bookkeeping
-        known = {f.name for f in fields(SamplingParams)} - {"grammar", "json_schema", "defaulted"}
-        key = name.replace("-", "_")
-        if key not in known:
-            settable = sorted(known) + sorted(SPEC_SETTINGS) + sorted(KV_SETTINGS) + ["think"]
-            raise UsageError(f"unknown setting {name!r}; settable: {', '.join(settable)}")
-        return key
-
-    def set_param(self, name: str, value: str) -> int | None:
-        """Change a setting; for one that loads the model again (speculative, KV cache types), the
-        cached tokens carried over to it (`carry_kv`), else None."""
-        from llmcli.errors import UsageError
-
-        if name == "think":
-            self.set_think(value)
-            return None
-        if name.replace("_", "-") in SPEC_SETTINGS:
-            return self.set_spec(name.replace("_", "-"), value)
-        if name.replace("_", "-") in KV_SETTINGS:
-            return self.set_cache_type(name.replace("_", "-"), value)
-        key = self._sampling_key(name)
-        current = getattr(self.params, key)
-        try:
-            if key == "stop":  # `a|b`; none (or "") clears the list
-                cleared = value.lower() in ("", "none", '""', "''")
-                parsed: Any = [] if cleared else [s for s in value.split("|") if s]
-            elif key == "seed":
-                parsed = None if value.lower() in ("", "none", "random") else int(value)
-            elif key == "reasoning_budget":  # -1 (or none): no limit, as --reasoning-budget -1
-                parsed = None if value.lower() in ("", "none", "-1") else int(value)
-            elif key == "reasoning_budget_message":
-                parsed = value
-            else:
-                parsed = type(current)(value)
-        except ValueError:
-            kind = (
-                "an integer (or none)"
-                if key in ("seed", "reasoning_budget")
-                else f"a {type(current).__name__}"
-            )
-            raise UsageError(f"{name} needs {kind}, got {value!r}") from None
-        if key == "repeat_last_n" and parsed < 0:
-            raise UsageError(f"repeat_last_n must be >= 0 (0: no penalty window), got {parsed}")
-        old = current
-        setattr(self.params, key, parsed)
-        try:
-            self.params.validate()
-        except UsageError as exc:
-            setattr(self.params, key, old)
-            raise UsageError(_as_settings(exc.message), hint=exc.hint) from None
-        self.params.defaulted = self.params.defaulted - {key}  # set by the user: the model's advice is off
-        return None
-
-    def set_think(self, value: str) -> None:
-        """`/set think on|off|auto`: a reasoning model's switch, as --think/--no-think (auto: the
-        template's default). It applies from the next turn; the KV cache of the history stays good
-        (the switch changes only the generation prompt)."""
-        from llmcli.errors import UsageError
-        from llmcli.settings import BOOL_WORDS
-
-        word = value.strip().lower()
-        if word in ("auto", "default"):
-            self.think = None
-        elif word in BOOL_WORDS:
-            self.think = BOOL_WORDS[word]
-        else:
-            raise UsageError(f"think needs on, off or auto, got {value!r}")
-
-    def think_note(self) -> str | None:
-        """Why the switch cannot do what it is set to with the loaded model, in one line (None: it
-        can, or a served model, whose server decides)."""
-        from llmcli import reasoning
-
-        if self.think is None or self.served:
-            return None
-        return reasoning.switch_note(self.think, self.engine.info.reasoning)
-
-    @property
-    def spec(self):
-        from llmcli.contract import SpecOptions
-
-        options = getattr(self.engine, "options", None)
-        return options.speculative if options is not None else SpecOptions()
-
-    def set_spec(self, name: str, value: str) -> int:
-        """`/set spec-type lookup`, `/set spec-draft-n-max 4`...: the model is loaded again with the
-        new speculative settings (a verification batch's size is fixed when the context is made);
-        the conversation is kept, and so is its KV cache where the new context can hold it
-        (`carry_kv`). Returns the tokens carried over."""
-        from dataclasses import replace
-
-        from llmcli.engine.spec import kind_of
-        from llmcli.errors import UsageError
-
-        spec = replace(self.spec)
-        field_name, kind = SPEC_SETTINGS[name]
-        try:
-            if kind is bool:
-                from llmcli.settings import BOOL_WORDS
-
-                parsed: Any = BOOL_WORDS[value.strip().lower()]
-            elif field_name == "kind":
-                parsed = kind_of(value)
-            elif field_name == "model_draft":
-                parsed = value or None
-            elif field_name in DRAFT_KV_FIELDS:  # "target": follow the target's type again
-                options = getattr(self.engine, "options", None)
-                word = value.strip().lower()
-                is_v = field_name == "type_v_draft"
-                flash = options.flash_attn if options is not None else None
-                parsed = None if word == "target" else check_kv_type(name, word, is_v, flash)
-            else:
-                parsed = kind(value)
-        except (KeyError, ValueError) as exc:
-            if field_name == "kind":
-                raise UsageError(_as_settings(str(exc))) from None
-            need = "on or off" if kind is bool else "an integer"
-            raise UsageError(f"{name} needs {need}, got {value!r}") from None
-        if field_name == "ctx_size_draft":
-            if parsed < 0:
-                raise UsageError(f"{name} must be >= 0 (0: the target's), got {parsed}")
-            parsed = parsed or None  # 0: the target's, as -cd 0
-        elif field_name == "gpu_layers_draft" and parsed < 0:
-            parsed = None  # all when the build can offload, as -ngld -1
-        setattr(spec, field_name, parsed)
-        if field_name == "model_draft":
-            spec.model_draft_ref = parsed
-            spec.model_draft_from = None  # typed here
-            spec.kind = "draft" if parsed else ("none" if spec.kind == "draft" else spec.kind)
-        if spec.kind == "draft" and not spec.model_draft:
-            spec.model_draft = spec.model_draft_ref
-        if spec.kind != "draft":
-            spec.model_draft = spec.model_draft_ref = None
-        try:
-            spec.validate()
-        except UsageError as exc:  # in the REPL's own words
-            raise UsageError(_as_settings(exc.message), hint=exc.hint) from None
-        return self.switch_model(self.loaded.ref, speculative=spec)
-
-    def set_cache_type(self, name: str, value: str) -> int:
-        """`/set cache-type-k q8_0`: the model is loaded again with its KV cache of that type (a
-        cache's types are fixed when the context is made); the conversation is kept and
-        re-evaluated at the next turn (keys and values of another type cannot be carried over)."""
-        from llmcli.errors import UsageError
-
-        options = getattr(self.engine, "options", None)
-        if options is None:
-            raise UsageError(f"{name}: a served model's KV cache is its server's to set")
-        field_name = KV_SETTINGS[name]
-        kv_type = kv_cache_type(name, value, options.flash_attn)
-        return self.switch_model(self.loaded.ref, speculative=self.spec, **{field_name: kv_type})
-
-    def cache_type(self, name: str) -> str | None:
-        """The KV cache type `name` names in the loaded model (None for a served model)."""
-        options = getattr(self.engine, "options", None)
-        return None if options is None else getattr(options, KV_SETTINGS[name]) or "f16"
-
-    def spec_value(self, name: str) -> Any:
-        field_name, _ = SPEC_SETTINGS[name]
-        value = getattr(self.spec, field_name)
-        if field_name == "model_draft":
-            return self.spec.model_draft_ref or value
-        if field_name in DRAFT_KV_FIELDS:
-            return value or "target"
-        return value
-
     def switch_model(self, ref: str, speculative=None, **kv: str | None) -> int:
         """Load `ref` in place of the current model. The speculative settings and KV cache types in
         effect (the command line's, or what `/set` changed since) go with it, except to a served
         model, which drafts and keeps its cache on its server. `kv`: type_k/type_v to change.
         Returns the cached tokens the new engine took over (`carry_kv`; 0: the next turn prefills
         the conversation again)."""
-        from llmcli.contract import SpecOptions
-        from llmcli.hub import aliases
-
         assert self.load_model is not None
-        served = aliases.endpoint(ref) is not None
+        optional = speculative is None  # the session's settings, where the new model can take them
         if speculative is None:
-            speculative = SpecOptions() if served else self.spec
-        options = getattr(self.engine, "options", None)
-        if options is not None and not served:  # from a local model to a local model
+            speculative = self.spec
+        if self.engine.can.load_options:  # its KV cache types, to a model that takes them
+            options = self.engine.options
             kv = {"type_k": options.type_k, "type_v": options.type_v, **kv}
-        new = self.load_model(ref, speculative, **kv)
+        new = self.load_model(ref, speculative, speculation_optional=optional, **kv)
         old = self.loaded
         try:
             self.check_model(new)
@@ -557,11 +360,6 @@ class ChatSession:
         }
 
 
-def think_word(think: bool | None) -> str:
-    """The switch as `/set` shows it."""
-    return "auto" if think is None else "on" if think else "off"
-
-
 def carry_kv(old, new) -> int:
     """Hand `old`'s KV cache to `new` where it would hold the same keys and values: the same model
     file, llama.cpp build and cache-shaping settings, what a saved state must match
@@ -581,51 +379,6 @@ def carry_kv(old, new) -> int:
     if not tokens:
         return 0
     return len(tokens) if new.load_state_payload(tokens, payload) else 0  # no copy of the KV bytes
-
-
-# /set names for speculative decoding: the SpecOptions field and the value's type.
-SPEC_SETTINGS: dict[str, tuple[str, type]] = {
-    "spec-type": ("kind", str),
-    "spec-draft-n-max": ("draft_max", int),
-    "spec-draft-n-min": ("draft_min", int),
-    "spec-ngram-max": ("ngram_max", int),
-    "spec-ngram-min": ("ngram_min", int),
-    "spec-adaptive": ("adaptive", bool),
-    "spec-exact": ("exact", bool),
-    "model-draft": ("model_draft", str),
-    "gpu-layers-draft": ("gpu_layers_draft", int),  # -ngld; below 0: all when the build can offload
-    "ctx-size-draft": ("ctx_size_draft", int),  # -cd; 0: the target's
-    "cache-type-k-draft": ("type_k_draft", str),  # -ctkd; "target": the target's
-    "cache-type-v-draft": ("type_v_draft", str),  # -ctvd
-}
-DRAFT_KV_FIELDS = ("type_k_draft", "type_v_draft")
-
-
-# /set names for the KV cache's types (-ctk, -ctv): the EngineOptions field.
-KV_SETTINGS: dict[str, str] = {"cache-type-k": "type_k", "cache-type-v": "type_v"}
-
-
-def kv_cache_type(name: str, value: str, flash_attn: bool | None) -> str | None:
-    """`value` as the engine option for the KV setting `name` (None: f16, llama.cpp's default, as
-    -ctk f16), checked: UsageError for an unknown type, or a quantized V cache without flash attention."""
-    parsed = check_kv_type(name, value, KV_SETTINGS[name] == "type_v", flash_attn)
-    return None if parsed == "f16" else parsed
-
-
-def check_kv_type(name: str, value: str, is_v: bool, flash_attn: bool | None) -> str:
-    """`value` lowercased if it is a KV cache type `name` can take (`is_v`: a V cache, which is
-    quantized only with flash attention), else a UsageError naming the setting."""
-    from llmcli.errors import UsageError
-    from llmcli.gguf_file import KV_TYPE_BYTES, v_cache_refused
-
-    parsed = value.strip().lower()
-    if parsed not in KV_TYPE_BYTES:
-        raise UsageError(f"{name}: unknown KV cache type {value!r} (one of {', '.join(KV_TYPE_BYTES)})")
-    if is_v and v_cache_refused(parsed, flash_attn):
-        raise UsageError(
-            f"a quantized V cache ({parsed}) needs flash attention, and this chat runs without it (-nfa)"
-        )
-    return parsed
 
 
 def stats_record(loaded: Loaded, params: SamplingParams, done: Done, prompt_format: str,

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Protocol
 
 from llmcli import reasoning
 from llmcli.contract import SamplingParams
-from llmcli.endpoints import display_ref
 from llmcli.errors import LlmcliError, TerminatedError, UsageError
 from llmcli.sampling import settings_text, value_text
 
@@ -114,13 +113,13 @@ def _system(repl: Repl, arg: str) -> None:
     "Change a sampling, speculative, KV cache or think (on, off, auto) setting; show one, or all.",
 )
 def _set(repl: Repl, arg: str) -> None:
-    from llmcli.repl.chat_session import KV_SETTINGS, SPEC_SETTINGS
+    from llmcli.repl.chat_settings import KV_SETTINGS, SPEC_SETTINGS
 
     if not arg:
         for key, value in repl.session.params.as_dict().items():
             if key not in ("grammar", "json_schema"):  # the command line's constraint, not /set's
                 repl.info(f"  {key} = {value_text(key, value)}")
-        for key in SPEC_SETTINGS if not repl.session.served else ():  # a server drafts on its own
+        for key in SPEC_SETTINGS if repl.session.engine.can.speculation else ():  # a server drafts on its own
             repl.info(f"  {key} = {_setting(repl, key)}")
         for key in KV_SETTINGS:
             if (kv_type := repl.session.cache_type(key)) is not None:
@@ -164,30 +163,18 @@ def _show(repl: Repl, arg: str) -> None:
     about = [x for x in (info.architecture, info.quantization) if x]
     if info.size_bytes:
         about.append(human_size(info.size_bytes))
-    shown = info.name if s.served and info.name else s.loaded.ref  # served: the server's own name
-    repl.info(f"model      {shown}" + (f" ({', '.join(about)})" if about else ""))
-    if s.served:  # what the server does not say (its KV cache, offload, template) is not guessed
-        repl.info(f"endpoint   {info.path}")
-        trained = f" (trained {info.n_ctx_train})" if info.n_ctx_train else ""
-        window = f"{s.engine.n_ctx} tokens" if s.engine.n_ctx else "the server's"
-        repl.info(f"context    {window}{trained}")
-        repl.info("template   the server's (chat completions)")
-    else:
-        repl.info(f"path       {info.path}")
-        repl.info(
-            f"context    {s.engine.n_ctx} tokens (trained {info.n_ctx_train}); GPU layers {info.gpu_layers}"
-        )
-        weights = "repacked" if info.repack else "not repacked"
-        repl.info(f"kv cache   K {info.type_k}, V {info.type_v}; weights {weights}")
-    options = getattr(s.engine, "options", None)
-    if options is not None and options.speculative.enabled:
+    repl.info(f"model      {s.loaded.name}" + (f" ({', '.join(about)})" if about else ""))
+    for label, text in s.engine.describe():  # its file or endpoint, context, cache or template
+        repl.info(f"{label:<10} {text}")
+    options = s.engine.options
+    if s.engine.can.speculation and options.speculative.enabled:
         sp = options.speculative
         line = f"speculative {sp.kind}, k up to {sp.draft_max}{', exact' if sp.exact else ''}"
         if sp.kind == "draft":
             k, v = options.draft_cache_types()
             line += f"; draft {sp.model_draft_ref or sp.model_draft}, kv cache K {k}, V {v}"
         repl.info(line)
-    if not s.served:
+    if s.engine.can.template:
         repl.info(f"template   {s.prompt_format.source}")
         repl.info(f"reasoning  {reasoning.describe(info.reasoning)}")
     repl.info(f"overflow   {s.on_overflow}")
@@ -203,7 +190,7 @@ def _context(repl: Repl, arg: str) -> None:
         0,
         "",
     )  # as the template renders the conversation (a served model's server renders its own)
-    if s.served:  # the server applies its own template: its count of the last turn is the one known
+    if not s.engine.can.template:  # the server applies its own: its count of the last turn is the one known
         # the last answer's count, if this server gave it (not a local model's before /model, nor
         # a conversation /clear emptied since)
         if s.last is None or not s.last.sources or not s.conversation.messages:
@@ -237,7 +224,7 @@ def _context(repl: Repl, arg: str) -> None:
         mark = " [interrupted]" if m.interrupted else ""
         repl.info(f"  {i:>3} {m.role:<9} {count(m.content)}  {preview}{mark}")
     answers = dropped = kept = 0
-    if not s.served and any(m.reasoning for m in s.conversation.messages):
+    if s.engine.can.template and any(m.reasoning for m in s.conversation.messages):
         answers, dropped, kept = s.reasoning_in(prompt)  # the rows count answers alone
     if kept:
         repl.info(
@@ -255,7 +242,7 @@ def _context(repl: Repl, arg: str) -> None:
             f"reasoning: {dropped} tokens of {answers} earlier answer(s) dropped from the context "
             "(the template leaves them out; /think show shows the last)"
         )
-    elif s.served and (n := sum(1 for m in s.conversation.messages if m.reasoning)):
+    elif not s.engine.can.template and (n := sum(1 for m in s.conversation.messages if m.reasoning)):
         repl.info(f"reasoning: that of {n} earlier answer(s) is not sent back to the server")
 
 
@@ -271,8 +258,8 @@ def _think(repl: Repl, arg: str) -> None:
     if word not in ("", "show"):
         raise UsageError(f"usage: /think [show|on|off|auto], got {arg!r}")
     if not word:  # where the switch stands, and what the model makes of it
-        fmt = None if s.served else s.engine.info.reasoning
-        about = "the server's model" if s.served else f"reasoning {reasoning.describe(fmt)}"
+        here = s.engine.can.template  # the think switch goes to the template here (else to the server)
+        about = f"reasoning {reasoning.describe(s.engine.info.reasoning)}" if here else "the server's model"
         repl.info(f"think = {s.setting('think')} ({about}); /think show shows the last answer's reasoning")
         return
     text = s.last_reasoning or _last_reasoning(s)
@@ -383,5 +370,5 @@ def _model(repl: Repl, arg: str) -> None:
     carried = repl.session.switch_model(arg)
     kept = f"; its KV cache of {carried} tokens kept" if carried else ""
     s = repl.session
-    template = "the server's template" if s.served else f"{s.prompt_format.source} template"
-    repl.info(f"now using {display_ref(s.loaded.ref)} ({template}{kept})")
+    template = f"{s.prompt_format.source} template" if s.engine.can.template else "the server's template"
+    repl.info(f"now using {s.loaded.display} ({template}{kept})")

@@ -157,7 +157,7 @@ class Repl:
         engine = self.session.engine
         if self._exact_noticed is not None and self._exact_noticed() is engine:
             return
-        if notice := exact_limit_notice(stats, getattr(engine, "info", None), chat=True):
+        if notice := exact_limit_notice(stats, engine.info, chat=True):
             self._exact_noticed = weakref.ref(engine)
             self.info("note: " + notice)
 

@@ -24,8 +24,8 @@ endpoint's `api_key_env` variable, then its `api_key`, then `LLMCLI_API_KEY`, th
 show it, and no record, log line or error message contains it.
 
 This module is the syntax and the tables' schema, reading nothing (settings validates the config
-file with it); which endpoint a reference names, from the config file, is `endpoint_config`, and
-through an alias, `hub.aliases.endpoint`.
+file with it); which endpoint a reference names, from the config file, is `served.config`, and
+through an alias, `loader.served_endpoint`.
 
 Light on purpose (no HTTP client here): `--help` and parsing never import httpx.
 """

@@ -1,13 +1,13 @@
 """Which served model a reference names, from the config file's `[endpoints.NAME]` tables (see
-`llmcli.endpoints` for the syntax and the tables' schema), and how long a stream may stall."""
+`llmcli.served.endpoints` for the syntax and the tables' schema), and how long a stream may stall."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from llmcli import settings
-from llmcli.endpoints import Endpoint, is_url, parse_url
 from llmcli.errors import UsageError
+from llmcli.served.endpoints import Endpoint, is_url, parse_url
 
 
 def configured() -> dict[str, dict[str, Any]]:
@@ -32,7 +32,7 @@ def named(name: str, model: str | None = None) -> Endpoint:
 
 def lookup(text: str | None) -> Endpoint | None:
     """The endpoint a model reference names (a URL, or NAME[/MODEL] of a config table), or None when
-    it names a local or hub model or an alias (`hub.aliases.endpoint` follows those)."""
+    it names a local or hub model or an alias (`loader.served_endpoint` follows those)."""
     if not text:
         return None
     text = text.strip()
