@@ -14,8 +14,8 @@ from typing import Annotated
 
 import typer
 
-from llmcli.cli import options as o
 from llmcli.cli.bench_flags import BenchFlags
+from llmcli.cli.flagset import with_flags
 from llmcli.cli.helptext import ReadableArgs
 
 bench_app = typer.Typer(
@@ -30,7 +30,7 @@ def register(app: typer.Typer) -> None:
 
 
 @bench_app.callback(invoke_without_command=True)
-@o.with_flags(BenchFlags, keep_defaults=True)
+@with_flags(BenchFlags, keep_defaults=True)
 def bench(ctx: typer.Context, flags: BenchFlags = None) -> None:  # type: ignore[assignment]  # with_flags
     """Measure prefill (pp) and decode (tg) speed, as llama-bench does: mean ± sd over repetitions.
 

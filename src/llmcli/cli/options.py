@@ -7,11 +7,8 @@ flag > LLMCLI_* variable > config file > built-in default is resolved in one pla
 
 from __future__ import annotations
 
-import functools
-import inspect
-import typing
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -565,37 +562,6 @@ class RunFlags:
 def run_flags(command: Callable) -> Callable:
     """Give `command` the flags of `RunFlags` in place of its `flags` parameter (so `--help`, the man
     page and the completions list them where it is), and call it with them as one `RunFlags`."""
+    from llmcli.cli.flagset import with_flags
+
     return with_flags(RunFlags)(command)
-
-
-def with_flags(flags_class: type, *, keep_defaults: bool = False) -> Callable[[Callable], Callable]:
-    """A decorator: the command's `flags` parameter becomes the fields of `flags_class` (a dataclass
-    of Annotated flags), in their order, and the command is called with them as one object. Their
-    defaults are None (the settings resolve them) unless `keep_defaults` (the dataclass's own)."""
-    hints = typing.get_type_hints(flags_class, include_extras=True)
-    declared = fields(flags_class)
-    names = [f.name for f in declared]
-
-    def decorate(command: Callable) -> Callable:
-        own = typing.get_type_hints(command, include_extras=True)  # resolved in the command's module
-        signature = inspect.signature(command)
-        parameters: list[inspect.Parameter] = []
-        for parameter in signature.parameters.values():
-            if parameter.name != "flags":
-                parameters.append(parameter.replace(annotation=own[parameter.name]))
-                continue
-            parameters += [inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                             default=f.default if keep_defaults else None,
-                                             annotation=hints[f.name]) for f in declared]  # fmt: skip
-
-        @functools.wraps(command)
-        def with_flags(*args, **kwargs):
-            flags = flags_class(**{name: kwargs.pop(name) for name in names})
-            return command(*args, flags=flags, **kwargs)
-
-        with_flags.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
-        with_flags.__annotations__ = {**{k: v for k, v in own.items() if k != "flags"},
-                                      **{name: hints[name] for name in names}}  # fmt: skip
-        return with_flags
-
-    return decorate
