@@ -42,7 +42,7 @@ def run(f: BenchFlags) -> None:
 def _run_served(f: BenchFlags, served) -> None:
     """The serving benchmark, once no flag of a local run is given."""
     from llmcli.bench import run as session
-    from llmcli.bench import serve
+    from llmcli.bench import serve_load, serve_results
 
     local_only = {"-pg": f.pg, "-d": f.depth, "-t": f.threads, "-ngl": f.gpu_layers, "-b": f.batch_size,
                   "-ub": f.ubatch_size, "-fa": f.flash_attn, "-ctk": f.cache_type_k, "-ctv": f.cache_type_v,
@@ -54,10 +54,10 @@ def _run_served(f: BenchFlags, served) -> None:
         raise UsageError(f"{', '.join(given)}: not for a served model (the serving benchmark takes "
                          "-p, -n, -c, --requests, the --request-rate and --goodput family, --dataset, "
                          "-r, --no-warmup, --delay, --seed and -o)")  # fmt: skip
-    load = serve.Load(
+    load = serve_results.Load(
         burstiness=f.burstiness, ramp_up_s=f.ramp_up,
-        slo_ms=serve.parse_goodput(f.goodput) if f.goodput else {},
-        percentiles=serve.parse_percentiles(f.percentiles), range_ratio=f.range_ratio,
+        slo_ms=serve_load.parse_goodput(f.goodput) if f.goodput else {},
+        percentiles=serve_load.parse_percentiles(f.percentiles), range_ratio=f.range_ratio,
     )  # fmt: skip
     _bench_served(served, f.n_prompt, f.n_gen, f.concurrency, f.requests, f.repetitions, not f.no_warmup,
                   f.output, f.seed, f.delay, f.request_rate, load, f.dataset, f.sweep_rate,
@@ -130,11 +130,11 @@ def _bench_served(found, n_prompt, n_gen, concurrency, requests, reps, warmup, o
     from pathlib import Path
 
     from llmcli import render
-    from llmcli.bench import serve
+    from llmcli.bench import serve, serve_load
     from llmcli.bench import sweep as s
     from llmcli.render import bench as formats
 
-    rates = serve.parse_rates(request_rate)
+    rates = serve_load.parse_rates(request_rate)
     open_loop = request_rate is not None or sweep_rate
     pairs: tuple = ()
     if dataset != "random":
@@ -142,7 +142,7 @@ def _bench_served(found, n_prompt, n_gen, concurrency, requests, reps, warmup, o
             raise UsageError("--range-ratio is for --dataset random (a file's lengths are its own)")
         if n_prompt:
             raise UsageError(f"-p: --dataset {dataset} has its own prompts")
-        pairs = serve.load_conversations(dataset)
+        pairs = serve_load.load_conversations(dataset)
     if (load.burstiness != 1.0 or load.ramp_up_s) and not open_loop:
         raise UsageError("--burstiness and --ramp-up shape arrivals at a --request-rate")
     if load.ramp_up_s and any(r == float("inf") for r in rates) and not sweep_rate:
