@@ -12,8 +12,9 @@ import pytest
 from helpers import run
 from servers import Behaviour
 
-from llmcli.bench import serve
-from llmcli.bench.serve import Case, Load, RequestResult, arrivals
+from llmcli.bench import serve, serve_load, serve_results
+from llmcli.bench.serve_load import arrivals
+from llmcli.bench.serve_results import Case, Load, RequestResult
 from llmcli.errors import UsageError
 
 # -- arrivals -----------------------------------------------------------------------------------
@@ -69,14 +70,15 @@ def test_goodput_counts_requests_that_meet_every_slo():
     one_token = RequestResult(True, ttft_s=0.05, latency_s=0.05, output_tokens=1)  # no TPOT
     failed = RequestResult(False, "boom")
     slo = {"ttft": 100.0, "tpot": 60.0}
-    assert [serve.meets(r, slo) for r in (fast, slow_start, one_token)] == [True, False, True]
-    rep = serve.Repetition(2.0, [fast, slow_start, one_token, failed], sent=4)
-    result = serve.ServeResult(Case(8, 10, None, 4, 2.0), "m", "u", "vllm", "t", [rep], load=Load(slo_ms=slo))
+    assert [serve_results.meets(r, slo) for r in (fast, slow_start, one_token)] == [True, False, True]
+    rep = serve_results.Repetition(2.0, [fast, slow_start, one_token, failed], sent=4)
+    result = serve_results.ServeResult(Case(8, 10, None, 4, 2.0), "m", "u", "vllm", "t", [rep],
+                                       load=Load(slo_ms=slo))
     record = result.record()
     assert record["goodput_share"] == 0.5 and record["request_goodput"] == 1.0  # 2 good in 2 s
     assert record["slo_ms"] == slo and record["request_rate"] == 2.0 and record["concurrency"] is None
     assert record["test"] == "serve p8 n10 r2"
-    plain = serve.ServeResult(Case(8, 10, 2, 4), "m", "u", "vllm", "t", [rep]).record()
+    plain = serve_results.ServeResult(Case(8, 10, 2, 4), "m", "u", "vllm", "t", [rep]).record()
     assert plain["goodput_share"] is None and plain["test"] == "serve p8 n10 c2"  # the names of before
 
 
@@ -91,27 +93,26 @@ def test_a_growing_queue_is_saturation_a_steady_one_is_not():
 
 def test_random_lengths_stay_in_their_range_and_repeat_with_the_seed():
     case = Case(100, 20, 1, 300)
-    drawn = serve.lengths(case, Load(range_ratio=0.5), random.Random(2))
-    assert drawn == serve.lengths(case, Load(range_ratio=0.5), random.Random(2))
+    drawn = serve_load.lengths(case, Load(range_ratio=0.5), random.Random(2))
+    assert drawn == serve_load.lengths(case, Load(range_ratio=0.5), random.Random(2))
     assert all(50 <= p <= 150 and 10 <= n <= 30 for p, n in drawn)
     assert len({p for p, _ in drawn}) > 20  # spread, not one length
-    assert set(serve.lengths(case, Load(), random.Random(2))) == {(100, 20)}
+    assert set(serve_load.lengths(case, Load(), random.Random(2))) == {(100, 20)}
 
 
 def test_parsers():
-    assert serve.parse_goodput("ttft:200,tpot:50 e2el:3000") == {"ttft": 200, "tpot": 50, "e2el": 3000}
+    assert serve_load.parse_goodput("ttft:200,tpot:50 e2el:3000") == {"ttft": 200, "tpot": 50, "e2el": 3000}
     for bad in ("ttft", "ttft:x", "latency:5", "tpot:-1", ""):
         with pytest.raises(UsageError):
-            serve.parse_goodput(bad)
-    assert serve.parse_rates(["1,2.5", "inf"]) == [1.0, 2.5, math.inf] and serve.parse_rates(None) == [
-        math.inf
-    ]
+            serve_load.parse_goodput(bad)
+    assert serve_load.parse_rates(["1,2.5", "inf"]) == [1.0, 2.5, math.inf]
+    assert serve_load.parse_rates(None) == [math.inf]
     for bad in (["0"], ["-1"], ["fast"], ["nan"]):
         with pytest.raises(UsageError):
-            serve.parse_rates(bad)
-    assert serve.parse_percentiles("99,50,90,99.9") == (90.0, 99.0, 99.9)  # the median is always there
+            serve_load.parse_rates(bad)
+    assert serve_load.parse_percentiles("99,50,90,99.9") == (90.0, 99.0, 99.9)  # the median is always there
     with pytest.raises(UsageError):
-        serve.parse_percentiles("100")
+        serve_load.parse_percentiles("100")
 
 
 def _sharegpt(path, n: int = 6):
@@ -136,13 +137,13 @@ def _sharegpt(path, n: int = 6):
 
 
 def test_a_sharegpt_file_gives_first_human_turns_and_their_replies(tmp_path):
-    pairs = serve.load_conversations(str(_sharegpt(tmp_path / "c.json")))
+    pairs = serve_load.load_conversations(str(_sharegpt(tmp_path / "c.json")))
     assert len(pairs) == 6
     assert all(p.startswith("question ") and r.startswith("rivers flow") for p, r in pairs)
     (tmp_path / "bad.json").write_text('{"not": "a list"}')
     for bad in ("bad.json", "missing.json"):
         with pytest.raises(UsageError):
-            serve.load_conversations(str(tmp_path / bad))
+            serve_load.load_conversations(str(tmp_path / bad))
 
 
 # -- against a server ---------------------------------------------------------------------------

@@ -46,7 +46,7 @@ PRINTED = {
 NOT_DOCUMENTS = {
     ("cli/tools.py", "list_tools"), ("cli/logs.py", "show"), ("render/bench.py", "to_json"),
     ("render/bench.py", "jsonl_line"), ("render/bench.py", "_csv_value"), ("render/__init__.py", "out_json"),
-    ("cli/options.py", "schema_to_grammar"), ("cli/options.py", "_came_from"),
+    ("cli/resolve.py", "schema_to_grammar"), ("cli/spec_flags.py", "_came_from"),
 }  # fmt: skip
 
 

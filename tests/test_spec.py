@@ -607,7 +607,7 @@ def test_errors_name_the_variable_or_config_key_a_spec_setting_came_from(fake, i
 
 
 def test_the_config_and_environment_take_the_words_the_flags_take(fake, isolated, monkeypatch):
-    from llmcli import settings
+    from llmcli import settings, values
 
     assert run("config", "set", "spec_type", "LOOKUP").exit_code == 0
     assert 'spec_type = "lookup"' in (isolated / "config.toml").read_text()
@@ -615,7 +615,7 @@ def test_the_config_and_environment_take_the_words_the_flags_take(fake, isolated
     assert run("generate", "hi").exit_code == 0
     assert fake.made[-1].options.speculative.kind == "lookup"
     for word, value in (("y", True), ("T", True), ("n", False), ("f", False), ("on", True)):
-        assert settings.coerce(settings.SETTINGS["spec_exact"], word, text=True) is value
+        assert values.parse(settings.SETTINGS["spec_exact"], word, text=True) is value
     monkeypatch.setenv("LLMCLI_SPEC_EXACT", "n")
     shown = run("config", "show")
     assert shown.exit_code == 0, shown.stderr

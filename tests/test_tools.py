@@ -460,7 +460,7 @@ def mcp_command() -> str:
 
 
 def test_mcp_server_tools_are_listed_and_called():
-    from llmcli.cli.options import build_toolset
+    from llmcli.cli.resolve import build_toolset
 
     toolset = build_toolset(None, None, [mcp_command()])
     try:

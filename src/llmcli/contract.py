@@ -22,6 +22,11 @@ from llmcli.toolcalls import CallFormat, CallGrammar
 FinishReason = Literal["stop", "length", "interrupted", "no_answer"]
 
 
+def flag_name(key: str) -> str:
+    """The command-line flag of a setting or sampling field, as errors name it: `--top-k`."""
+    return "-md/--model-draft" if key == "model_draft" else "--" + key.replace("_", "-")
+
+
 @dataclass
 class SamplingParams:
     """Every sampling setting; `seed=None` means "pick one and report it"."""
@@ -44,30 +49,33 @@ class SamplingParams:
     # Settings the user left at the built-in default (a model's recommendation may replace them).
     defaulted: frozenset[str] = field(default_factory=frozenset, repr=False, compare=False)
 
-    def validate(self) -> None:
+    def validate(self, names: Callable[[str], str] | None = None) -> None:
+        """UsageError for a value out of range, naming it by `names` (a field's name as the user
+        typed it: the flag by default, `/set`'s key in chat)."""
         from llmcli.errors import UsageError
 
+        n = names or flag_name
         checks = [
             (
                 0 <= self.temperature < math.inf,
-                f"--temperature must be >= 0 and finite, got {self.temperature}",
+                f"{n('temperature')} must be >= 0 and finite, got {self.temperature}",
             ),
-            (self.top_k >= 0, f"--top-k must be >= 0, got {self.top_k}"),
-            (0 < self.top_p <= 1, f"--top-p must be in (0, 1], got {self.top_p}"),
-            (0 <= self.min_p <= 1, f"--min-p must be in [0, 1], got {self.min_p}"),
+            (self.top_k >= 0, f"{n('top_k')} must be >= 0, got {self.top_k}"),
+            (0 < self.top_p <= 1, f"{n('top_p')} must be in (0, 1], got {self.top_p}"),
+            (0 <= self.min_p <= 1, f"{n('min_p')} must be in [0, 1], got {self.min_p}"),
             (
                 0 < self.repeat_penalty < math.inf,
-                f"--repeat-penalty must be > 0 and finite, got {self.repeat_penalty}",
+                f"{n('repeat_penalty')} must be > 0 and finite, got {self.repeat_penalty}",
             ),
-            (self.max_tokens >= 0, f"--max-tokens must be >= 0 (0: no limit), got {self.max_tokens}"),
+            (self.max_tokens >= 0, f"{n('max_tokens')} must be >= 0 (0: no limit), got {self.max_tokens}"),
             (
                 self.seed is None or 0 <= self.seed < 2**32 - 1,
-                f"--seed must be in [0, 4294967294], got {self.seed}",
+                f"{n('seed')} must be in [0, 4294967294], got {self.seed}",
             ),
-            (all(self.stop), "--stop strings must not be empty"),
+            (all(self.stop), f"{n('stop')} strings must not be empty"),
             (
                 self.reasoning_budget is None or self.reasoning_budget >= 0,
-                f"--reasoning-budget must be >= 0 (-1: no limit), got {self.reasoning_budget}",
+                f"{n('reasoning_budget')} must be >= 0 (-1: no limit), got {self.reasoning_budget}",
             ),
         ]
         for ok, message in checks:
@@ -111,29 +119,34 @@ class SpecOptions:
     def enabled(self) -> bool:
         return self.kind != "none" and self.draft_max > 0
 
-    def validate(self) -> None:
+    def validate(self, names: Callable[[str], str] | None = None) -> None:
+        """UsageError for settings that do not go together, naming each by `names` (the setting's
+        key as the user typed it: the flag by default, `/set`'s name in chat)."""
         from llmcli.errors import UsageError
 
+        n = names or flag_name
         if self.kind not in ("none", "lookup", "draft"):
-            raise UsageError(f"--spec-type must be none, lookup or draft, got {self.kind!r}")
+            raise UsageError(f"{n('spec_type')} must be none, lookup or draft, got {self.kind!r}")
         # Each range always; a pair only where it is used, so that a configured pair that does not
         # fit together (say an n-gram minimum above the maximum) does not stop a run that ignores it.
         if not 0 <= self.draft_max <= 64:
-            raise UsageError(f"--spec-draft-n-max must be in [0, 64], got {self.draft_max}")
+            raise UsageError(f"{n('spec_draft_n_max')} must be in [0, 64], got {self.draft_max}")
         if not 0 <= self.draft_min <= 64:
-            raise UsageError(f"--spec-draft-n-min must be in [0, 64], got {self.draft_min}")
-        for name, value in (("--spec-ngram-min", self.ngram_min), ("--spec-ngram-max", self.ngram_max)):
+            raise UsageError(f"{n('spec_draft_n_min')} must be in [0, 64], got {self.draft_min}")
+        for key, value in (("spec_ngram_min", self.ngram_min), ("spec_ngram_max", self.ngram_max)):
             if not 1 <= value <= 16:
-                raise UsageError(f"{name} must be in [1, 16], got {value}")
+                raise UsageError(f"{n(key)} must be in [1, 16], got {value}")
         if self.kind != "none" and self.draft_min > max(self.draft_max, 1):
-            raise UsageError(f"--spec-draft-n-min must be in [0, --spec-draft-n-max], got {self.draft_min}")
+            raise UsageError(
+                f"{n('spec_draft_n_min')} must be in [0, {n('spec_draft_n_max')}], got {self.draft_min}"
+            )
         if self.kind == "lookup" and self.ngram_min > self.ngram_max:
             raise UsageError(
-                "--spec-ngram-min and --spec-ngram-max must satisfy 1 <= min <= max <= 16, got "
+                f"{n('spec_ngram_min')} and {n('spec_ngram_max')} must satisfy 1 <= min <= max <= 16, got "
                 f"{self.ngram_min} and {self.ngram_max}"
             )
         if self.kind == "draft" and not self.model_draft:
-            raise UsageError("--spec-type draft needs a draft model: -md/--model-draft REF")
+            raise UsageError(f"{n('spec_type')} draft needs a draft model: {n('model_draft')} REF")
 
     def settings(self) -> dict:
         """What the `--json` record and bench report about the proposer."""

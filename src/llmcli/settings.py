@@ -12,36 +12,15 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from llmcli import defaults
 from llmcli.errors import ConfigError
 from llmcli.gguf_file import KV_TYPE_BYTES
+from llmcli.values import BOOL_WORDS, Setting, negative, parse, zero
 
-_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
-
-
-@dataclass(frozen=True)
-class Setting:
-    key: str
-    type: type
-    default: Any
-    help: str
-    choices: tuple[str, ...] = ()
-    minimum: float | None = None
-    maximum: float | None = None
-    fold_case: bool = False  # choices taken in any case (as the flag takes them), kept lowercased
-
-    @property
-    def env(self) -> str:
-        return "LLMCLI_" + self.key.upper()
-
-    @property
-    def type_name(self) -> str:
-        return _TYPE_NAMES[self.type]
-
+__all__ = ["BOOL_WORDS", "SETTINGS", "Setting"]  # BOOL_WORDS and Setting: declared in llmcli.values
 
 SETTINGS: dict[str, Setting] = {
     s.key: s
@@ -53,9 +32,12 @@ SETTINGS: dict[str, Setting] = {
             0,
             f"Context size in tokens (0: the model's trained context, capped at {defaults.CTX_CAP}).",
             minimum=0,
+            none_if=zero,
         ),
-        Setting("gpu_layers", int, -1, "Layers to offload to the GPU (-1: all when the build supports it)."),
-        Setting("threads", int, 0, "CPU threads, fixed (0: adaptive, up to the physical cores).", minimum=0),
+        Setting("gpu_layers", int, -1, "Layers to offload to the GPU (-1: all when the build supports it).",
+                none_if=negative),
+        Setting("threads", int, 0, "CPU threads, fixed (0: adaptive, up to the physical cores).", minimum=0,
+                none_if=zero),
         Setting("batch_size", int, defaults.BATCH_SIZE, "Prompt tokens evaluated per batch.", minimum=1),
         Setting(
             "cache_type_k",
@@ -64,6 +46,8 @@ SETTINGS: dict[str, Setting] = {
             "KV cache type of the keys: " + ", ".join(KV_TYPE_BYTES) + " (q8_0 halves the cache).",
             tuple(KV_TYPE_BYTES),
             fold_case=True,
+            none_if="f16".__eq__,  # llama.cpp's own default
+            noun="KV cache type",
         ),
         Setting(
             "cache_type_v",
@@ -72,6 +56,8 @@ SETTINGS: dict[str, Setting] = {
             "KV cache type of the values, as cache_type_k; a quantized type needs flash attention.",
             tuple(KV_TYPE_BYTES),
             fold_case=True,
+            none_if="f16".__eq__,  # llama.cpp's own default
+            noun="KV cache type",
         ),
         Setting("temperature", float, defaults.TEMPERATURE, "Sampling temperature (0: greedy).", minimum=0),
         Setting("top_k", int, defaults.TOP_K, "Top-k sampling (0: off).", minimum=0),
@@ -93,6 +79,8 @@ SETTINGS: dict[str, Setting] = {
             "A reasoning model's budget: tokens it may think before its block is closed for it "
             "(0: no thinking; -1: no limit).",
             minimum=-1,
+            none_if=(-1).__eq__,
+            note="-1: no limit, 0: no thinking",
         ),
         Setting(
             "reasoning_budget_message",
@@ -168,11 +156,14 @@ SETTINGS: dict[str, Setting] = {
             "after run, faster, but it may differ from plain decoding's where llama.cpp's batched "
             "kernels round differently).",
         ),
-        Setting("model_draft", str, "", "Draft model for speculative decoding (a reference like --model)."),
+        Setting("model_draft", str, "", "Draft model for speculative decoding (a reference like --model).",
+                none_if="".__eq__),
         Setting(
-            "gpu_layers_draft", int, -1, "Draft model layers to offload to the GPU (-1: all when supported)."
+            "gpu_layers_draft", int, -1, "Draft model layers to offload to the GPU (-1: all when supported).",
+            none_if=negative,
         ),
-        Setting("ctx_size_draft", int, 0, "Draft model context size (0: the target's).", minimum=0),
+        Setting("ctx_size_draft", int, 0, "Draft model context size (0: the target's).", minimum=0,
+                none_if=zero, note="0: the target's"),
         Setting(
             "cache_type_k_draft",
             str,
@@ -180,6 +171,8 @@ SETTINGS: dict[str, Setting] = {
             "Draft model's KV cache type of the keys, as cache_type_k (empty: the target's).",
             ("", *KV_TYPE_BYTES),
             fold_case=True,
+            none_if="".__eq__,  # the target's
+            noun="KV cache type",
         ),
         Setting(
             "cache_type_v_draft",
@@ -188,6 +181,8 @@ SETTINGS: dict[str, Setting] = {
             "Draft model's KV cache type of the values, as cache_type_v (empty: the target's).",
             ("", *KV_TYPE_BYTES),
             fold_case=True,
+            none_if="".__eq__,  # the target's
+            noun="KV cache type",
         ),
         Setting(
             "think",
@@ -273,49 +268,6 @@ ENVIRONMENT: dict[str, str] = {
 }
 
 
-def _type_error(setting: Setting, raw: Any) -> str:
-    shown = {dict: "a table", list: "an array", bool: "a boolean"}.get(type(raw), repr(raw))
-    return f"{setting.key} must be {setting.type_name}, got {shown}"
-
-
-# The words Click's boolean flags take, so that LLMCLI_SPEC_EXACT=y means what --spec-exact does.
-BOOL_WORDS = {word: True for word in ("1", "true", "t", "yes", "y", "on")} | {
-    word: False for word in ("0", "false", "f", "no", "n", "off")
-}
-
-
-def coerce(setting: Setting, raw: Any, *, text: bool = False) -> Any:
-    """A value checked against its setting; `text` (env vars, `config set`) parses strings.
-
-    Raises ValueError with a message naming the key; callers add where the value came from.
-    """
-    if text and isinstance(raw, str) and setting.type is not str:
-        raw = raw.strip()
-        try:
-            if setting.type is bool:
-                value: Any = BOOL_WORDS[raw.lower()]
-            else:
-                value = setting.type(raw)
-        except (KeyError, ValueError):
-            raise ValueError(_type_error(setting, raw)) from None
-    elif setting.type is float and isinstance(raw, int) and not isinstance(raw, bool):
-        value = float(raw)
-    elif isinstance(raw, setting.type) and not (setting.type is int and isinstance(raw, bool)):
-        value = raw
-    else:
-        raise ValueError(_type_error(setting, raw))
-    if setting.fold_case and isinstance(value, str):
-        value = value.strip().lower()
-    if setting.choices and value not in setting.choices:
-        names = ", ".join(c or '"" (empty)' for c in setting.choices)
-        raise ValueError(f"{setting.key} must be one of {names}, got {value!r}")
-    if setting.minimum is not None and value < setting.minimum:
-        raise ValueError(f"{setting.key} must be at least {setting.minimum:g}, got {value!r}")
-    if setting.maximum is not None and value > setting.maximum:
-        raise ValueError(f"{setting.key} must be at most {setting.maximum:g}, got {value!r}")
-    return value
-
-
 def line_of(text: str, key: str) -> int | None:
     """The line (1-based) where a top-level key is set in TOML text, or its table starts."""
     name = rf"(?:{re.escape(key)}|\"{re.escape(key)}\"|'{re.escape(key)}')"
@@ -364,7 +316,7 @@ def validate(path: Path, text: str) -> dict[str, Any]:
         if key not in SETTINGS:
             raise ConfigError(f"{_where(path, text, key)}: unknown key {key!r}", hint=_unknown_key_hint(key))
         try:
-            values[key] = coerce(SETTINGS[key], raw)
+            values[key] = parse(SETTINGS[key], raw)
         except ValueError as exc:
             raise ConfigError(f"{_where(path, text, key)}: {exc}") from None
     return values
@@ -417,7 +369,7 @@ def resolve_with_source(key: str, flag: Any = None) -> tuple[Any, str]:
     # An empty variable counts as unset, as it does for the flags' own `envvar` handling.
     if raw := os.environ.get(setting.env):
         try:
-            return coerce(setting, raw, text=True), "env"
+            return parse(setting, raw, text=True), "env"
         except ValueError as exc:
             raise ConfigError(f"${setting.env}: {exc}") from None
     config = load_config()
@@ -457,7 +409,7 @@ def set_value(key: str, raw: str) -> Any:
     if setting is None:
         raise ConfigError(f"unknown key {key!r}", hint=_unknown_key_hint(key))
     try:
-        value = coerce(setting, raw, text=True)
+        value = parse(setting, raw, text=True)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 

@@ -13,8 +13,9 @@ import re
 from dataclasses import dataclass, field
 
 from llmcli.errors import UsageError
-from llmcli.gguf_file import KV_TYPE_BYTES, v_cache_refused
-from llmcli.settings import BOOL_WORDS
+from llmcli.gguf_file import v_cache_refused
+from llmcli.settings import SETTINGS
+from llmcli.values import BOOL_WORDS, dedupe, int_list, items, setting_list, word_list
 
 DEFAULT_N_PROMPT = [512]
 DEFAULT_N_GEN = [128]
@@ -24,9 +25,6 @@ DEFAULT_N_UBATCH = [512]
 DEFAULT_GPU_LAYERS = [99]
 DEFAULT_FLASH_ATTN: list[bool | None] = [False]
 DEFAULT_CACHE_TYPE = ["f16"]
-CACHE_TYPES = tuple(KV_TYPE_BYTES)  # the KV cache types llama.cpp takes for -ctk/-ctv
-
-_ITEM = re.compile(r"^(\d+)(?:-(\d+)(?:([+*])(\d+))?)?$")
 
 
 @dataclass(frozen=True)
@@ -124,7 +122,7 @@ class Sweep:
         combos = itertools.product(
             self.repack, self.threads, self.n_batch, self.n_ubatch, self.flash_attn, self.type_k, self.type_v
         )
-        return _dedupe([ContextSpec(t, b, min(ub, b), fa, tk, tv, r) for r, t, b, ub, fa, tk, tv in combos])
+        return dedupe([ContextSpec(t, b, min(ub, b), fa, tk, tv, r) for r, t, b, ub, fa, tk, tv in combos])
 
 
 def expand(sweep: Sweep) -> list[Case]:
@@ -148,10 +146,6 @@ def expand(sweep: Sweep) -> list[Case]:
     return cases
 
 
-def _dedupe(items: list) -> list:
-    return list(dict.fromkeys(items))
-
-
 # -- parsing ---------------------------------------------------------------------------------
 
 
@@ -159,54 +153,7 @@ def parse_ints(flag: str, values: list[str] | None, default: list[int], *, minim
     """`-p 128,256 -p 512-2048*2` -> [128, 256, 512, 1024, 2048]; repeated flags add to the list."""
     if not values:
         return list(default)
-    out: list[int] = []
-    for item in _items(flag, values):
-        out += _parse_item(flag, item, minimum)
-    return _dedupe(out)
-
-
-def _items(flag: str, values: list[str]) -> list[str]:
-    items = [part.strip() for value in values for part in value.split(",")]
-    if any(not item for item in items):
-        raise UsageError(
-            f"{flag}: empty value in {','.join(values)!r}", hint="separate values with single commas"
-        )
-    return items
-
-
-def _parse_item(flag: str, item: str, minimum: int) -> list[int]:
-    match = _ITEM.match(item)
-    if not match:
-        if re.fullmatch(r"-\d+", item):
-            raise UsageError(f"{flag} must be >= {minimum}, got {item}")
-        raise UsageError(
-            f"{flag}: malformed value {item!r}",
-            hint="use a number, a comma list, or a range first-last, first-last+step or first-last*mult",
-        )
-    first, last, op, step = match.groups()
-    values = (
-        [int(first)] if last is None else _range(flag, item, int(first), int(last), op or "+", int(step or 1))
-    )
-    low = min(values)
-    if low < minimum:
-        raise UsageError(f"{flag} must be >= {minimum}, got {low}")
-    return values
-
-
-def _range(flag: str, item: str, first: int, last: int, op: str, step: int) -> list[int]:
-    if last < first:
-        raise UsageError(
-            f"{flag}: malformed range {item!r}: the last value {last} is below the first {first}"
-        )
-    if op == "+" and step < 1:
-        raise UsageError(f"{flag}: malformed range {item!r}: the step must be at least 1")
-    if op == "*" and (step < 2 or first < 1):
-        raise UsageError(f"{flag}: malformed range {item!r}: multiply a first value >= 1 by at least 2")
-    values, value = [], first
-    while value <= last:
-        values.append(value)
-        value = value + step if op == "+" else value * step
-    return values
+    return int_list(flag, values, minimum)
 
 
 def parse_pairs(flag: str, values: list[str] | None) -> list[tuple[int, int]]:
@@ -222,52 +169,37 @@ def parse_pairs(flag: str, values: list[str] | None) -> list[tuple[int, int]]:
         if p < 1 or n < 1:
             raise UsageError(f"{flag}: both sizes must be >= 1, got {value}")
         pairs.append((p, n))
-    return _dedupe(pairs)
+    return dedupe(pairs)
 
 
-_BOOLS: dict[str, bool | None] = {**BOOL_WORDS, "auto": None}  # the config's words, and llama.cpp's auto
+_FLASH_ATTN: dict[str, bool | None] = {**BOOL_WORDS, "auto": None}  # the config's words, and llama.cpp's auto
 
 
 def parse_flash_attn(flag: str, values: list[str] | None) -> list[bool | None]:
     if not values:
         return list(DEFAULT_FLASH_ATTN)
-    return _words(flag, values, _BOOLS, "0, 1 or auto")
+    return word_list(flag, values, _FLASH_ATTN, "0, 1 or auto")
 
 
 def parse_repack(flag: str, values: list[str] | None) -> list[bool | None]:
     """`--repack 0,1` (llama-bench's values, or the config's words); none given: the build's default."""
     if not values:
         return [None]
-    return _words(flag, values, dict(BOOL_WORDS), "0 or 1")
-
-
-def _words(flag: str, values: list[str], words: dict[str, bool | None], expected: str) -> list[bool | None]:
-    out = []
-    for item in _items(flag, values):
-        if item.lower() not in words:
-            raise UsageError(f"{flag}: expected {expected}, got {item!r}")
-        out.append(words[item.lower()])
-    return _dedupe(out)
+    return word_list(flag, values, dict(BOOL_WORDS), "0 or 1")
 
 
 def parse_cache_types(flag: str, values: list[str] | None) -> list[str]:
+    """`-ctk q8_0,f16`: KV cache types, parsed as the cache_type_k setting is."""
     if not values:
         return list(DEFAULT_CACHE_TYPE)
-    out = []
-    for item in _items(flag, values):
-        if item.lower() not in CACHE_TYPES:
-            raise UsageError(
-                f"{flag}: unknown KV cache type {item!r}", hint=f"one of {', '.join(CACHE_TYPES)}"
-            )
-        out.append(item.lower())
-    return _dedupe(out)
+    return setting_list(SETTINGS["cache_type_k"], flag, values)
 
 
 def parse_models(values: list[str] | None) -> list[str | None]:
     """`-m a.gguf,b.gguf -m c.gguf`; no -m means the configured default model."""
     if not values:
         return [None]
-    return _dedupe(_items("-m", values))
+    return dedupe(items("-m", values))
 
 
 def drop_unsupported(contexts: list[ContextSpec]) -> tuple[list[ContextSpec], list[ContextSpec]]:

@@ -7,20 +7,27 @@ flag > LLMCLI_* variable > config file > built-in default is resolved in one pla
 
 from __future__ import annotations
 
-import functools
-import inspect
-import typing
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from llmcli import defaults
+from llmcli.cli.resolve import (
+    build_toolset,
+    engine_options,
+    reasoning_budget,
+    sampling_params,
+    warn_amx_repack,
+    warn_local_only,
+    warn_think,
+)
+from llmcli.cli.spec_flags import spec_options
 
 if TYPE_CHECKING:  # imported where used: `--help` need not build the engine's dataclasses
-    from llmcli.contract import EngineOptions, SamplingParams, SpecOptions
+    from llmcli.contract import EngineOptions, SamplingParams
 
 MODEL_PANEL = "Model"
 SAMPLING_PANEL = "Sampling"
@@ -412,333 +419,6 @@ ToolTimeout = Annotated[
 ]  # fmt: skip
 
 
-def build_toolset(functions: list[Path] | None, names: list[str] | None, mcp: list[str] | None):
-    """The tools of --functions, --tool and --mcp (MCP servers started here; close the set after)."""
-    import functools
-
-    from llmcli import mcp_tools, tools
-
-    servers = [functools.partial(mcp_tools.connect, command) for command in mcp or []]
-    return tools.build(functions, names, servers)
-
-
-def spec_options(
-    spec_type: str | None = None,
-    draft_max: int | None = None,
-    draft_min: int | None = None,
-    ngram_max: int | None = None,
-    ngram_min: int | None = None,
-    adaptive: bool | None = None,
-    exact: bool | None = None,
-    model_draft: str | None = None,
-    gpu_layers_draft: int | None = None,
-    ctx_size_draft: int | None = None,
-    ctx: typer.Context | None = None,
-    cache_type_k_draft: str | None = None,
-    cache_type_v_draft: str | None = None,
-) -> SpecOptions:
-    """Speculative decoding's settings, resolved (flag > env > config > default) and checked. The
-    draft model reference is resolved to a file by the loader, like -m."""
-    from llmcli import settings
-    from llmcli.contract import SpecOptions
-    from llmcli.engine.spec import kind_of
-    from llmcli.errors import UsageError
-
-    draft_ref, draft_source = settings.resolve_with_source("model_draft", model_draft)
-    draft_ref = draft_ref or None
-    kind_value, kind_source = settings.resolve_with_source("spec_type", spec_type)
-    try:
-        kind = kind_of(kind_value)
-    except ValueError as exc:
-        hint = _came_from("spec_type", kind_value, kind_source, spec_type, ctx)
-        raise UsageError(str(exc), hint=hint) from None
-    if draft_ref and (
-        kind_source == "default"
-        or (_typed(model_draft, "model_draft", ctx) and not _typed(spec_type, "spec_type", ctx))
-    ):
-        kind = "draft"  # -md alone turns the draft model on, as in llama.cpp (over a configured type)
-    if kind != "draft" and _typed(model_draft, "model_draft", ctx):
-        raise UsageError(f"-md/--model-draft is given but --spec-type is {kind}",
-                         hint="use --spec-type draft, or leave out -md")  # fmt: skip
-    draft_flags = {"gpu_layers_draft": gpu_layers_draft, "ctx_size_draft": ctx_size_draft,
-                   "cache_type_k_draft": cache_type_k_draft,
-                   "cache_type_v_draft": cache_type_v_draft}  # fmt: skip
-    if kind != "draft" and any(_typed(value, key, ctx) for key, value in draft_flags.items()):
-        raise UsageError("-ngld, -cd, -ctkd and -ctvd set up the draft model: give it with -md/--model-draft")
-    gpu = settings.resolve("gpu_layers_draft", gpu_layers_draft)
-    draft_from = _came_from("model_draft", draft_ref, draft_source, model_draft, ctx)
-    counts = {"spec_draft_n_max": draft_max, "spec_draft_n_min": draft_min,
-              "spec_ngram_max": ngram_max, "spec_ngram_min": ngram_min}  # fmt: skip
-    resolved = {key: settings.resolve_with_source(key, flag) for key, flag in counts.items()}
-    spec = SpecOptions(
-        kind=kind,
-        draft_max=resolved["spec_draft_n_max"][0],
-        draft_min=resolved["spec_draft_n_min"][0],
-        ngram_max=resolved["spec_ngram_max"][0],
-        ngram_min=resolved["spec_ngram_min"][0],
-        adaptive=settings.resolve("spec_adaptive", adaptive),
-        exact=settings.resolve("spec_exact", exact),
-        model_draft_ref=draft_ref if kind == "draft" else None,
-        model_draft=draft_ref if kind == "draft" else None,
-        model_draft_from=draft_from if kind == "draft" else None,
-        gpu_layers_draft=None if gpu is None or gpu < 0 else gpu,
-        ctx_size_draft=settings.resolve("ctx_size_draft", ctx_size_draft) or None,
-        type_k_draft=_cache_type("k_draft", cache_type_k_draft, "-ctkd/--cache-type-k-draft") or None,
-        type_v_draft=_cache_type("v_draft", cache_type_v_draft, "-ctvd/--cache-type-v-draft") or None,
-    )
-    try:
-        spec.validate()
-    except UsageError as exc:  # the flags' names, but a value may come from the config or the environment
-        given = []
-        for key, (value, source) in {**resolved, "spec_type": (kind_value, kind_source)}.items():
-            if "--" + key.removeprefix("spec_").replace("_", "-") in exc.message.replace("--spec-", "--"):
-                given.append(
-                    _came_from(key, value, source, spec_type if key == "spec_type" else counts[key], ctx)
-                )
-        if any(given) and exc.hint is None:
-            exc.hint = "; ".join(g for g in given if g)
-        raise
-    return spec
-
-
-def _came_from(key: str, value: object, source: str, flag: object, ctx: typer.Context | None) -> str | None:
-    """Where a setting that was not typed on the command line came from, for an error's hint:
-    `$LLMCLI_SPEC_TYPE = bogus` or `spec_draft_n_min = 9 in the config file`; None when typed."""
-    import json
-    import os
-
-    from llmcli import settings
-
-    if source == "config":  # as TOML writes it
-        shown = json.dumps(value) if isinstance(value, (str, bool)) else value
-        return f"{key} = {shown} in the config file"
-    if source == "env" or (source == "flag" and not _typed(flag, key, ctx)):
-        return f"${settings.SETTINGS[key].env} = {os.environ.get(settings.SETTINGS[key].env, value)}"
-    return None
-
-
-def _typed(value: object, key: str, ctx: typer.Context | None = None) -> bool:
-    """Whether a flag's value was typed on this command line: Typer hands over an environment
-    variable's value as the flag's, and a variable, like the config file, is a default that a
-    flag may contradict without an error. The command's context records where each value came
-    from; without one (a direct call) the value is compared with the variable's."""
-    import os
-
-    from llmcli import settings
-
-    if value is None:
-        return False
-    env = settings.SETTINGS[key].env
-    if ctx is not None:
-        for param in ctx.command.params:
-            if param.name and getattr(param, "envvar", None) == env:
-                source = ctx.get_parameter_source(param.name)
-                return source is not None and source.name == "COMMANDLINE"
-    return str(value) != os.environ.get(env)
-
-
-def engine_options(
-    ctx_size: int | None,
-    gpu_layers: int | None,
-    threads: int | None,
-    batch_size: int | None,
-    flash_attn: bool | None = None,
-    speculative: SpecOptions | None = None,
-    repack: bool | None = None,
-    cache_type_k: str | None = None,
-    cache_type_v: str | None = None,
-) -> EngineOptions:
-    from llmcli import settings
-    from llmcli.contract import EngineOptions, SpecOptions
-    from llmcli.errors import UsageError
-    from llmcli.gguf_file import v_cache_refused
-
-    gpu = settings.resolve("gpu_layers", gpu_layers)
-    type_k, type_v = _cache_type("k", cache_type_k), _cache_type("v", cache_type_v)
-    draft_v = speculative.type_v_draft if speculative is not None else None
-    for v, flag in ((type_v, "-ctv"), (draft_v, "-ctvd")):  # the target's V cache, the draft's
-        if v_cache_refused(v, flash_attn):
-            raise UsageError(
-                f"a quantized V cache ({v}) needs flash attention, and -nfa turns it off",
-                hint=f"drop -nfa/--no-flash-attn, or use {flag} f16",
-            )
-    return EngineOptions(
-        ctx_size=settings.resolve("ctx_size", ctx_size) or None,
-        gpu_layers=None if gpu is None or gpu < 0 else gpu,
-        threads=settings.resolve("threads", threads) or None,
-        batch_size=settings.resolve("batch_size", batch_size),
-        flash_attn=flash_attn,
-        type_k=None if type_k == "f16" else type_k,
-        type_v=None if type_v == "f16" else type_v,
-        repack=repack,
-        speculative=speculative or SpecOptions(),
-    )
-
-
-def _cache_type(which: str, flag: str | None, name: str | None = None) -> str:
-    """-ctk/-ctv (`which` "k", "v") or -ctkd/-ctvd ("k_draft", "v_draft") resolved (flag,
-    $LLMCLI_CACHE_TYPE_*, config, default: f16, or "" for the target's) and checked, lowercased."""
-    from llmcli import settings
-    from llmcli.errors import UsageError
-
-    key = f"cache_type_{which}"
-    value, source = settings.resolve_with_source(key, flag)
-    if source != "flag":
-        return value
-    try:
-        return settings.coerce(settings.SETTINGS[key], value, text=True)
-    except ValueError:
-        where = (name or f"--cache-type-{which}") if _typed(flag, key) else f"${settings.SETTINGS[key].env}"
-        raise UsageError(
-            f"{where}: unknown KV cache type {value!r}",
-            hint="one of " + ", ".join(c for c in settings.SETTINGS[key].choices if c),
-        ) from None
-
-
-def sampling_params(
-    temperature: float | None,
-    top_k: int | None,
-    top_p: float | None,
-    min_p: float | None,
-    repeat_penalty: float | None,
-    seed: int | None,
-    max_tokens: int | None,
-    stop: list[str] | None,
-    grammar_file: Path | None = None,
-    json_schema: str | None = None,
-) -> SamplingParams:
-    """Sampling settings resolved and validated, with the grammar text loaded."""
-    from llmcli import settings
-    from llmcli.contract import SamplingParams
-
-    flags = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p,
-             "repeat_penalty": repeat_penalty, "max_tokens": max_tokens}  # fmt: skip
-    resolved = {key: settings.resolve_with_source(key, flag) for key, flag in flags.items()}
-    params = SamplingParams(
-        **{key: value for key, (value, _) in resolved.items()},
-        seed=seed,
-        stop=list(stop or []),
-        defaulted=frozenset(
-            {k for k, (_, source) in resolved.items() if source == "default"} | {"repeat_last_n"}
-        ),
-    )
-    params.validate()
-    params.grammar = load_grammar(grammar_file, json_schema)
-    if json_schema is not None:
-        params.json_schema = read_schema(json_schema)  # a served model sends the schema itself
-    return params
-
-
-def reasoning_budget(budget: int | None, message: str | None) -> tuple[int | None, str]:
-    """--reasoning-budget and its message, resolved (flag > LLMCLI_* > config > default) and
-    checked; a budget of -1 is no limit (None)."""
-    from llmcli import settings
-    from llmcli.errors import UsageError
-
-    value = settings.resolve("reasoning_budget", budget)
-    if value < -1:
-        raise UsageError(f"--reasoning-budget must be >= -1 (-1: no limit, 0: no thinking), got {value}")
-    return (None if value == -1 else value), settings.resolve("reasoning_budget_message", message)
-
-
-def load_grammar(grammar_file: Path | None, json_schema: str | None) -> str | None:
-    from llmcli.errors import UsageError
-
-    if grammar_file and json_schema:
-        raise UsageError("use either --grammar-file or --json-schema, not both")
-    if grammar_file:
-        try:
-            text = grammar_file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"cannot read grammar file {grammar_file}: {_reason(exc)}") from None
-        if not text.strip():
-            raise UsageError(f"grammar file {grammar_file} is empty")
-        return text
-    if json_schema is not None:
-        return schema_to_grammar(json_schema)
-    return None
-
-
-def schema_to_grammar(value: str) -> str:
-    """A JSON schema (file path or inline JSON) converted to GBNF by llama-cpp-python's converter."""
-    import json
-
-    from llmcli.errors import UsageError
-
-    schema = read_schema(value)
-    from llmcli.engine.grammar import json_schema_to_gbnf
-
-    try:
-        return json_schema_to_gbnf(json.dumps(schema))
-    except Exception as exc:  # the converter raises plain exceptions on unsupported schemas
-        raise UsageError(f"--json-schema could not be converted to a grammar: {exc}") from None
-
-
-def read_schema(value: str) -> dict | bool:
-    """The --json-schema value (a file path or inline JSON), parsed and checked."""
-    import json
-
-    from llmcli.errors import UsageError
-
-    text = value
-    path = Path(value).expanduser()
-    if not value.lstrip().startswith(("{", "[")) and len(value) < 4096:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"cannot read JSON schema file {value}: {_reason(exc)}") from None
-    try:
-        schema = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"--json-schema is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
-        ) from None
-    if not isinstance(schema, (dict, bool)):
-        raise UsageError("--json-schema must be a JSON object")
-    return schema
-
-
-def _reason(exc: Exception) -> str:
-    if isinstance(exc, UnicodeDecodeError):
-        return "not UTF-8 text"
-    return getattr(exc, "strerror", None) or str(exc)
-
-
-def warn_amx_repack(repack: bool | None, loaded) -> None:
-    """`--repack` typed on a build that hands repacked weights to llama.cpp's AMX kernels: honoured,
-    with a warning, since those kernels crash some hosts (virtual machines) at the first batch."""
-    if repack is not True or not loaded.engine.can.load_options:
-        return
-    from llmcli import render
-    from llmcli.engine import backend
-
-    if backend.amx_weights():
-        render.warn(AMX_REPACK_WARNING)
-
-
-AMX_REPACK_WARNING = (
-    "--repack: this build hands repacked weights to llama.cpp's AMX kernels, which crash at "
-    "the first batch of several tokens on some hosts (virtual machines); --no-repack avoids them"
-)
-
-
-def warn_think(think: bool, fmt) -> None:
-    """--think/--no-think where the model's template cannot honour it: said in one line."""
-    from llmcli import reasoning, render
-
-    if note := reasoning.switch_note(think, fmt):
-        render.warn(f"{'--think' if think else '--no-think'}: {note}")
-
-
-def warn_local_only(**flags) -> None:
-    """A served model has no local context, threads or layers: flags for them are said to be ignored."""
-    from llmcli import render
-
-    given = ["--" + name.replace("_", "-") for name, value in flags.items() if value is not None]
-    if given:
-        render.warn(f"{', '.join(given)}: ignored for a served model (its server decides)")
-
-
 @dataclass
 class RunFlags:
     """The flags of every command that runs a model (generate, chat), declared once: how the model is
@@ -882,24 +562,6 @@ class RunFlags:
 def run_flags(command: Callable) -> Callable:
     """Give `command` the flags of `RunFlags` in place of its `flags` parameter (so `--help`, the man
     page and the completions list them where it is), and call it with them as one `RunFlags`."""
-    hints = typing.get_type_hints(RunFlags, include_extras=True)
-    own = typing.get_type_hints(command, include_extras=True)  # resolved in the command's module
-    names = [f.name for f in fields(RunFlags)]
-    signature = inspect.signature(command)
-    parameters: list[inspect.Parameter] = []
-    for parameter in signature.parameters.values():
-        if parameter.name != "flags":
-            parameters.append(parameter.replace(annotation=own[parameter.name]))
-            continue
-        parameters += [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
-                                         annotation=hints[name]) for name in names]  # fmt: skip
+    from llmcli.cli.flagset import with_flags
 
-    @functools.wraps(command)
-    def with_flags(*args, **kwargs):
-        flags = RunFlags(**{name: kwargs.pop(name) for name in names})
-        return command(*args, flags=flags, **kwargs)
-
-    with_flags.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
-    with_flags.__annotations__ = {**{k: v for k, v in own.items() if k != "flags"},
-                                  **{name: hints[name] for name in names}}  # fmt: skip
-    return with_flags
+    return with_flags(RunFlags)(command)

@@ -14,15 +14,6 @@ if TYPE_CHECKING:
     from llmcli.loader import Loaded
 
 
-def _as_settings(message: str) -> str:
-    """An error about the flags, naming the `/set` settings instead (spec-type, top_k)."""
-    import re
-
-    message = message.replace("-md/--model-draft REF", "/set model-draft REF")
-    message = re.sub(r"--(spec-[a-z-]+)", r"\1", message)
-    return re.sub(r"--([a-z][a-z-]*)", lambda m: m[1].replace("-", "_"), message)  # --top-k: top_k
-
-
 class SessionSettings:
     """`/set` on a chat session (mixed into `ChatSession`, which holds what these read and change)."""
 
@@ -74,35 +65,14 @@ class SessionSettings:
         if name.replace("_", "-") in KV_SETTINGS:
             return self.set_cache_type(name.replace("_", "-"), value)
         key = self._sampling_key(name)
-        current = getattr(self.params, key)
-        try:
-            if key == "stop":  # `a|b`; none (or "") clears the list
-                cleared = value.lower() in ("", "none", '""', "''")
-                parsed: Any = [] if cleared else [s for s in value.split("|") if s]
-            elif key == "seed":
-                parsed = None if value.lower() in ("", "none", "random") else int(value)
-            elif key == "reasoning_budget":  # -1 (or none): no limit, as --reasoning-budget -1
-                parsed = None if value.lower() in ("", "none", "-1") else int(value)
-            elif key == "reasoning_budget_message":
-                parsed = value
-            else:
-                parsed = type(current)(value)
-        except ValueError:
-            kind = (
-                "an integer (or none)"
-                if key in ("seed", "reasoning_budget")
-                else f"a {type(current).__name__}"
-            )
-            raise UsageError(f"{name} needs {kind}, got {value!r}") from None
-        if key == "repeat_last_n" and parsed < 0:
-            raise UsageError(f"repeat_last_n must be >= 0 (0: no penalty window), got {parsed}")
-        old = current
+        parsed = sampling_value(key, name, value)
+        old = getattr(self.params, key)
         setattr(self.params, key, parsed)
-        try:
-            self.params.validate()
-        except UsageError as exc:
+        try:  # named as typed here: `top_p must be in (0, 1]`
+            self.params.validate(names=lambda field: name if field == key else field)
+        except UsageError:
             setattr(self.params, key, old)
-            raise UsageError(_as_settings(exc.message), hint=exc.hint) from None
+            raise
         self.params.defaulted = self.params.defaulted - {key}  # set by the user: the model's advice is off
         return None
 
@@ -111,7 +81,7 @@ class SessionSettings:
         template's default). It applies from the next turn; the KV cache of the history stays good
         (the switch changes only the generation prompt)."""
         from llmcli.errors import UsageError
-        from llmcli.settings import BOOL_WORDS
+        from llmcli.values import BOOL_WORDS
 
         word = value.strip().lower()
         if word in ("auto", "default"):
@@ -143,38 +113,21 @@ class SessionSettings:
         (`carry_kv`). Returns the tokens carried over."""
         from dataclasses import replace
 
+        from llmcli import settings, values
         from llmcli.engine.spec import kind_of
-        from llmcli.errors import UsageError
 
         spec = replace(self.spec)
-        field_name, kind = SPEC_SETTINGS[name]
-        try:
-            if kind is bool:
-                from llmcli.settings import BOOL_WORDS
-
-                parsed: Any = BOOL_WORDS[value.strip().lower()]
-            elif field_name == "kind":
-                parsed = kind_of(value)
-            elif field_name == "model_draft":
-                parsed = value or None
-            elif field_name in DRAFT_KV_FIELDS:  # "target": follow the target's type again
-                word = value.strip().lower()
-                is_v = field_name == "type_v_draft"
-                flash = self.engine.options.flash_attn
-                parsed = None if word == "target" else check_kv_type(name, word, is_v, flash)
-            else:
-                parsed = kind(value)
-        except (KeyError, ValueError) as exc:
-            if field_name == "kind":
-                raise UsageError(_as_settings(str(exc))) from None
-            need = "on or off" if kind is bool else "an integer"
-            raise UsageError(f"{name} needs {need}, got {value!r}") from None
-        if field_name == "ctx_size_draft":
-            if parsed < 0:
-                raise UsageError(f"{name} must be >= 0 (0: the target's), got {parsed}")
-            parsed = parsed or None  # 0: the target's, as -cd 0
-        elif field_name == "gpu_layers_draft" and parsed < 0:
-            parsed = None  # all when the build can offload, as -ngld -1
+        field_name, _ = SPEC_SETTINGS[name]
+        key = name.replace("-", "_")  # the setting: its type, range and special values
+        if field_name in DRAFT_KV_FIELDS and value.strip().lower() == "target":
+            parsed: Any = None  # follow the target's type again
+        else:
+            setting = settings.SETTINGS[key]
+            parsed = setting.option(values.parse(setting, value, name, text=True))
+        if field_name == "kind":
+            parsed = kind_of(parsed)  # llama.cpp's names for the same proposers
+        elif field_name == "type_v_draft":
+            refuse_v_cache(parsed, self.engine.options.flash_attn if self.engine.can.load_options else None)
         setattr(spec, field_name, parsed)
         if field_name == "model_draft":
             spec.model_draft_ref = parsed
@@ -184,10 +137,7 @@ class SessionSettings:
             spec.model_draft = spec.model_draft_ref
         if spec.kind != "draft":
             spec.model_draft = spec.model_draft_ref = None
-        try:
-            spec.validate()
-        except UsageError as exc:  # in the REPL's own words
-            raise UsageError(_as_settings(exc.message), hint=exc.hint) from None
+        spec.validate(names=set_name)  # in the REPL's own words
         return self.switch_model(self.loaded.ref, speculative=spec)
 
     def set_cache_type(self, name: str, value: str) -> int:
@@ -245,24 +195,57 @@ DRAFT_KV_FIELDS = ("type_k_draft", "type_v_draft")
 KV_SETTINGS: dict[str, str] = {"cache-type-k": "type_k", "cache-type-v": "type_v"}
 
 
+def set_name(key: str) -> str:
+    """A setting as `/set` names it in an error: `spec-draft-n-max`, `/set model-draft`."""
+    return "/set model-draft" if key == "model_draft" else key.replace("_", "-")
+
+
+def sampling_value(key: str, name: str, value: str) -> Any:
+    """`/set NAME VALUE` for a sampling setting: a registry setting's value parsed by its declaration
+    (named as typed); the stop list, the seed and the penalty window, which are not settings, here."""
+    from llmcli import settings, values
+    from llmcli.errors import UsageError
+
+    word = value.lower()
+    if key == "stop":  # `a|b`; none (or "") clears the list
+        return [] if word in ("", "none", '""', "''") else [s for s in value.split("|") if s]
+    if key == "reasoning_budget_message":
+        return value
+    if key in settings.SETTINGS:  # -1 (or none) for reasoning_budget: no limit, as --reasoning-budget -1
+        setting = settings.SETTINGS[key]
+        if key == "reasoning_budget" and word in ("", "none"):
+            return None
+        return setting.option(values.parse(setting, value, name, text=True))
+    if key == "seed" and word in ("", "none", "random"):
+        return None
+    try:
+        parsed = int(value)
+    except ValueError:
+        kind = "an integer (or none)" if key == "seed" else "an integer"
+        raise UsageError(f"{name} needs {kind}, got {value!r}") from None
+    if key == "repeat_last_n" and parsed < 0:
+        raise UsageError(f"repeat_last_n must be >= 0 (0: no penalty window), got {parsed}")
+    return parsed
+
+
 def kv_cache_type(name: str, value: str, flash_attn: bool | None) -> str | None:
     """`value` as the engine option for the KV setting `name` (None: f16, llama.cpp's default, as
     -ctk f16), checked: UsageError for an unknown type, or a quantized V cache without flash attention."""
-    parsed = check_kv_type(name, value, KV_SETTINGS[name] == "type_v", flash_attn)
-    return None if parsed == "f16" else parsed
+    from llmcli import settings, values
+
+    setting = settings.SETTINGS[name.replace("-", "_")]
+    parsed = values.parse(setting, value, name, text=True)
+    if KV_SETTINGS[name] == "type_v":
+        refuse_v_cache(parsed, flash_attn)
+    return setting.option(parsed)
 
 
-def check_kv_type(name: str, value: str, is_v: bool, flash_attn: bool | None) -> str:
-    """`value` lowercased if it is a KV cache type `name` can take (`is_v`: a V cache, which is
-    quantized only with flash attention), else a UsageError naming the setting."""
+def refuse_v_cache(kv_type: str | None, flash_attn: bool | None) -> None:
+    """A quantized V cache needs flash attention: UsageError where this chat runs without it."""
     from llmcli.errors import UsageError
-    from llmcli.gguf_file import KV_TYPE_BYTES, v_cache_refused
+    from llmcli.gguf_file import v_cache_refused
 
-    parsed = value.strip().lower()
-    if parsed not in KV_TYPE_BYTES:
-        raise UsageError(f"{name}: unknown KV cache type {value!r} (one of {', '.join(KV_TYPE_BYTES)})")
-    if is_v and v_cache_refused(parsed, flash_attn):
+    if kv_type and v_cache_refused(kv_type, flash_attn):
         raise UsageError(
-            f"a quantized V cache ({parsed}) needs flash attention, and this chat runs without it (-nfa)"
+            f"a quantized V cache ({kv_type}) needs flash attention, and this chat runs without it (-nfa)"
         )
-    return parsed

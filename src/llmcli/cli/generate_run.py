@@ -1,0 +1,198 @@
+"""`llmcli generate`'s run: the prompt read, the model loaded, the request run through
+`llmcli.generation`, and what it made written (the text or one JSON document on stdout, the
+stats on stderr), with the exit code it earned."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import typer
+
+from llmcli.cli import options as o
+from llmcli.errors import ExitCode, UsageError
+
+
+@dataclass
+class Generate:
+    """generate's own flags (the run flags are `o.RunFlags`), as the command hands them down."""
+
+    prompt: str | None
+    file: Path | None
+    model: str | None
+    system: str | None
+    raw: bool
+    fallback_template: bool
+    hide_thinking: bool
+    stats: bool
+    as_json: bool
+    prompt_cache: Path | None
+    prompt_cache_ro: bool
+    timeout: float | None
+    offline: bool
+    force: bool
+
+
+def run(ctx: typer.Context, flags: o.RunFlags, g: Generate) -> None:
+    """The prompt, the model, the format; then the request (`_answer`)."""
+    from llmcli import environment, render, settings
+
+    if g.prompt_cache_ro and g.prompt_cache is None:
+        raise UsageError("--prompt-cache-ro needs --prompt-cache FILE")
+    text = read_prompt(g.prompt, g.file)
+    params = flags.sampling()
+    history = flags.continued()  # --continue / --cid: the logged conversation
+    model = history.model if history is not None and g.model is None else g.model
+    system = settings.resolve("system", g.system) or (history.system if history is not None else None)
+    from llmcli.loader import load_engine
+
+    env = environment.current()
+    loaded = load_engine(
+        model, flags.engine(ctx), offline=g.offline, force=g.force, debug=render.debug(), timeout=g.timeout,
+        factory=env.engine_factory, check_files=env.checks_model_files,
+    )  # fmt: skip
+    if not loaded.engine.can.kv_state and g.prompt_cache is not None:
+        raise UsageError("--prompt-cache needs a local model: a served model's cache lives on its server")
+    flags.after_load(loaded)
+    from llmcli.prompting import generate_format
+    from llmcli.sampling import apply_recommended
+
+    if applied := apply_recommended(params, loaded.engine.info, loaded.ref):
+        render.debug_log(f"the model's recommended sampling: {applied}")
+
+    how, notice = generate_format(loaded.engine, raw=g.raw, fallback_template=g.fallback_template)
+    if notice:
+        ignored = " (--system does not apply to plain text and is ignored)" if system else ""
+        render.info(f"{loaded.ref}: {notice}{ignored}")
+    raw = how == "raw"
+    if history is not None and history.raw != raw:
+        raise UsageError(
+            f"conversation {history.cid} is "
+            + ("plain text (--raw)" if history.raw else "a chat")
+            + " and this prompt "
+            + ("is plain text" if raw else "is not"),
+            hint="continue it the way it began" + (" (add --raw)" if history.raw else ""),
+        )
+    if history is not None and history.raw:
+        text = history.text + text
+    _answer(flags, g, loaded, text, params, system, raw, history)
+
+
+def _answer(flags: o.RunFlags, g: Generate, loaded, text: str, params, system, raw: bool, history) -> None:
+    """The request run (tools, the log, a warm KV state), and what it made written."""
+    from llmcli import render
+    from llmcli.generation import run_generate
+
+    prompt_cache, prompt_cache_ro = g.prompt_cache, g.prompt_cache_ro
+    constraint = flags.constraint
+    log = flags.logged(loaded.ref, "generate", history, constraint=constraint)
+    if prompt_cache is None and history is not None and loaded.engine.can.kv_state:
+        prompt_cache, prompt_cache_ro = _warm_state(history), True
+        if log is not None and prompt_cache is not None:
+            log.kv_state = str(prompt_cache)  # the state this conversation warms from next time too
+    from llmcli.errors import StreamBrokenError
+
+    if flags.wants_tools and raw:
+        raise UsageError("tools need the chat template: --raw (or a base model's plain continuation) "
+                         "cannot offer them")  # fmt: skip
+    toolset = flags.toolset()
+    try:
+        result = run_generate(
+            loaded, text, params, system=system, raw=raw, stream_stdout=not g.as_json, constraint=constraint,
+            prompt_cache=prompt_cache, prompt_cache_ro=prompt_cache_ro, show_thinking=not g.hide_thinking,
+            think=flags.thinking(), history=history.messages if history is not None and not raw else None,
+            log=log, tool_loop=tool_loop(flags, toolset),
+        )  # fmt: skip
+    except StreamBrokenError as exc:  # a served model broke off: the partial text was printed
+        if g.as_json:
+            from llmcli import record
+
+            failed = record.build(
+                ref=loaded.ref, info=loaded.engine.info, params=params, done=None, prompt_format=None,
+                error=exc.message, partial_text=exc.text,
+            )  # fmt: skip
+            render.out_json(failed, schema="record")
+        raise
+    finally:
+        if toolset is not None:
+            toolset.close()
+    _finish(g, loaded, result)
+
+
+def _finish(g: Generate, loaded, result) -> None:
+    """The JSON document and stats written, the speculation costs measured, and the exit code."""
+    from llmcli import render
+
+    if g.as_json:
+        render.out_json(result.record(), schema="record")
+    if g.stats:  # stderr, so with --json too
+        render.err_line(result.stats_line())
+    if result.done.finish_reason != "interrupted":
+        from llmcli.generation import measure_spec_costs
+
+        measure_spec_costs(loaded.engine)
+    if result.done.finish_reason == "interrupted":
+        if result.incomplete:
+            render.err_line(result.incomplete_error().one_line())
+        raise typer.Exit(int(ExitCode.INTERRUPTED))
+    if result.incomplete:
+        raise result.incomplete_error()
+    missing = result.missing_answer()  # no answer: stdout stays empty, and the exit code says so
+    if missing is not None:
+        raise missing
+
+
+def _warm_state(history) -> Path | None:
+    """The saved KV state a continued conversation left (a chat session's, a --prompt-cache file),
+    if it is still there: its prefix is reused where it matches (kvstore checks that it belongs)."""
+    state = history.last.get("kv_state")
+    return Path(state) if state and Path(state).is_file() else None
+
+
+def tool_loop(flags: o.RunFlags, toolset):
+    """generate's tool loop: calls run only with --approve-tools (else the first one stops the run
+    before anything runs); --show-tools prints each call and its result on stderr."""
+    if toolset is None:
+        return None
+    from llmcli import render
+    from llmcli.generation import ToolLoop, call_line, refuse_unapproved
+
+    approve, rounds, timeout = flags.tool_settings()
+    on_result = None
+    if flags.show_tools:
+
+        def on_result(record: dict) -> None:
+            render.err_line(call_line(record))
+
+    return ToolLoop(toolset, (lambda call: "yes") if approve else refuse_unapproved, rounds, timeout,
+                    on_result=on_result)  # fmt: skip
+
+
+def read_prompt(prompt: str | None, file: Path | None) -> str:
+    """Piped stdin, then the prompt file, then the argument, joined by blank lines."""
+    from llmcli import environment
+
+    env = environment.current()
+    parts: list[str] = []
+    if env.stdin_piped:
+        data = env.stdin.buffer.read()
+        if data:
+            try:
+                parts.append(data.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                raise UsageError(f"stdin is not UTF-8 text (invalid byte at offset {exc.start})") from None
+    if file is not None:
+        try:
+            parts.append(file.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"{file} is not UTF-8 text (invalid byte at offset {exc.start})") from None
+        except OSError as exc:
+            raise UsageError(f"cannot read {file}: {exc.strerror or exc}") from None
+    if prompt:
+        parts.append(prompt)
+    text = "\n\n".join(p.rstrip("\n") for p in parts if p.strip())
+    if not text.strip():
+        raise UsageError(
+            "the prompt is empty", hint='pass it as an argument or on stdin: llmcli generate "..."'
+        )
+    return text
