@@ -218,3 +218,50 @@ def test_chat_with_a_served_model_asks_and_keeps_the_call(server, functions, iso
     assert third[1]["tool_calls"][0]["function"]["arguments"] == '{"word": "ab"}'
     saved = json.loads((isolated / "data" / "sessions" / "s.json").read_text())["messages"]
     assert saved[1]["tool_calls"][0]["function"]["arguments"] == {"word": "ab"}
+
+
+def test_a_repeated_served_call_is_not_run_and_the_next_request_has_no_tools(server, functions):
+    """The server's model calls the same tool twice (the id it gives repeats too): the repeat is not
+    run, the next request's body has no `tools`, and the answer comes from the result."""
+    same = [*call_deltas("word_length", ['{"word": "llama"}'], call_id="call_1"), delta("tool_calls"), USAGE]
+    script(server, same, same, answer("It has 5 letters."))
+    result = run("generate", "-m", server.ref, "how long is llama?", "--functions", str(functions),
+                 "--approve-tools", "--json")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert "5" in doc["text"] and doc["finish_reason"] == "stop"
+    ran, repeat = doc["tool_calls"]
+    assert ran["result"] == "5" and repeat["error"] == "not run: the same call was answered in round 1"
+    assert ran["id"] != repeat["id"]  # the server's id repeated; the conversation's are unique
+    first, second, third = posts(server)
+    assert "tools" in first and "tools" in second and "tools" not in third
+    sent = [m["tool_call_id"] for m in third["messages"] if m["role"] == "tool"]
+    assert sent == ["call_1"]  # the repeat is left out of what the model reads
+
+
+def test_served_call_ids_are_unique_across_rounds(server, functions):
+    """A server that numbers each answer's calls from one again (the same id in two rounds): every
+    tool_call_id sent back names one call."""
+    script(server,
+           [*call_deltas("word_length", ['{"word": "a"}'], call_id="call_1"), delta("tool_calls"), USAGE],
+           [*call_deltas("word_length", ['{"word": "bb"}'], call_id="call_1"), delta("tool_calls"), USAGE],
+           answer("1 and 2."))  # fmt: skip
+    result = run("generate", "-m", server.ref, "go", "--functions", str(functions), "--approve-tools",
+                 "--tool-rounds", "3")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    last = posts(server)[-1]["messages"]
+    ids = [c["id"] for m in last for c in m.get("tool_calls") or []]
+    answered = [m["tool_call_id"] for m in last if m["role"] == "tool"]
+    assert len(ids) == 2 and len(set(ids)) == 2 and answered == ids
+
+
+def test_bare_json_calls_cut_by_max_tokens_are_exit_7_not_silence(server, functions):
+    """A served model writing bare-JSON calls until -n cuts them: nothing on stdout, one line, exit 7."""
+    bare = '{"name": "word_length", "arguments": {"word": "abc"}}\n{"name": "word_length", "argu'
+    script(server, [delta(role="assistant", content=bare), delta("length"), USAGE])
+    result = run("generate", "-m", server.ref, "go", "--functions", str(functions), "--approve-tools",
+                 "-n", "60")  # fmt: skip
+    assert result.exit_code == 7
+    assert result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert "inside a tool call" in line
