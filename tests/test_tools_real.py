@@ -78,7 +78,10 @@ def test_a_calls_json_is_written_under_its_schemas_grammar(qwen_model, tmp_path)
     result = llmcli("generate", "-m", str(qwen_model), "--temperature", "0", "-n", "80", "--tool",
                     "arithmetic", "--tool", "current_time", "--approve-tools", "--tool-rounds", "1", "--json",
                     "What is 17.5 times 3?", timeout=900)  # fmt: skip
-    assert result.returncode == 0, result.stderr
+    # with --tool-rounds 1 the tools are withdrawn after the first round; the 0.5B model may then
+    # write no answer, which is said (exit 8), never silent
+    assert result.returncode in (0, 8), result.stderr
+    assert (result.returncode == 8) == ("no answer" in result.stderr), result.stderr
     calls = json.loads(result.stdout)["tool_calls"]
     assert calls, "the model called a tool"
     toolset = tools.build(None, ["arithmetic", "current_time"])

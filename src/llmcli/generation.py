@@ -117,6 +117,8 @@ def missing_answer(done: Done, answer: str, calls: int, params: SamplingParams):
         calls_cut = len(done.tool_calls)
         inside = f"inside a tool call ({calls_cut} not run)" if calls_cut else "before any answer"
         return IncompleteOutputError(f"no answer: {what} ended the output {inside}", room)
+    if done.finish_reason != "no_answer":  # plain text that ended at once is an empty continuation
+        return None
     if done.reasoning_open:
         return NoAnswerError("the model ended its output inside its reasoning: there is no answer",
                              "bound the thinking with --reasoning-budget N, or ask again")  # fmt: skip
@@ -317,8 +319,9 @@ def drive(engine, request: Request, sink=None, log: Logged | None = None) -> tup
             log_request(engine, request, log, None, prepared, error=exc.message, partial=exc.text)
         raise
     assert done is not None and prepared is not None
-    if done.finish_reason == "stop" and not done.text.strip() and not done.tool_calls:
-        done.finish_reason = "no_answer"  # a script must be able to tell: see `missing_answer`
+    answered = done.text.strip() or done.tool_calls
+    if done.finish_reason == "stop" and request.text is None and not answered:
+        done.finish_reason = "no_answer"  # an empty answer (plain text may end at once): `missing_answer`
     if log is not None:
         log_request(engine, request, log, done, prepared)
     return done, prepared
