@@ -19,6 +19,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from llmcli.tags import partial_tail
+
 # The markers of every format: where a vocabulary has one as a control token, the engine shows it
 # in the text (control tokens are otherwise not shown), for the parser to find and take out.
 MARKUP = ("<tool_call>", "</tool_call>", "<|python_tag|>", "[TOOL_CALLS]")
@@ -204,7 +206,7 @@ class Parser:
                         out.append(buf[:at].rstrip())
                     buf, self.state = buf[at + len(self.open) :], "call" if self.close else "json"
                     continue
-                keep = _partial_tail(buf, self.open)
+                keep = partial_tail(buf, self.open)
                 body = buf[: len(buf) - keep]
                 trailing = len(body) - len(body.rstrip())  # held until text follows
                 if body.rstrip():
@@ -274,11 +276,3 @@ class Parser:
 def _looks_like_call(value: Any) -> bool:
     """An unmarked JSON answer is a call only with exactly a name and its arguments."""
     return isinstance(value, dict) and set(value) in ({"name", "arguments"}, {"name", "parameters"})
-
-
-def _partial_tail(text: str, tag: str) -> int:
-    """How many characters at the end of `text` could be the start of `tag`."""
-    for n in range(min(len(tag) - 1, len(text)), 0, -1):
-        if text.endswith(tag[:n]):
-            return n
-    return 0
