@@ -42,7 +42,7 @@ def test_examples():
 def test_the_three_readers_hold_a_tag_cut_between_pieces():
     from llmcli.engine.text import TextStream
     from llmcli.reasoning import ReasoningFormat, Splitter
-    from llmcli.toolcalls import CallFormat, Parser
+    from llmcli.tools.calls import CallFormat, Parser
 
     stream = TextStream(["STOP"])
     assert stream.feed(b"go ST") == ("go ", False)

@@ -15,11 +15,24 @@ from typing import Any, Literal, Protocol
 
 from llmcli import defaults
 from llmcli.reasoning import ReasoningFormat
-from llmcli.toolcalls import CallGrammar
 
 # "no_answer": the model stopped without an answer: nothing after its reasoning or its tool calls,
 # or nothing at all (set above the engines, by generation.drive; an engine says "stop")
 FinishReason = Literal["stop", "length", "interrupted", "no_answer"]
+
+
+@dataclass(frozen=True)
+class CallGrammar:
+    """How a call's JSON is constrained while the model writes it: once the answer's text ends with
+    `trigger`, the decode loop samples through `grammar` (GBNF: whitespace, then one call object
+    whose name is one of the tools and whose arguments fit that tool's schema) until the grammar is
+    complete; the model then closes the markup itself."""
+
+    trigger: str
+    grammar: str
+    # a call may also begin the answer as bare JSON, without its markup (small models drop the
+    # tags; the parser reads such an answer as a call too)
+    bare: bool = True
 
 
 @dataclass

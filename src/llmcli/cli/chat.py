@@ -181,7 +181,7 @@ def chat(
         with sigint_held():  # a Ctrl-C now would only cut the save short
             sessions.save(name, chat_session.to_record())
     if not chat_session.loaded.served:
-        from llmcli.generation import measure_spec_costs
+        from llmcli.request.spec_notices import measure_spec_costs
 
         measure_spec_costs(chat_session.loaded.engine)  # the session's state is saved: the cache may go
 

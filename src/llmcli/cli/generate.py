@@ -84,7 +84,7 @@ def generate(
     if loaded.served and prompt_cache is not None:
         raise UsageError("--prompt-cache needs a local model: a served model's cache lives on its server")
     flags.after_load(loaded)
-    from llmcli.generation import run_generate
+    from llmcli.request.generate import run_generate
     from llmcli.prompting import generate_format
     from llmcli.sampling import apply_recommended
 
@@ -143,7 +143,7 @@ def generate(
     if stats:  # stderr, so with --json too
         render.err_line(result.stats_line())
     if result.done.finish_reason != "interrupted" and not loaded.served:
-        from llmcli.generation import measure_spec_costs
+        from llmcli.request.spec_notices import measure_spec_costs
 
         measure_spec_costs(loaded.engine)
     if result.done.finish_reason == "interrupted":
@@ -170,7 +170,7 @@ def tool_loop(flags: o.RunFlags, toolset):
     if toolset is None:
         return None
     from llmcli import render
-    from llmcli.generation import ToolLoop, call_line, refuse_unapproved
+    from llmcli.request.tool_loop import ToolLoop, call_line, refuse_unapproved
 
     approve, rounds, timeout = flags.tool_settings()
     on_result = None

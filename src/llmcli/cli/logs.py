@@ -238,7 +238,7 @@ def rerun(
     from llmcli import environment, logdb
     from llmcli.contract import EngineOptions, Request, SamplingParams
     from llmcli.errors import UsageError
-    from llmcli.generation import consume
+    from llmcli.request.generate import consume
     from llmcli.loader import load_engine
 
     number = entry_id(entry)

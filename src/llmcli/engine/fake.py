@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from llmcli import reasoning
 from llmcli.contract import (
+    CallGrammar,
     Done,
     EngineOptions,
     Event,
@@ -26,7 +27,6 @@ from llmcli.contract import (
 )
 from llmcli.engine import local
 from llmcli.engine.text import TextStream
-from llmcli.toolcalls import CallGrammar
 
 BOS = 0x10FFFF  # a code point no test text uses
 

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from llmcli import defaults
 from llmcli.contract import (
+    CallGrammar,
     EngineOptions,
     Event,
     ModelInfo,
@@ -71,7 +72,6 @@ from llmcli.engine.threads import physical_cores
 from llmcli.engine.vocab import Tokenizer
 from llmcli.errors import InvalidModelError, LlmcliError, UsageError
 from llmcli.reasoning import tracker_for
-from llmcli.toolcalls import CallGrammar
 
 __all__ = [  # the engine, and the names other modules, tests and benchmarks import from here
     "DEFAULT_CTX_CAP", "GGML_KV_TYPES", "MIN_PREFILL_SAMPLE", "SPEC_VOCAB_MAX_DIFFERENCE", "AbortFlag",

@@ -39,8 +39,9 @@ from collections.abc import Iterator
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
-from llmcli import reporting, toolcalls
+from llmcli import reporting
 from llmcli.contract import (
+    CallGrammar,
     Done,
     Event,
     ModelInfo,
@@ -64,7 +65,7 @@ from llmcli.errors import (
     StreamBrokenError,
     UsageError,
 )
-from llmcli.toolcalls import CallGrammar
+from llmcli.tools.calls import CallFormat, Parser, detect
 
 if TYPE_CHECKING:
     import httpx
@@ -387,14 +388,14 @@ class ServedEngine:
         events = self.stream_messages(request.messages, request.params, think=request.think,
                                       tools=request.tools)  # fmt: skip
         if request.tools or request.calls_withdrawn:  # calls the server left in the text (a small model)
-            events = split_calls(events, toolcalls.Parser(self.call_format()))
+            events = split_calls(events, Parser(self.call_format()))
         yield from events
 
-    def call_format(self) -> toolcalls.CallFormat:
+    def call_format(self) -> CallFormat:
         """How the model writes a call the server did not parse: from its template where the server
         shows it (llama-server's /props), else the Hermes/Qwen format, the most common one."""
         template = (self.props or {}).get("chat_template")
-        return toolcalls.detect(template if isinstance(template, str) else None) or toolcalls.CallFormat(
+        return detect(template if isinstance(template, str) else None) or CallFormat(
             "hermes"
         )
 
