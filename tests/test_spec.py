@@ -11,7 +11,7 @@ import pytest
 from helpers import run
 
 from llmcli.contract import SpecOptions, Stats, Token
-from llmcli.engine.spec import KPolicy, NgramProposer, kind_of
+from llmcli.engine.speculation.proposal import KPolicy, NgramProposer, kind_of
 from llmcli.errors import UsageError
 
 # -- prompt lookup ------------------------------------------------------------------------------

@@ -134,7 +134,7 @@ def test_max_tokens_cuts_inside_a_multibyte_character_identically(pair):
 
 
 def test_end_of_generation_inside_a_draft_stops_exactly_like_plain(monkeypatch):
-    from llmcli.engine import speculation
+    from llmcli.engine.speculation import run as speculation
 
     drafts: list[list[int]] = []
     original = speculation.Speculation.propose
@@ -552,7 +552,7 @@ def test_no_draft_prefill_where_spec_exact_can_never_draft(monkeypatch):
     plain = _engine("smollm2-135m")
     try:
         prompt = spec.tokenize(PROMPTS[0] * 16, add_bos=spec.add_bos)
-        from llmcli.engine.exact import EXACT_SHORT_CELLS
+        from llmcli.engine.speculation.exact import EXACT_SHORT_CELLS
 
         assert EXACT_SHORT_CELLS < len(prompt) < 480
         inside = _inside_decode(monkeypatch)

@@ -17,7 +17,7 @@ from llmcli import defaults
 from llmcli.reasoning import ReasoningFormat
 
 # "no_answer": the model stopped without an answer: nothing after its reasoning or its tool calls,
-# or nothing at all (set above the engines, by generation.drive; an engine says "stop")
+# or nothing at all (set above the engines, by request.drive; an engine says "stop")
 FinishReason = Literal["stop", "length", "interrupted", "no_answer"]
 
 
@@ -97,7 +97,7 @@ class SamplingParams:
 
 @dataclass
 class SpecOptions:
-    """Speculative decoding (engine/spec.py, engine/speculation.py, engine/decoding.py): who
+    """Speculative decoding (engine/speculation/, engine/decoding.py): who
     proposes tokens for the target to verify in one batch, and how many. Lossless: each token is a
     sample of the target's own distribution, and the same command gives the same text."""
 
@@ -239,7 +239,7 @@ class Stats:
     answer_ttft_ms: float | None = None
     reasoning_ms: float = 0.0
     answer_ms: float = 0.0
-    # Tool calling (generation.py's loop): the time the calls ran, apart from prefill and decode
+    # Tool calling (request/tool_loop.py): the time the calls ran, apart from prefill and decode
     tool_ms: float = 0.0
     drafted_tokens: int = 0
     accepted_tokens: int = 0

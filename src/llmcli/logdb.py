@@ -1,6 +1,6 @@
 """The conversation log: every request's record, kept in SQLite in the data directory.
 
-`generation.drive` calls `write` (a chat turn) or `defer` (a one-shot `generate`) once after each
+`request.drive` calls `write` (a chat turn) or `defer` (a one-shot `generate`) once after each
 request, local or served, with the request's record (`record.build`'s document), its prompt messages and its
 conversation id; `cli/logs.py` reads it back (list, search, show, continue, rerun, stats,
 import, prune).

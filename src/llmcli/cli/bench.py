@@ -686,7 +686,7 @@ def _repack(values: list[str] | None, no_repack: bool) -> list[bool | None]:
 def _spec_sweep(kinds, k, k_min, ngram_max, ngram_min, adaptive, exact, draft, ngld, cd, ctkd, ctvd):
     from llmcli.bench import spec
     from llmcli.bench import sweep as s
-    from llmcli.engine.spec import kind_of
+    from llmcli.engine.speculation.proposal import kind_of
 
     names: list[str] = []
     for item in s._items("--spec-type", kinds) if kinds else []:

@@ -30,7 +30,7 @@ from llmcli.contract import (
 from llmcli.engine.kvcache import KVCache
 from llmcli.engine.native import AbortFlag, check_decode
 from llmcli.engine.sampler import GrammarProbe, pick
-from llmcli.engine.speculation import Speculation
+from llmcli.engine.speculation.run import Speculation
 from llmcli.engine.text import TextStream
 from llmcli.engine.vocab import Tokenizer
 from llmcli.reasoning import Tracker

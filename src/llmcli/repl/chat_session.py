@@ -436,7 +436,7 @@ class ChatSession:
         (`carry_kv`). Returns the tokens carried over."""
         from dataclasses import replace
 
-        from llmcli.engine.spec import kind_of
+        from llmcli.engine.speculation.proposal import kind_of
         from llmcli.errors import UsageError
 
         spec = replace(self.spec)

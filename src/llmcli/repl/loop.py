@@ -73,7 +73,7 @@ class Repl:
 
     def run_turn(self, text: str | None) -> None:
         """Send `text` (or regenerate the last answer when None) and show the reply. While it
-        streams, Ctrl-C stops the reply (generation.drive). A Ctrl-C before that (the history is
+        streams, Ctrl-C stops the reply (request.drive). A Ctrl-C before that (the history is
         fitted, a saved state read) breaks into nothing but stops the reply as it begins; one after
         it (the summary line, the autosave) is ignored: the turn and its save are never cut in half."""
         from llmcli.signals import sigint_held
