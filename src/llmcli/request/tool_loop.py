@@ -101,27 +101,7 @@ def drive_tools(
             if not done.text.strip():
                 done = replace(done, finish_reason="no_answer")
             break
-        fresh: list[ToolCall] = []
-        repeated: list[ToolCall] = []
-        seen = set(answered)
-        for call in calls:
-            (repeated if _same_call(call) in seen else fresh).append(call)
-            seen.add(_same_call(call))
-        if fresh:
-            assistant = {"role": "assistant", "content": done.text,
-                         "tool_calls": [_message_call(call) for call in fresh]}  # fmt: skip
-            results: list[dict[str, Any]] = []
-            for call in fresh:
-                record = _run_call(call, loop, round_no, turn)
-                answered.setdefault(_same_call(call), record)
-                total.tool_ms += record["duration_ms"] or 0.0
-                results.append({"role": "tool", "tool_call_id": call.id, "name": call.name,
-                                "content": record["result"]})  # fmt: skip
-            turn.messages += [assistant, *results]
-        for call in repeated:  # the model reads the earlier result: this call is left out of the messages
-            earlier = answered.get(_same_call(call))
-            when = f"round {earlier['round']}" if earlier is not None else "this answer"
-            _done_call(call, round_no, loop, None, f"not run: the same call was answered in {when}", turn)
+        repeated = _run_round(calls, done.text, answered, loop, round_no, turn, total)
         if turn.interrupted:
             done.finish_reason = "interrupted"
             break
@@ -145,6 +125,35 @@ def drive_tools(
     if log is not None:
         log_request(engine, request, log, done, prepared, tool_calls=turn.calls)
     return done, prepared, turn
+
+
+def _run_round(calls: list[ToolCall], text: str, answered: dict[str, dict], loop: ToolLoop, round_no: int,
+               turn: ToolTurn, total: Stats) -> bool:  # fmt: skip
+    """One round's calls: each new one run (its record kept in `answered`, its time added to
+    `total.tool_ms`) and added to the turn's messages after the assistant message that made it; a
+    call already answered in this answer is recorded as not run. True where one was repeated."""
+    fresh: list[ToolCall] = []
+    repeated: list[ToolCall] = []
+    seen = set(answered)
+    for call in calls:
+        (repeated if _same_call(call) in seen else fresh).append(call)
+        seen.add(_same_call(call))
+    if fresh:
+        assistant = {"role": "assistant", "content": text,
+                     "tool_calls": [_message_call(call) for call in fresh]}  # fmt: skip
+        results: list[dict[str, Any]] = []
+        for call in fresh:
+            record = _run_call(call, loop, round_no, turn)
+            answered.setdefault(_same_call(call), record)
+            total.tool_ms += record["duration_ms"] or 0.0
+            results.append({"role": "tool", "tool_call_id": call.id, "name": call.name,
+                            "content": record["result"]})  # fmt: skip
+        turn.messages += [assistant, *results]
+    for call in repeated:  # the model reads the earlier result: this call is left out of the messages
+        earlier = answered.get(_same_call(call))
+        when = f"round {earlier['round']}" if earlier is not None else "this answer"
+        _done_call(call, round_no, loop, None, f"not run: the same call was answered in {when}", turn)
+    return bool(repeated)
 
 
 class CallIds:
