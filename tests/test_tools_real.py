@@ -12,8 +12,8 @@ import json
 import pytest
 
 from llmcli import tools
-from llmcli.request import tool_loop
 from llmcli.contract import EngineOptions, Request, SamplingParams
+from llmcli.request import tool_loop
 
 pytestmark = pytest.mark.model
 
