@@ -127,7 +127,7 @@ class Machine:
 def replay(prompt: list[int], answer: list[int], machine: Machine, policy, k_max: int = 8,
            ngram: tuple[int, int] | None = None) -> tuple[float, int, dict[int, int]]:  # fmt: skip
     """Seconds (cost units) to produce the answer, passes, and how often each k was chosen."""
-    from llmcli.engine.spec import NgramProposer
+    from llmcli.engine.speculation.proposal import NgramProposer
 
     proposer = NgramProposer(*ngram) if ngram else NgramProposer()
     proposer.extend(prompt)
@@ -176,7 +176,7 @@ def oracle_speed(prompt: list[int], answer: list[int], costs: list[float], k_max
     proposals, and at each pass the k that gives the most tokens per unit of cost, counting only
     the proposed tokens that will be accepted. What any policy choosing k from the past could reach
     at best with these proposals and costs."""
-    from llmcli.engine.spec import NgramProposer
+    from llmcli.engine.speculation.proposal import NgramProposer
 
     proposer = NgramProposer()
     proposer.extend(prompt)
@@ -214,7 +214,7 @@ def main() -> None:
         record(args.out, args.tokens)
         return
 
-    from llmcli.engine.spec import KPolicy
+    from llmcli.engine.speculation.proposal import KPolicy
 
     seeds: list[int | None] = list(range(args.seeds)) if args.noise else [None]
     ratios = []

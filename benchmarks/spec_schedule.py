@@ -85,7 +85,7 @@ def main() -> None:
     import llamacpp_tools
     import speculative
 
-    import llmcli.engine.spec as spec_module
+    import llmcli.engine.speculation.proposal as spec_module
     from llmcli.contract import EngineOptions, SpecOptions
     from llmcli.engine.llama import LlamaEngine
     from llmcli.hub import default_model

@@ -8,7 +8,7 @@ import sys
 
 from llmcli.contract import Token
 from llmcli.engine.text import TextStream
-from llmcli.engine.text import overlap as _overlap
+from llmcli.tags import partial_tail as _overlap
 
 
 class _Fed:

@@ -11,7 +11,7 @@ import pytest
 from helpers import run
 
 from llmcli.contract import SpecOptions, Stats, Token
-from llmcli.engine.spec import KPolicy, NgramProposer, kind_of
+from llmcli.engine.speculation.proposal import KPolicy, NgramProposer, kind_of
 from llmcli.errors import UsageError
 
 # -- prompt lookup ------------------------------------------------------------------------------
@@ -856,7 +856,7 @@ def test_memory_fit_counts_the_drafts_cache_at_the_targets_kv_types(monkeypatch,
 
 def test_a_notice_says_when_exactness_left_nothing_to_verify():
     from llmcli.contract import Stats
-    from llmcli.generation import exact_limit_notice
+    from llmcli.request.spec_notices import exact_limit_notice
 
     settings = {"type": "lookup", "exact": True, "exact_positions": {"short": 3, "long": 1},
                 "exact_blocked": 39}  # fmt: skip
@@ -874,7 +874,7 @@ def test_a_notice_says_when_exactness_left_nothing_to_verify():
 
 def test_the_notice_names_the_bf16_and_q8_0_caches_only_where_they_would_help():
     from llmcli.contract import ModelInfo, Stats
-    from llmcli.generation import exact_limit_notice
+    from llmcli.request.spec_notices import exact_limit_notice
 
     settings = {"type": "lookup", "exact": True, "exact_positions": {"short": 9, "long": 1},
                 "exact_blocked": 39}  # fmt: skip

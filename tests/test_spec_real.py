@@ -134,7 +134,7 @@ def test_max_tokens_cuts_inside_a_multibyte_character_identically(pair):
 
 
 def test_end_of_generation_inside_a_draft_stops_exactly_like_plain(monkeypatch):
-    from llmcli.engine import speculation
+    from llmcli.engine.speculation import run as speculation
 
     drafts: list[list[int]] = []
     original = speculation.Speculation.propose
@@ -477,7 +477,7 @@ def test_the_exactness_notice_only_where_exactness_allowed_no_batch():
 
     record, err = generate("hi")
     assert record["exact_blocked"] == 0 and "drafted nothing" not in err
-    source = (Path(__file__).parents[1] / "src" / "llmcli" / "engine" / "spec.py").read_text()
+    source = (Path(__file__).parents[1] / "src/llmcli/engine/speculation/proposal.py").read_text()
     record, err = generate(source[:1500] + "\n\nThe same text again:\n" + source[:40])
     assert ("drafted nothing" in err) == (record["drafted_tokens"] == 0 and record["exact_blocked"] > 0)
     if record["exact_positions"]["long"] == 1:
@@ -552,7 +552,7 @@ def test_no_draft_prefill_where_spec_exact_can_never_draft(monkeypatch):
     plain = _engine("smollm2-135m")
     try:
         prompt = spec.tokenize(PROMPTS[0] * 16, add_bos=spec.add_bos)
-        from llmcli.engine.exact import EXACT_SHORT_CELLS
+        from llmcli.engine.speculation.exact import EXACT_SHORT_CELLS
 
         assert EXACT_SHORT_CELLS < len(prompt) < 480
         inside = _inside_decode(monkeypatch)
@@ -614,7 +614,7 @@ def test_a_q8_0_or_bf16_kv_cache_keeps_exact_speculation_past_the_short_context(
     text is plain decoding's at the same cache types, byte for byte."""
     from pathlib import Path
 
-    source = (Path(__file__).parents[1] / "src" / "llmcli" / "engine" / "spec.py").read_text()
+    source = (Path(__file__).parents[1] / "src/llmcli/engine/speculation/proposal.py").read_text()
     prompt = source[:2000] + "\n\nThe same text again, unchanged:\n" + source[:60]
     plain = _engine_kv("smollm2-135m", None, kv_type)
     spec = _engine_kv(
@@ -642,7 +642,7 @@ def test_a_self_draft_on_a_q8_0_cache_accepts_everything_past_the_short_context(
     rounds as the target does at every depth (with its own cache at llama.cpp's f16 it was 93-98%)."""
     from pathlib import Path
 
-    source = (Path(__file__).parents[1] / "src" / "llmcli" / "engine" / "spec.py").read_text()
+    source = (Path(__file__).parents[1] / "src/llmcli/engine/speculation/proposal.py").read_text()
     prompt = source[:2000] + "\n\nWhat this code does, in plain words:"
     draft = SpecOptions(
         kind="draft", draft_max=4, adaptive=False, model_draft=str(_path("gemma3-270m")), exact=True

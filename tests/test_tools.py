@@ -12,7 +12,9 @@ import pytest
 from helpers import run, use_engine
 from records import validate
 
-from llmcli import toolcalls, tools
+from llmcli import tools
+from llmcli.tools import calls as toolcalls
+from llmcli.tools import grammar as toolgrammar
 from llmcli.engine.fake import FakeEngine
 
 TEMPLATES = Path(__file__).parent / "data" / "templates"
@@ -662,7 +664,7 @@ def test_mcp_server_serves_every_turn_of_a_chat():
 
 
 def test_a_calls_opening_is_seen_however_the_text_is_cut():
-    from llmcli.toolcalls import CallWatch
+    from llmcli.tools.grammar import CallWatch
 
     watch = CallWatch("<tool_call>")
     assert [watch.feed(piece) for piece in ["Let me check.", "\n<tool", "_call>"]] == [False, False, True]
@@ -674,27 +676,24 @@ def test_a_calls_opening_is_seen_however_the_text_is_cut():
 
 
 def test_one_calls_schema_names_a_tool_and_its_arguments():
-    from llmcli import toolcalls
-
     specs = tools.build(None, ["arithmetic", "current_time"]).specs()
-    schema = toolcalls.call_schema(toolcalls.CallFormat("hermes"), specs)
+    schema = toolgrammar.call_schema(toolcalls.CallFormat("hermes"), specs)
     names = [choice["properties"]["name"]["const"] for choice in schema["oneOf"]]
     assert names == ["arithmetic", "current_time"]
     assert all(choice["additionalProperties"] is False for choice in schema["oneOf"])
     # formats whose call is the whole answer are checked once written, never constrained
-    assert toolcalls.call_schema(toolcalls.CallFormat("llama3"), specs) is None
-    assert toolcalls.call_schema(toolcalls.CallFormat("hermes"), []) is None
+    assert toolgrammar.call_schema(toolcalls.CallFormat("llama3"), specs) is None
+    assert toolgrammar.call_schema(toolcalls.CallFormat("hermes"), []) is None
 
 
 def test_the_call_grammar_wraps_the_converted_schema():
-    from llmcli import toolcalls
     from llmcli.engine.grammar import json_schema_to_gbnf
 
     specs = tools.build(None, ["arithmetic"]).specs()
-    gbnf = json_schema_to_gbnf(json.dumps(toolcalls.call_schema(toolcalls.CallFormat("hermes"), specs)))
-    grammar = toolcalls.call_grammar(gbnf)
+    gbnf = json_schema_to_gbnf(json.dumps(toolgrammar.call_schema(toolcalls.CallFormat("hermes"), specs)))
+    grammar = toolgrammar.call_grammar(gbnf)
     assert grammar is not None and grammar.trigger == "<tool_call>" and grammar.bare
     rules = [line.split(" ::=")[0] for line in grammar.grammar.splitlines() if " ::=" in line]
-    assert rules.count("root") == 1 and toolcalls.CALL_RULE in rules
-    assert grammar.grammar.startswith(f"root ::= [ \\t\\n]* {toolcalls.CALL_RULE}\n")
-    assert toolcalls.call_grammar("space ::= \" \"?") is None  # no root: nothing to wrap
+    assert rules.count("root") == 1 and toolgrammar.CALL_RULE in rules
+    assert grammar.grammar.startswith(f"root ::= [ \\t\\n]* {toolgrammar.CALL_RULE}\n")
+    assert toolgrammar.call_grammar("space ::= \" \"?") is None  # no root: nothing to wrap

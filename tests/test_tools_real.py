@@ -11,8 +11,9 @@ import json
 
 import pytest
 
-from llmcli import generation, tools
+from llmcli import tools
 from llmcli.contract import EngineOptions, Request, SamplingParams
+from llmcli.request import tool_loop
 
 pytestmark = pytest.mark.model
 
@@ -50,9 +51,9 @@ def test_qwen_calls_a_python_function_and_reads_its_result(qwen_model, tmp_path)
         params = SamplingParams(temperature=0.0, seed=1, max_tokens=120)
         request = Request(params, messages=[{"role": "user", "content": "What is the secret code of Alice?"}],
                           tools=toolset.specs())  # fmt: skip
-        loop = generation.ToolLoop(toolset, approve=lambda call: "yes", rounds=2)
+        loop = tool_loop.ToolLoop(toolset, approve=lambda call: "yes", rounds=2)
         sink = lambda event: pieces.append(event.text) if type(event).__name__ == "Token" else None  # noqa: E731
-        done, _, turn = generation.drive_tools(recording, request, sink, loop)
+        done, _, turn = tool_loop.drive_tools(recording, request, sink, loop)
     finally:
         engine.close()
     first = turn.calls[0]

@@ -38,7 +38,7 @@ def test_an_engine_without_interrupt_is_refused(tmp_path):
 
             from llmcli.contract import Capabilities, Engine, EngineOptions, Event, ModelInfo, SamplingParams
             from llmcli.engine.fake import FakeEngine
-            from llmcli.toolcalls import CallFormat
+            from llmcli.tools.calls import CallFormat
 
 
             class HalfEngine:

@@ -15,16 +15,41 @@ from typing import Any, Literal, Protocol
 
 from llmcli import defaults
 from llmcli.reasoning import ReasoningFormat
-from llmcli.toolcalls import CallFormat, CallGrammar
 
 # "no_answer": the model stopped without an answer: nothing after its reasoning or its tool calls,
-# or nothing at all (set above the engines, by generation.drive; an engine says "stop")
+# or nothing at all (set above the engines, by request.drive; an engine says "stop")
 FinishReason = Literal["stop", "length", "interrupted", "no_answer"]
 
 
 def flag_name(key: str) -> str:
     """The command-line flag of a setting or sampling field, as errors name it: `--top-k`."""
     return "-md/--model-draft" if key == "model_draft" else "--" + key.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class CallFormat:
+    """How a model writes a tool call, read from its chat template (llmcli.tools.calls.detect)."""
+
+    kind: str  # "hermes", "llama3" or "mistral"
+
+    def describe(self) -> str:
+        return {"hermes": "<tool_call>{json}</tool_call> (Hermes/Qwen)",
+                "llama3": "a JSON object as the answer (Llama 3.x)",
+                "mistral": "[TOOL_CALLS][json] (Mistral)"}[self.kind]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CallGrammar:
+    """How a call's JSON is constrained while the model writes it: once the answer's text ends with
+    `trigger`, the decode loop samples through `grammar` (GBNF: whitespace, then one call object
+    whose name is one of the tools and whose arguments fit that tool's schema) until the grammar is
+    complete; the model then closes the markup itself."""
+
+    trigger: str
+    grammar: str
+    # a call may also begin the answer as bare JSON, without its markup (small models drop the
+    # tags; the parser reads such an answer as a call too)
+    bare: bool = True
 
 
 @dataclass
@@ -92,7 +117,7 @@ class SamplingParams:
 
 @dataclass
 class SpecOptions:
-    """Speculative decoding (engine/spec.py, engine/speculation.py, engine/decoding.py): who
+    """Speculative decoding (engine/speculation/, engine/decoding.py): who
     proposes tokens for the target to verify in one batch, and how many. Lossless: each token is a
     sample of the target's own distribution, and the same command gives the same text."""
 
@@ -239,7 +264,7 @@ class Stats:
     answer_ttft_ms: float | None = None
     reasoning_ms: float = 0.0
     answer_ms: float = 0.0
-    # Tool calling (generation.py's loop): the time the calls ran, apart from prefill and decode
+    # Tool calling (request/tool_loop.py): the time the calls ran, apart from prefill and decode
     tool_ms: float = 0.0
     drafted_tokens: int = 0
     accepted_tokens: int = 0

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from llmcli.tags import partial_tail
+
 SWITCH = "enable_thinking"  # the name Qwen3, SmolLM3, DeepSeek-V3.1, GLM and others read
 
 # A closing tag whose name (after an optional namespace, as `seed:` or `mm:`) means thinking.
@@ -179,7 +181,7 @@ class Splitter:
                     reasoning += buf[:end]
                     buf, self.state = buf[end + len(self.close) :], "after"
                     continue
-                hold = _partial_tail(buf, self.close)
+                hold = partial_tail(buf, self.close)
                 reasoning += buf[: len(buf) - hold]
                 self.held = buf[len(buf) - hold :]
                 break
@@ -259,11 +261,3 @@ def tracker_for(
     if budget is None and not constrained:
         return None
     return Tracker(fmt, state, budget, message)
-
-
-def _partial_tail(text: str, tag: str) -> int:
-    """How many characters at the end of `text` could be the start of `tag`."""
-    for n in range(min(len(tag) - 1, len(text)), 0, -1):
-        if text.endswith(tag[:n]):
-            return n
-    return 0

@@ -36,7 +36,7 @@ def build(
 ) -> dict[str, Any]:
     """The record of one request. `done` None: it failed before its end (`error` says why, and
     `partial_text` is what was streamed); its counts and timings are then unknown (null).
-    `tool_calls`: each call run in the answer (generation.py's tool loop); None: no tools offered."""
+    `tool_calls`: each call run in the answer (request/tool_loop.py); None: no tools offered."""
     s = done.stats if done is not None else None
     used = params.as_dict()
     if done is not None:

@@ -14,7 +14,7 @@ def spec_sweep(kinds, k, k_min, ngram_max, ngram_min, adaptive, exact, draft, ng
     from llmcli import values
     from llmcli.bench import spec
     from llmcli.bench import sweep as s
-    from llmcli.engine.spec import kind_of
+    from llmcli.engine.speculation.proposal import kind_of
     from llmcli.settings import SETTINGS
 
     # the setting's names (llama.cpp's aliases among them), then the proposers they name

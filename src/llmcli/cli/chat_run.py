@@ -170,7 +170,7 @@ def _converse(chat_session, flags: o.RunFlags, c: Chat, toolset, name, saved, hi
 
         with sigint_held():  # a Ctrl-C now would only cut the save short
             sessions.save(name, chat_session.to_record())
-    from llmcli.generation import measure_spec_costs
+    from llmcli.request.spec_notices import measure_spec_costs
 
     measure_spec_costs(chat_session.loaded.engine)  # the session's state is saved: the cache may go
 

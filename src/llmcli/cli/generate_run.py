@@ -1,5 +1,5 @@
 """`llmcli generate`'s run: the prompt read, the model loaded, the request run through
-`llmcli.generation`, and what it made written (the text or one JSON document on stdout, the
+`llmcli.request`, and what it made written (the text or one JSON document on stdout, the
 stats on stderr), with the exit code it earned."""
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def run(ctx: typer.Context, flags: o.RunFlags, g: Generate) -> None:
 def _answer(flags: o.RunFlags, g: Generate, loaded, text: str, params, system, raw: bool, history) -> None:
     """The request run (tools, the log, a warm KV state), and what it made written."""
     from llmcli import render
-    from llmcli.generation import run_generate
+    from llmcli.request.generate import run_generate
 
     prompt_cache, prompt_cache_ro = g.prompt_cache, g.prompt_cache_ro
     constraint = flags.constraint
@@ -128,7 +128,7 @@ def _finish(g: Generate, loaded, result) -> None:
     if g.stats:  # stderr, so with --json too
         render.err_line(result.stats_line())
     if result.done.finish_reason != "interrupted":
-        from llmcli.generation import measure_spec_costs
+        from llmcli.request.spec_notices import measure_spec_costs
 
         measure_spec_costs(loaded.engine)
     if result.done.finish_reason == "interrupted":
@@ -155,7 +155,7 @@ def tool_loop(flags: o.RunFlags, toolset):
     if toolset is None:
         return None
     from llmcli import render
-    from llmcli.generation import ToolLoop, call_line, refuse_unapproved
+    from llmcli.request.tool_loop import ToolLoop, call_line, refuse_unapproved
 
     approve, rounds, timeout = flags.tool_settings()
     on_result = None

@@ -238,7 +238,7 @@ def rerun(
     from llmcli import environment
     from llmcli.contract import EngineOptions, Request, SamplingParams
     from llmcli.errors import UsageError
-    from llmcli.generation import consume
+    from llmcli.request.generate import consume
     from llmcli.loader import load_engine
     from llmcli.log import queries, rows, writer
 

@@ -26,9 +26,10 @@ def build_toolset(functions: list[Path] | None, names: list[str] | None, mcp: li
     """The tools of --functions, --tool and --mcp (MCP servers started here; close the set after)."""
     import functools
 
-    from llmcli import mcp_tools, tools
+    from llmcli import tools
+    from llmcli.tools.mcp import connect
 
-    servers = [functools.partial(mcp_tools.connect, command) for command in mcp or []]
+    servers = [functools.partial(connect, command) for command in mcp or []]
     return tools.build(functions, names, servers)
 
 

@@ -42,7 +42,7 @@ def spec_options(
     draft model reference is resolved to a file by the loader, like -m."""
     from llmcli import settings, values
     from llmcli.contract import SpecOptions
-    from llmcli.engine.spec import kind_of
+    from llmcli.engine.speculation.proposal import kind_of
 
     draft_ref, draft_source = settings.resolve_with_source("model_draft", model_draft)
     draft_ref = draft_ref or None

@@ -17,6 +17,7 @@ from collections.abc import Callable, Generator, Iterator
 from typing import Protocol
 
 from llmcli.contract import (
+    CallGrammar,
     Done,
     Event,
     FinishReason,
@@ -29,11 +30,11 @@ from llmcli.contract import (
 from llmcli.engine.kvcache import KVCache
 from llmcli.engine.native import AbortFlag, check_decode
 from llmcli.engine.sampler import GrammarProbe, pick
-from llmcli.engine.speculation import Speculation
+from llmcli.engine.speculation.run import Speculation
 from llmcli.engine.text import TextStream
 from llmcli.engine.vocab import Tokenizer
 from llmcli.reasoning import Tracker
-from llmcli.toolcalls import CallGrammar, CallWatch
+from llmcli.tools.grammar import CallWatch
 
 MIN_PREFILL_SAMPLE = 32  # prefill batches smaller than this say little about thread speed
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from llmcli import reasoning
 from llmcli.contract import (
     Capabilities,
+    CallGrammar,
     Done,
     EngineOptions,
     Event,
@@ -27,7 +28,7 @@ from llmcli.contract import (
 )
 from llmcli.engine import local
 from llmcli.engine.text import TextStream
-from llmcli.toolcalls import CallFormat, CallGrammar
+from llmcli.tools.calls import CallFormat
 
 BOS = 0x10FFFF  # a code point no test text uses
 

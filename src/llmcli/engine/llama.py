@@ -16,10 +16,11 @@ handler write to a pipe (`signal.set_wakeup_fd`), and a helper thread that sleep
 `interrupt()`, which raises the abort flag that llama.cpp polls between graph nodes.
 
 The engine's parts, each in its own module, get what they use passed in (public attributes and
-methods, or the object itself): `kvcache.KVCache` (the cache: decode, verify, trim, reuse, time,
-bytes), `vocab.Tokenizer`, `sampler` (the chain, the pick, the grammar probe), `decoding.Generation`
-(one request), `speculation.Speculation` and `draft.DraftModel` (proposals), `exact` (--spec-exact's
-probe and the store of what speculation measured), `native` (the llama.cpp glue they share).
+methods, or the object itself): `loading` (the model, the context's parameters, `ModelInfo`),
+`kvcache.KVCache` (the cache: decode, verify, trim, reuse, time, bytes), `vocab.Tokenizer`,
+`sampler` (the chain, the pick, the grammar probe), `decoding.Generation` (one request),
+`speculation/` (`run.Speculation` and `draft.DraftModel` propose; `exact` is --spec-exact's probe
+and the store of what speculation measured), `native` (the llama.cpp glue they share).
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from llmcli import defaults
 from llmcli.contract import (
     Capabilities,
+    CallGrammar,
     EngineOptions,
     Event,
     ModelInfo,
@@ -44,18 +45,16 @@ from llmcli.contract import (
     check_prompt,
 )
 from llmcli.engine import local
-from llmcli.engine.backend import backend_name, llama_cpp_version, weight_repack
+from llmcli.engine.backend import llama_cpp_version, weight_repack
 from llmcli.engine.decoding import MIN_PREFILL_SAMPLE, Generation
-from llmcli.engine.draft import SPEC_VOCAB_MAX_DIFFERENCE, DraftModel, check_draft_vocab, vocab_difference
-from llmcli.engine.exact import (
-    CostProbe,
-    CostTable,
-    ExactLimits,
-    ExactProbe,
-    MeasuredStore,
-    assumed_draft_step,
-)
 from llmcli.engine.kvcache import KVCache
+from llmcli.engine.loading import (
+    DEFAULT_CTX_CAP,
+    context_params,
+    gpu_layers_requested,
+    load_model,
+    model_info,
+)
 from llmcli.engine.native import (
     GGML_KV_TYPES,
     AbortFlag,
@@ -66,22 +65,33 @@ from llmcli.engine.native import (
     silence_logs,
 )
 from llmcli.engine.sampler import build_chain, grammar_error
-from llmcli.engine.spec import KPolicy
-from llmcli.engine.speculation import Speculation
+from llmcli.engine.speculation.draft import (
+    SPEC_VOCAB_MAX_DIFFERENCE,
+    DraftModel,
+    check_draft_vocab,
+    vocab_difference,
+)
+from llmcli.engine.speculation.exact import (
+    CostProbe,
+    CostTable,
+    ExactLimits,
+    ExactProbe,
+    MeasuredStore,
+    assumed_draft_step,
+)
+from llmcli.engine.speculation.proposal import KPolicy
+from llmcli.engine.speculation.run import Speculation
 from llmcli.engine.threads import physical_cores
 from llmcli.engine.vocab import Tokenizer
-from llmcli.errors import InvalidModelError, LlmcliError, UsageError
+from llmcli.errors import LlmcliError, UsageError
 from llmcli.reasoning import tracker_for
-from llmcli.toolcalls import CallFormat, CallGrammar
+from llmcli.tools.calls import CallFormat
 
 __all__ = [  # the engine, and the names other modules, tests and benchmarks import from here
     "DEFAULT_CTX_CAP", "GGML_KV_TYPES", "MIN_PREFILL_SAMPLE", "SPEC_VOCAB_MAX_DIFFERENCE", "AbortFlag",
     "LlamaEngine", "check_draft_vocab", "ggml_type", "grammar_error", "physical_cores", "set_attention",
     "silence_logs", "vocab_difference",
 ]  # fmt: skip
-
-DEFAULT_CTX_CAP = defaults.CTX_CAP
-
 
 class LlamaEngine:
     """A GGUF model loaded through llama.cpp, with one KV cache that persists between requests."""
@@ -156,50 +166,16 @@ class LlamaEngine:
     # -- loading ---------------------------------------------------------------------------
 
     def _load_model(self, hits: list[int]):
-        L = self._L
-        params = L.llama_model_default_params()
-        params.n_gpu_layers = self._gpu_layers_requested()
-        params.use_extra_bufts = self.repack
-        # returning False from the progress callback cancels a load interrupted by a signal
-        progress = L.llama_progress_callback(lambda value, data: not hits)
-        params.progress_callback = progress
-        model = L.llama_model_load_from_file(str(self.path).encode(), params)
-        if not model and hits:
-            raise_for(hits)
-        if not model:
-            raise InvalidModelError(
-                f"llama.cpp could not load {self.path}",
-                hint="the architecture may be unsupported by this llama.cpp build; run with --debug",
-            )
-        return model
+        return load_model(self._L, self.path, self._gpu_layers_requested(), self.repack, hits)
 
     def _gpu_layers_requested(self) -> int:
-        requested = self.options.gpu_layers
-        if requested is None or requested < 0:
-            return 999 if self._L.llama_supports_gpu_offload() else 0
-        return requested
+        return gpu_layers_requested(self._L, self.options.gpu_layers)
 
     def _new_context(self):
         L = self._L
-        opts = self.options
-        n_ctx_train = L.llama_model_n_ctx_train(self._model)
-        n_ctx = opts.ctx_size or min(n_ctx_train, DEFAULT_CTX_CAP)
-        n_ctx = max(256, -(-n_ctx // 256) * 256)  # llama.cpp pads to 256; ask for what we get
-        threads = opts.threads or self._adaptive_start()
-        params = L.llama_context_default_params()
-        params.n_ctx = n_ctx
-        params.n_batch = min(opts.batch_size, n_ctx)
-        params.n_ubatch = min(opts.ubatch_size or opts.batch_size, params.n_batch)
-        params.n_threads = threads
-        params.n_threads_batch = threads
-        params.no_perf = False
-        # We read logits for one position per batch. Left at 0, llama.cpp sizes its output and
-        # compute buffers for n_batch rows x n_vocab: 512 MB more RSS for a 262k vocabulary.
-        params.n_outputs_max = 1
-        if opts.speculative.enabled:  # a verification batch reads logits at each of its positions
-            params.n_outputs_max = opts.speculative.draft_max + 1
-        params.swa_full = opts.swa_full
-        set_attention(L, params, opts)
+        threads = self.options.threads or self._adaptive_start()
+        params = context_params(L, self.options, L.llama_model_n_ctx_train(self._model), threads)
+        n_ctx = params.n_ctx
         ctx = L.llama_init_from_model(self._model, params)
         if not ctx:
             L.llama_model_free(self._model)
@@ -304,50 +280,9 @@ class LlamaEngine:
     # -- what was loaded -------------------------------------------------------------------
 
     def _model_info(self) -> ModelInfo:
-        L = self._L
-        size = self.path.stat().st_size
-        n_layers = L.llama_model_n_layer(self._model)
-        requested = self._gpu_layers_requested()
-        offloaded = min(requested, n_layers + 1) if L.llama_supports_gpu_offload() else 0
-        from llmcli import reasoning, sampling, templates
-
-        template = L.llama_model_chat_template(self._model, None)
-        chat_template = template.decode("utf-8", "replace") if template else None
-        metadata: dict[str, object] = {
-            key: value for key in templates.METADATA_KEYS if (value := self._meta(key)) is not None
-        }
-        return ModelInfo(
-            path=str(self.path),
-            architecture=self._meta("general.architecture") or "unknown",
-            quantization=_quant_name(self._meta("general.file_type")),
-            size_bytes=size,
-            n_params=int(L.llama_model_n_params(self._model)),
-            n_layers=n_layers,
-            n_ctx_train=L.llama_model_n_ctx_train(self._model),
-            n_vocab=self.n_vocab,
-            chat_template=chat_template,
-            name=self._meta("general.name") or self.path.stem,
-            gpu_layers=offloaded,
-            backend=backend_name(),
-            repack=self.repack,
-            type_k=(self.options.type_k or "f16").lower(),
-            type_v=(self.options.type_v or "f16").lower(),
-            model_type=templates.model_type(chat_template, metadata),
-            reasoning=reasoning.detect(chat_template),
-            sampling=sampling.from_metadata(
-                {key: value for key in sampling.GGUF_KEYS if (value := self._meta(key)) is not None}
-            ),
-        )
-
-    def _meta(self, key: str) -> str | None:
-        buf = ctypes.create_string_buffer(256)
-        n = self._L.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
-        if n < 0:
-            return None
-        if n >= len(buf):
-            buf = ctypes.create_string_buffer(n + 1)
-            self._L.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
-        return buf.value.decode("utf-8", "replace")
+        return model_info(self._L, self._model, self.path, self.options,
+                          gpu_layers=self._gpu_layers_requested(), n_vocab=self.n_vocab,
+                          repack=self.repack)  # fmt: skip
 
     # -- tokens (vocab.py) ------------------------------------------------------------------
 
@@ -519,7 +454,7 @@ class LlamaEngine:
         """The sampler chain (engine/sampler.py)."""
         return build_chain(self._L, self.tokenizer, self.n_vocab, params, seed, debug=self._debug)
 
-    # -- speculative decoding's settings and limits (speculation.py, draft.py, exact.py) ---------
+    # -- speculative decoding's settings and limits (engine/speculation/) ---------
 
     def spec_report(self) -> dict:
         if not self.spec.enabled:
@@ -659,12 +594,3 @@ class LlamaEngine:
                 self._free()
         except Exception:
             pass
-
-
-def _quant_name(file_type: str | None) -> str:
-    from llmcli.gguf_file import FILE_TYPE_NAMES  # the one llama_ftype table
-
-    try:
-        return FILE_TYPE_NAMES.get(int(file_type), f"type {file_type}") if file_type else "unknown"
-    except ValueError:
-        return "unknown"

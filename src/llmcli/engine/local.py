@@ -13,10 +13,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 
-from llmcli import prompting, toolcalls
-from llmcli.contract import Done, Engine, Event, Prepared, Reasoning, Request, Token, ToolCall
+from llmcli import prompting
+from llmcli.contract import CallGrammar, Done, Engine, Event, Prepared, Reasoning, Request, Token, ToolCall
 from llmcli.conversation import REASONING_FIELD, Conversation, Message
 from llmcli.reasoning import Splitter, prompt_state
+from llmcli.tools.calls import CallFormat, Parser, Piece, detect
+from llmcli.tools.grammar import call_grammar, call_schema
 
 TAIL_TOKENS = 32  # the prompt's last tokens, read for where the generation prompt leaves a reasoning model
 
@@ -39,22 +41,22 @@ def respond(engine: Engine, request: Request) -> Iterator[Event]:
     else:
         events = run(engine, tokens, request.params, prepared, waited_ms, calls=calls)
     if request.text is None and (request.tools or request.calls_withdrawn):
-        events = split_calls(events, toolcalls.Parser(call_format(engine)))
+        events = split_calls(events, Parser(call_format(engine)))
     return events
 
 
-def call_constraint(engine: Engine, request: Request) -> toolcalls.CallGrammar | None:
+def call_constraint(engine: Engine, request: Request) -> CallGrammar | None:
     """The grammar a tool call's JSON is written under, where the model's format allows one and
     the tools' schemas convert (else None: the call is checked once written)."""
     if request.text is not None or not request.tools or request.params.grammar:
         return None
-    schema = toolcalls.call_schema(call_format(engine), request.tools)
+    schema = call_schema(call_format(engine), request.tools)
     if schema is None:
         return None
     from llmcli.engine.grammar import json_schema_to_gbnf
 
     try:
-        return toolcalls.call_grammar(json_schema_to_gbnf(json.dumps(schema)))
+        return call_grammar(json_schema_to_gbnf(json.dumps(schema)))
     except Exception:  # a schema feature the converter lacks
         return None
 
@@ -74,12 +76,12 @@ def thinking(engine: Engine, request: Request) -> Request:
     return replace(request, params=params, think=think)
 
 
-def call_format(engine: Engine) -> toolcalls.CallFormat:
+def call_format(engine: Engine) -> CallFormat:
     """How the model writes a tool call, from its chat template; a template that takes no tools
     is refused in one line."""
     from llmcli.errors import UsageError
 
-    fmt = toolcalls.detect(prompting.prompt_format(engine).template)
+    fmt = detect(prompting.prompt_format(engine).template)
     if fmt is None:
         raise UsageError(
             "the model's chat template takes no tools (no tool-call format in it)",
@@ -101,7 +103,7 @@ def describe(engine: Engine) -> list[tuple[str, str]]:
 
 def run(
     engine: Engine, tokens: list[int], params, prepared: Prepared, waited_ms: float,
-    reasoning: str | None = None, calls: toolcalls.CallGrammar | None = None,
+    reasoning: str | None = None, calls: CallGrammar | None = None,
 ) -> Iterator[Event]:  # fmt: skip
     """The events of a built prompt: Prepared, then `engine.stream`'s, the wait added to the timings.
     `reasoning`: where the prompt leaves a reasoning model (`reasoning.prompt_state`); `calls`: the
@@ -249,7 +251,7 @@ class Clock:
             stats.answer_ms = max(0.0, (end - self.first_answer) * 1000)
 
 
-def split_calls(events: Iterator[Event], parser: toolcalls.Parser) -> Iterator[Event]:
+def split_calls(events: Iterator[Event], parser: Parser) -> Iterator[Event]:
     """The answer's tool calls as `ToolCall` events (numbered in this answer), the text around them
     as `Token`; call markup reaches neither. `Done` carries the text and the calls: those read
     from the text and those that came as events already (a server's `tool_calls`)."""
@@ -257,7 +259,7 @@ def split_calls(events: Iterator[Event], parser: toolcalls.Parser) -> Iterator[E
     calls: list[ToolCall] = []
     counted = 0
 
-    def out(pieces: list[toolcalls.Piece], n_tokens: int, like: Token | None) -> Iterator[Event]:
+    def out(pieces: list[Piece], n_tokens: int, like: Token | None) -> Iterator[Event]:
         for piece in pieces:
             if isinstance(piece, str):
                 answer.append(piece)

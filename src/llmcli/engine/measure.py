@@ -181,6 +181,6 @@ def check_draft_vocab(target: str, draft: str) -> None:
     vocabulary is not the target's; only the two vocabularies are read, no weights."""
     import llama_cpp
 
-    from llmcli.engine.draft import check_draft_vocab as check
+    from llmcli.engine.speculation.draft import check_draft_vocab as check
 
     check(llama_cpp, Path(target), Path(draft))

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import codecs
 
+from llmcli.tags import partial_tail
+
 
 class TextStream:
     def __init__(self, stops: list[str] | None = None) -> None:
@@ -46,7 +48,7 @@ class TextStream:
             self.pending = ""
             self.pieces.append(buf[:cut])
             return buf[:cut], True
-        hold = max((overlap(buf, s) for s in self.stops), default=0)
+        hold = max((partial_tail(buf, s) for s in self.stops), default=0)
         self.pending = buf[len(buf) - hold :]
         self.pieces.append(buf[: len(buf) - hold])
         return buf[: len(buf) - hold], False
@@ -57,11 +59,3 @@ class TextStream:
         if tail:
             self.pieces.append(tail)
         return tail
-
-
-def overlap(text: str, stop: str) -> int:
-    """Length of the longest suffix of `text` that is a proper prefix of `stop`."""
-    for n in range(min(len(stop) - 1, len(text)), 0, -1):
-        if text.endswith(stop[:n]):
-            return n
-    return 0

@@ -19,7 +19,7 @@ class Tokenizer:
         self.shown = self._markup_tokens()
 
     def _markup_tokens(self) -> frozenset[int]:
-        from llmcli.toolcalls import MARKUP
+        from llmcli.tools.calls import MARKUP
 
         found = set()
         for text in MARKUP:

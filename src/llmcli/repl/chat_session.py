@@ -17,7 +17,7 @@ from llmcli import prompting, templates
 from llmcli.contract import Done, Event, Fit, Request, SamplingParams, Stats
 from llmcli.conversation import Conversation
 from llmcli.errors import StreamBrokenError
-from llmcli.generation import ToolLoop, ToolTurn
+from llmcli.request.tool_loop import ToolLoop, ToolTurn
 from llmcli.loader import Loaded
 from llmcli.log.rows import Logged
 from llmcli.repl.chat_settings import SessionSettings, think_word
@@ -235,7 +235,7 @@ class ChatSession(SessionSettings):
         """One turn: the whole history as one request (a local engine fits it to the context by the
         overflow policy and reuses its cached prefix; a server does its own)."""
         from llmcli.conversation import Message
-        from llmcli.generation import drive_tools
+        from llmcli.request.tool_loop import drive_tools
 
         request = Request(
             self.params, messages=self.conversation.template_messages(),

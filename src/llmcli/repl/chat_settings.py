@@ -114,7 +114,7 @@ class SessionSettings:
         from dataclasses import replace
 
         from llmcli import settings, values
-        from llmcli.engine.spec import kind_of
+        from llmcli.engine.speculation.proposal import kind_of
 
         spec = replace(self.spec)
         field_name, _ = SPEC_SETTINGS[name]

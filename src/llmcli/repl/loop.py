@@ -73,7 +73,7 @@ class Repl:
 
     def run_turn(self, text: str | None) -> None:
         """Send `text` (or regenerate the last answer when None) and show the reply. While it
-        streams, Ctrl-C stops the reply (generation.drive). A Ctrl-C before that (the history is
+        streams, Ctrl-C stops the reply (request.drive). A Ctrl-C before that (the history is
         fitted, a saved state read) breaks into nothing but stops the reply as it begins; one after
         it (the summary line, the autosave) is ignored: the turn and its save are never cut in half."""
         from llmcli.signals import sigint_held
@@ -117,7 +117,7 @@ class Repl:
             self.warn(missing)
         elif self.session.constraint and result.done.constraint_complete is False:
             from llmcli.errors import IncompleteOutputError
-            from llmcli.generation import incomplete_message
+            from llmcli.request.endings import incomplete_message
 
             error = IncompleteOutputError(
                 *incomplete_message(result.done, self.session.params, self.session.constraint)
@@ -131,7 +131,7 @@ class Repl:
     def _unanswered(self, result) -> str | None:
         """A reply with no answer (the model stopped inside or after its reasoning, or after its tool
         calls, or --max-tokens cut it first): one notice line, with what to change in chat's words."""
-        from llmcli.generation import missing_answer
+        from llmcli.request.endings import missing_answer
 
         error = missing_answer(result.done, result.answer, result.calls, self.session.params)
         if error is None:
@@ -152,7 +152,7 @@ class Repl:
         the CPU's f16 cache), said as generate says it, in /set's words."""
         import weakref
 
-        from llmcli.generation import exact_limit_notice
+        from llmcli.request.spec_notices import exact_limit_notice
 
         engine = self.session.engine
         if self._exact_noticed is not None and self._exact_noticed() is engine:
@@ -192,7 +192,7 @@ class Repl:
     def tool_loop(self, toolset, *, approve_all: bool, rounds: int, timeout: float):
         """The chat's tool loop: each call shown and approved here (y / n / always for this tool),
         unless `approve_all`; each result shown as one line."""
-        from llmcli.generation import ToolLoop
+        from llmcli.request.tool_loop import ToolLoop
 
         self.approve_all = approve_all
         return ToolLoop(toolset, self.approve, rounds, timeout, on_call=self._tool_started,
@@ -201,7 +201,7 @@ class Repl:
     def approve(self, call) -> str:
         """Whether `call` may run: "yes", "no", or "stop" (Ctrl-C at the question: the answer
         stops there)."""
-        from llmcli.generation import describe_call
+        from llmcli.request.tool_loop import describe_call
 
         if self.approve_all or call.name in self.approved:
             return "yes"
@@ -258,7 +258,7 @@ class Repl:
             self._sink.tool_started(call.name)
 
     def _tool_done(self, record: dict) -> None:
-        from llmcli.generation import call_line
+        from llmcli.request.tool_loop import call_line
 
         sink = self._sink
         if isinstance(sink, LiveReadout):

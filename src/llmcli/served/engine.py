@@ -34,8 +34,8 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from llmcli import toolcalls
 from llmcli.contract import (
+    CallGrammar,
     Capabilities,
     Done,
     EngineOptions,
@@ -54,7 +54,7 @@ from llmcli.served.client import Client
 from llmcli.served.endpoints import Endpoint
 from llmcli.served.reply import Exchange, Reply
 from llmcli.served.wire import budget_fields, openai_messages, request_body
-from llmcli.toolcalls import CallGrammar
+from llmcli.tools.calls import CallFormat, Parser, detect
 
 if TYPE_CHECKING:  # the contract, checked by mypy (tests/test_types.py)
     from llmcli.contract import Engine
@@ -158,14 +158,14 @@ class ServedEngine:
         events = self.stream_messages(request.messages, request.params, think=request.think,
                                       tools=request.tools)  # fmt: skip
         if request.tools or request.calls_withdrawn:  # calls the server left in the text (a small model)
-            events = split_calls(events, toolcalls.Parser(self.call_format()))
+            events = split_calls(events, Parser(self.call_format()))
         yield from events
 
-    def call_format(self) -> toolcalls.CallFormat:
+    def call_format(self) -> CallFormat:
         """How the model writes a call the server did not parse: from its template where the server
         shows it (llama-server's /props), else the Hermes/Qwen format, the most common one."""
         template = (self.props or {}).get("chat_template")
-        return toolcalls.detect(template if isinstance(template, str) else None) or toolcalls.CallFormat(
+        return detect(template if isinstance(template, str) else None) or CallFormat(
             "hermes"
         )
 

@@ -1,5 +1,5 @@
 """One request's speculative decoding: who proposes (prompt lookup, or the draft model), how many
-tokens (the adaptive k policy, `engine/spec.py`), and the counts the readout and the record show.
+tokens (the adaptive k policy, `proposal.py`), and the counts the readout and the record show.
 Verifying the proposals is decoding, and lives with the decode loop (`engine/decoding.py`).
 
 What it reads of the engine is `Speculator`: its speculative options, k policy, draft model, cache,
@@ -12,10 +12,10 @@ import time
 from typing import Protocol
 
 from llmcli.contract import SamplingParams, SpecOptions, Stats
-from llmcli.engine.draft import DraftModel
-from llmcli.engine.exact import EXACT_SHORT_CELLS, CostTable, ExactLimits, MeasuredStore
 from llmcli.engine.kvcache import KVCache
-from llmcli.engine.spec import KPolicy, NgramProposer
+from llmcli.engine.speculation.draft import DraftModel
+from llmcli.engine.speculation.exact import EXACT_SHORT_CELLS, CostTable, ExactLimits, MeasuredStore
+from llmcli.engine.speculation.proposal import KPolicy, NgramProposer
 
 
 class Speculator(Protocol):

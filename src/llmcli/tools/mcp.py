@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from llmcli.tools import Tool, ToolError
+from llmcli.tools.toolset import Tool, ToolError
 
 START_TIMEOUT = 30.0  # seconds for the server to start and list its tools
 

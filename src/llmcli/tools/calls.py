@@ -19,19 +19,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from llmcli.contract import CallFormat
+from llmcli.tags import partial_tail
+
 # The markers of every format: where a vocabulary has one as a control token, the engine shows it
 # in the text (control tokens are otherwise not shown), for the parser to find and take out.
 MARKUP = ("<tool_call>", "</tool_call>", "<|python_tag|>", "[TOOL_CALLS]")
-
-
-@dataclass(frozen=True)
-class CallFormat:
-    kind: str  # "hermes", "llama3" or "mistral"
-
-    def describe(self) -> str:
-        return {"hermes": "<tool_call>{json}</tool_call> (Hermes/Qwen)",
-                "llama3": "a JSON object as the answer (Llama 3.x)",
-                "mistral": "[TOOL_CALLS][json] (Mistral)"}[self.kind]  # fmt: skip
 
 
 def detect(template: str | None) -> CallFormat | None:
@@ -45,70 +38,6 @@ def detect(template: str | None) -> CallFormat | None:
     if '"parameters": dictionary of argument name' in template or "<|python_tag|>" in template:
         return CallFormat("llama3")
     return None
-
-
-@dataclass(frozen=True)
-class CallGrammar:
-    """How a call's JSON is constrained while the model writes it: once the answer's text ends with
-    `trigger`, the decode loop samples through `grammar` (GBNF: whitespace, then one call object
-    whose name is one of the tools and whose arguments fit that tool's schema) until the grammar is
-    complete; the model then closes the markup itself."""
-
-    trigger: str
-    grammar: str
-    # a call may also begin the answer as bare JSON, without its markup (small models drop the
-    # tags; the parser reads such an answer as a call too)
-    bare: bool = True
-
-
-CALL_RULE = "llmcli-call"
-
-
-class CallWatch:
-    """Where a call opens in the answer as it streams: fed each token's text, `feed` is True once
-    the text ends with the opening marker (whitespace after it allowed, none of the JSON yet)."""
-
-    def __init__(self, trigger: str) -> None:
-        self.trigger = trigger
-        self.recent = ""  # the answer's last characters
-
-    def feed(self, text: str) -> bool:
-        self.recent = (self.recent + text)[-(len(self.trigger) + 32) :]
-        at = self.recent.rfind(self.trigger)
-        if at >= 0 and not self.recent[at + len(self.trigger) :].strip():
-            self.recent = ""
-            return True
-        return False
-
-
-def call_schema(fmt: CallFormat, specs: list[dict]) -> dict | None:
-    """The JSON schema of one call for `specs` (OpenAI-style tool definitions): a name among the
-    tools, and that tool's arguments. None for formats whose call is the whole answer (constraining
-    them would constrain every answer): the call is then checked after it is written."""
-    if fmt.kind != "hermes" or not specs:
-        return None
-    choices = []
-    for spec in specs:
-        function = spec.get("function", spec)
-        parameters = function.get("parameters") or {"type": "object", "properties": {}}
-        choices.append({
-            "type": "object",
-            "properties": {"name": {"const": function["name"]}, "arguments": parameters},
-            "required": ["name", "arguments"],
-            "additionalProperties": False,
-        })  # fmt: skip
-    return choices[0] if len(choices) == 1 else {"oneOf": choices}
-
-
-def call_grammar(gbnf: str) -> CallGrammar | None:
-    """The call grammar from the GBNF of `call_schema` (its root becomes one rule, after optional
-    whitespace); None where the GBNF has no root."""
-    lines = gbnf.splitlines()
-    renamed = [f"{CALL_RULE} ::={line[len('root ::=') :]}" if line.startswith("root ::=") else line
-               for line in lines]  # fmt: skip
-    if renamed == lines:
-        return None
-    return CallGrammar("<tool_call>", f"root ::= [ \\t\\n]* {CALL_RULE}\n" + "\n".join(renamed) + "\n")
 
 
 @dataclass
@@ -204,7 +133,7 @@ class Parser:
                         out.append(buf[:at].rstrip())
                     buf, self.state = buf[at + len(self.open) :], "call" if self.close else "json"
                     continue
-                keep = _partial_tail(buf, self.open)
+                keep = partial_tail(buf, self.open)
                 body = buf[: len(buf) - keep]
                 trailing = len(body) - len(body.rstrip())  # held until text follows
                 if body.rstrip():
@@ -274,11 +203,3 @@ class Parser:
 def _looks_like_call(value: Any) -> bool:
     """An unmarked JSON answer is a call only with exactly a name and its arguments."""
     return isinstance(value, dict) and set(value) in ({"name", "arguments"}, {"name", "parameters"})
-
-
-def _partial_tail(text: str, tag: str) -> int:
-    """How many characters at the end of `text` could be the start of `tag`."""
-    for n in range(min(len(tag) - 1, len(text)), 0, -1):
-        if text.endswith(tag[:n]):
-            return n
-    return 0
