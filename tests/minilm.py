@@ -129,7 +129,7 @@ def path() -> Path:
 def _reference_script() -> str:
     """Run by the torch-bearing interpreter: a plain mean pool of the Hugging Face weights (the
     tokenizer from `tokenizers`, the BERT forward pass in numpy), one vector per sentence."""
-    return r'''
+    return r"""
 import json, sys
 import numpy as np
 from safetensors.numpy import load_file
@@ -162,7 +162,7 @@ for s in sentences:
         x = ln(x + lin(gelu(lin(x, p + "intermediate.dense")), p + "output.dense"), p + "output.LayerNorm")
     out.append({"text": s, "tokens": n, "vector": [round(float(f), 7) for f in x.mean(0)], "ids": ids})
 print(json.dumps(out))
-'''
+"""
 
 
 def write_reference() -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from documents import check
 from helpers import run
 
 import minilm
@@ -48,6 +49,8 @@ def test_vectors_match_the_reference_mean_pool(model, isolated):
     ref = reference()
     got = vectors(run("embed", "-m", str(model), "--no-normalize", *[r["text"] for r in ref]))
     assert len(got) == len(ref)
+    for v in got:
+        check(v, "embed/vector")
     for r, v in zip(ref, got, strict=True):
         assert len(v) == 384
         assert cosine(v, r["vector"]) >= 0.9999, r["text"]
@@ -56,7 +59,11 @@ def test_vectors_match_the_reference_mean_pool(model, isolated):
 
 
 def test_normalised_by_default_and_related_sentences_rank_first(model, isolated):
-    texts = ["A man is playing a guitar.", "Someone is strumming a guitar.", "The stock market fell sharply today."]
+    texts = [
+        "A man is playing a guitar.",
+        "Someone is strumming a guitar.",
+        "The stock market fell sharply today.",
+    ]
     got = vectors(run("embed", "-m", str(model), *texts))
     assert all(abs(np.linalg.norm(v) - 1) < 1e-4 for v in got)
     assert cosine(got[0], got[1]) > 0.5 > cosine(got[0], got[2])
@@ -67,7 +74,9 @@ def test_batched_equals_one_at_a_time(model):
 
     embedder = LlamaEmbedder(model, threads=2)
     try:
-        texts = [r["text"] for r in reference()] + [f"sentence number {i} about topic {i % 7}" for i in range(40)]
+        texts = [r["text"] for r in reference()] + [
+            f"sentence number {i} about topic {i % 7}" for i in range(40)
+        ]
         seqs = [embedder.tokenize(t) for t in texts]
         assert len(list(embedder.batches(seqs))) < len(seqs)  # several sequences per batch, for real
         together = np.array(embedder.embed(seqs))
@@ -80,7 +89,7 @@ def test_batched_equals_one_at_a_time(model):
 
 def test_outputs_jsonl_and_npy(model, isolated, tmp_path):
     result = run("embed", "-m", str(model), "--jsonl", input="first line\nsecond line\n")
-    lines = vectors(result)
+    lines = [check(d, "embed/line") for d in vectors(result)]
     assert [d["id"] for d in lines] == ["1", "2"] and all(len(d["vector"]) == 384 for d in lines)
     out = tmp_path / "v.npy"
     files = [tmp_path / "a.txt", tmp_path / "b.txt"]
@@ -145,10 +154,12 @@ def test_collections_store_search_and_skip_unchanged(model, isolated):
     result = run("embed", "-m", str(model), "-c", "notes", "--store", input=texts)
     assert "0 embedded, 3 unchanged" in result.stderr
     result = run("similar", "notes", "Someone is strumming a guitar.", "-n", "2")
-    matches = vectors(result)
+    matches = [check(m, "embed/match") for m in vectors(result)]
     assert [m["id"] for m in matches][0] == "1" and len(matches) == 2
     assert matches[0]["content"] == "A man is playing a guitar." and matches[0]["score"] > matches[1]["score"]
-    listed = json.loads(run("collections", "list", "--json").stdout)["collections"]
+    listed = check(json.loads(run("collections", "list", "--json").stdout), "embed/collections")[
+        "collections"
+    ]
     assert listed[0]["name"] == "notes" and listed[0]["items"] == 3 and listed[0]["dimensions"] == 384
     result = run("similar", "nope", "x")
     assert result.exit_code == 2 and "no collection named 'nope'" in result.stderr

@@ -71,20 +71,52 @@ def gather(texts: list[str], files: list[str], whole: bool) -> list[tuple[str, s
 
 
 def embed(
-    texts: Annotated[list[str] | None, typer.Argument(help="Texts to embed (else -i FILE, else stdin).")] = None,
-    model: Annotated[str, typer.Option("--model", "-m", help="An embedding GGUF, or a served model (URL, NAME/MODEL).")] = "",
-    inputs: Annotated[list[str] | None, typer.Option("--input", "-i", help="A file (or glob) to embed whole; repeatable.")] = None,
+    texts: Annotated[
+        list[str] | None, typer.Argument(help="Texts to embed (else -i FILE, else stdin).")
+    ] = None,
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="An embedding GGUF, or a served model (URL, NAME/MODEL).")
+    ] = "",
+    inputs: Annotated[
+        list[str] | None, typer.Option("--input", "-i", help="A file (or glob) to embed whole; repeatable.")
+    ] = None,
     whole: Annotated[bool, typer.Option("--whole", help="Stdin is one text, not one per line.")] = False,
-    collection: Annotated[str | None, typer.Option("--collection", "-c", help="Store the vectors in this collection instead of printing them.")] = None,
-    keep: Annotated[bool, typer.Option("--store", help="With -c: keep each text's content beside its vector.")] = False,
-    pooling: Annotated[str | None, typer.Option("--pooling", help="Override the model's pooling: mean, cls or last.")] = None,
-    normalize: Annotated[bool, typer.Option("--normalize/--no-normalize", help="Scale each vector to length 1 (default on).")] = True,
-    truncate: Annotated[bool, typer.Option("--truncate/--no-truncate", help="Cut texts longer than the context (default), or refuse them.")] = True,
-    jsonl: Annotated[bool, typer.Option("--jsonl", help="One JSON object per line: id, tokens, vector.")] = False,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the vectors to FILE.npy (float32, one row per text).")] = None,
-    threads: Annotated[int | None, typer.Option("--threads", "-t", min=1, help="CPU threads (default: the physical cores).")] = None,
-    batch_tokens: Annotated[int | None, typer.Option("--batch-tokens", min=1, help="Tokens per batch (default: the model's context).")] = None,
-) -> None:  # fmt: skip
+    collection: Annotated[
+        str | None,
+        typer.Option(
+            "--collection", "-c", help="Store the vectors in this collection instead of printing them."
+        ),
+    ] = None,
+    keep: Annotated[
+        bool, typer.Option("--store", help="With -c: keep each text's content beside its vector.")
+    ] = False,
+    pooling: Annotated[
+        str | None, typer.Option("--pooling", help="Override the model's pooling: mean, cls or last.")
+    ] = None,
+    normalize: Annotated[
+        bool, typer.Option("--normalize/--no-normalize", help="Scale each vector to length 1 (default on).")
+    ] = True,
+    truncate: Annotated[
+        bool,
+        typer.Option(
+            "--truncate/--no-truncate", help="Cut texts longer than the context (default), or refuse them."
+        ),
+    ] = True,
+    jsonl: Annotated[
+        bool, typer.Option("--jsonl", help="One JSON object per line: id, tokens, vector.")
+    ] = False,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Write the vectors to FILE.npy (float32, one row per text)."),
+    ] = None,
+    threads: Annotated[
+        int | None, typer.Option("--threads", "-t", min=1, help="CPU threads (default: the physical cores).")
+    ] = None,
+    batch_tokens: Annotated[
+        int | None,
+        typer.Option("--batch-tokens", min=1, help="Tokens per batch (default: the model's context)."),
+    ] = None,
+) -> None:
     """Turn texts into vectors with an embedding model: one JSON array per text on stdout.
 
     Example: llmcli embed -m all-minilm.gguf "A man is playing a guitar."

@@ -36,7 +36,10 @@ def embed_into(engine: Model, name: str, items: list[tuple[str, str]], *, keep: 
         todo = [(i, t, h) for i, t, h in hashed if i not in same]
         if todo:
             result = engine.embed([t for _, t, _ in todo], truncate=truncate, normalize=normalize)
-            rows = [(i, h, t if keep else None, row.tobytes()) for (i, t, h), row in zip(todo, result.matrix, strict=True)]
+            rows = [
+                (i, h, t if keep else None, row.tobytes())
+                for (i, t, h), row in zip(todo, result.matrix, strict=True)
+            ]
             store.store(db, name, engine.name, rows, int(result.matrix.shape[1]))
         render.info(f"collection {name}: {len(todo)} embedded, {len(same)} unchanged")
 
@@ -44,10 +47,14 @@ def embed_into(engine: Model, name: str, items: list[tuple[str, str]], *, keep: 
 def similar(
     name: Annotated[str, typer.Argument(help="The collection to search.")],
     text: Annotated[str | None, typer.Argument(help="The text to search for (or --id).")] = None,
-    id_: Annotated[str | None, typer.Option("--id", help="Search with the vector of this stored id instead.")] = None,
+    id_: Annotated[
+        str | None, typer.Option("--id", help="Search with the vector of this stored id instead.")
+    ] = None,
     number: Annotated[int, typer.Option("--number", "-n", min=1, help="How many matches to print.")] = 10,
-    model: Annotated[str, typer.Option("--model", "-m", help="The model (default: the collection's own file, if found).")] = "",
-) -> None:  # fmt: skip
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="The model (default: the collection's own file, if found).")
+    ] = "",
+) -> None:
     """The stored items closest in meaning to TEXT, best first: one JSON object per line.
 
     Example: llmcli similar notes "how do I undo a commit" -n 5 -m all-minilm.gguf
@@ -81,7 +88,9 @@ def _query_vector(found, model: str, text: str):
 
 @collections_app.command("list")
 def list_collections(
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document instead of a table.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON document instead of a table.")
+    ] = False,
 ) -> None:
     """List the collections: name, model, dimensions, items.
 
@@ -94,7 +103,9 @@ def list_collections(
         found = store.listing(db)
     rows = [{"name": c.name, "model": c.model, "dimensions": c.dimensions, "items": c.count} for c in found]
     if as_json:
-        return render.out_json({"database": str(store.db_path()), "collections": rows}, schema="embed/collections")
+        return render.out_json(
+            {"database": str(store.db_path()), "collections": rows}, schema="embed/collections"
+        )
     if not rows:
         render.info(f"no collections in {store.db_path()}")
         return

@@ -46,6 +46,16 @@ CREATE TABLE IF NOT EXISTS embeddings (
 """
 
 
+_LIST = (
+    "SELECT c.name, c.model, c.dimensions,"
+    " (SELECT count(*) FROM embeddings e WHERE e.collection = c.name) FROM collections c"
+)
+_PUT = (
+    "INSERT OR REPLACE INTO embeddings (collection, id, content_hash, content, vector, updated)"
+    " VALUES (?, ?, ?, ?, ?, ?)"
+)
+
+
 class UnknownCollection(UsageError):
     pass
 
@@ -86,8 +96,7 @@ def connect(path: Path | None = None) -> Iterator[sqlite3.Connection]:
 
 
 def get(db: sqlite3.Connection, name: str) -> Collection | None:
-    row = db.execute("SELECT name, model, dimensions, (SELECT count(*) FROM embeddings WHERE collection = name)"
-                     " FROM collections WHERE name = ?", (name,)).fetchone()  # fmt: skip
+    row = db.execute(_LIST + " WHERE c.name = ?", (name,)).fetchone()
     return Collection(*row) if row else None
 
 
@@ -100,8 +109,7 @@ def require(db: sqlite3.Connection, name: str) -> Collection:
 
 
 def listing(db: sqlite3.Connection) -> list[Collection]:
-    rows = db.execute("SELECT name, model, dimensions, (SELECT count(*) FROM embeddings e WHERE e.collection = c.name)"
-                      " FROM collections c ORDER BY name").fetchall()  # fmt: skip
+    rows = db.execute(_LIST + " ORDER BY c.name").fetchall()
     return [Collection(*r) for r in rows]
 
 
@@ -114,7 +122,9 @@ def check_model(found: Collection, model: str) -> None:
 
 def unchanged(db: sqlite3.Connection, name: str, items: list[tuple[str, str]]) -> set[str]:
     """The ids among `items` (id, content hash) stored with that same hash: not embedded again."""
-    stored = dict(db.execute("SELECT id, content_hash FROM embeddings WHERE collection = ?", (name,)).fetchall())
+    stored = dict(
+        db.execute("SELECT id, content_hash FROM embeddings WHERE collection = ?", (name,)).fetchall()
+    )
     return {i for i, h in items if stored.get(i) == h}
 
 
@@ -126,8 +136,7 @@ def store(db: sqlite3.Connection, name: str, model: str, rows: list[tuple[str, s
     try:
         db.execute("INSERT OR IGNORE INTO collections (name, model, dimensions, created) VALUES (?, ?, ?, ?)",
                    (name, model, dimensions, now))  # fmt: skip
-        db.executemany("INSERT OR REPLACE INTO embeddings (collection, id, content_hash, content, vector, updated)"
-                       " VALUES (?, ?, ?, ?, ?, ?)", [(name, *r, now) for r in rows])  # fmt: skip
+        db.executemany(_PUT, [(name, *r, now) for r in rows])
         db.execute("COMMIT")
     except BaseException:
         db.execute("ROLLBACK")

@@ -15,6 +15,9 @@ from llmcli.errors import ContextOverflowError, UsageError
 if TYPE_CHECKING:
     import numpy as np
 
+    from llmcli.engine.embedding import LlamaEmbedder
+    from llmcli.served.embeddings import ServedEmbedder
+
 BYTES_PER_TOKEN_CAP = 64  # with --truncate, a text is cut to n_ctx * this many bytes before tokenizing
 
 
@@ -35,8 +38,9 @@ class Model:
         from llmcli.loader import served_endpoint
 
         endpoint = served_endpoint(ref)
-        self.local = None
-        self.served = None
+        self.local: LlamaEmbedder | None = None
+        self.served: ServedEmbedder | None = None
+        self.pooling: str = ""
         if endpoint is not None:
             from llmcli.served.embeddings import ServedEmbedder
 
@@ -51,14 +55,17 @@ class Model:
         _check_embedding(path)
         from llmcli.engine.embedding import LlamaEmbedder
 
-        self.local = LlamaEmbedder(path, pooling=pooling, threads=threads, batch_tokens=batch_tokens, debug=debug)
+        self.local = LlamaEmbedder(
+            path, pooling=pooling, threads=threads, batch_tokens=batch_tokens, debug=debug
+        )
         self.ref = ref
         self.pooling = self.local.pooling
         self.n_ctx = self.local.n_ctx
 
     @property
     def name(self) -> str:
-        """How a collection remembers the model: a local file by its absolute path, a served one by its ref."""
+        """How a collection remembers the model: a local file by its absolute path, a served one
+        by its reference."""
         return str(self.local.path.resolve()) if self.local is not None else self.ref
 
     def embed(self, texts: list[str], *, truncate: bool = True, normalize: bool = True) -> Vectors:
@@ -74,11 +81,11 @@ class Model:
             seqs, truncated = self._tokens(texts, truncate)
             rows = self.local.embed(seqs) if self.local is not None else []
             tokens = sum(len(s) for s in seqs)
-        matrix = np.asarray(rows, dtype=np.float32).reshape(len(texts), -1)
+        matrix: np.ndarray = np.asarray(rows, dtype=np.float32).reshape(len(texts), -1)
         if normalize:
             norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-            matrix = matrix / np.where(norms == 0, 1, norms)
-        return Vectors(matrix.astype(np.float32), tokens, truncated)
+            matrix = (matrix / np.where(norms == 0, 1, norms)).astype(np.float32)
+        return Vectors(matrix, tokens, truncated)
 
     def _tokens(self, texts: list[str], truncate: bool) -> tuple[list[list[int]], int]:
         assert self.local is not None
@@ -92,7 +99,8 @@ class Model:
             if len(tokens) > self.n_ctx or len(text) < len(texts[i]):
                 if not truncate:
                     raise ContextOverflowError(
-                        f"text {i + 1} is {len(tokens)} tokens, more than the {self.n_ctx} of {Path(self.name).name}'s context",
+                        f"text {i + 1} is {len(tokens)} tokens, more than the {self.n_ctx} of "
+                        f"{Path(self.name).name}'s context",
                         hint="--truncate embeds its beginning",
                     )
                 tokens = self.local.fit(tokens)

@@ -25,8 +25,16 @@ MAX_SEQUENCES = 64  # sequences per batch (llama.cpp allows 256; more only adds 
 class LlamaEmbedder:
     """One embedding model and its context; `embed(token_lists)` gives one vector per list."""
 
-    def __init__(self, path: str | Path, *, pooling: str | None = None, threads: int | None = None,
-                 batch_tokens: int | None = None, gpu_layers: int | None = None, debug: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        pooling: str | None = None,
+        threads: int | None = None,
+        batch_tokens: int | None = None,
+        gpu_layers: int | None = None,
+        debug: bool = False,
+    ) -> None:
         import llama_cpp
 
         self._L = L = llama_cpp
@@ -35,6 +43,9 @@ class LlamaEmbedder:
             silence_logs(L)
         L.llama_backend_init()
         self._model = self._ctx = None
+        self.pooling: str = "mean"
+        self._encoder: bool = False
+        self._add_eos: bool = False
         with deferred_signals() as hits:
             params = L.llama_model_default_params()
             if gpu_layers is not None and gpu_layers >= 0:
@@ -73,7 +84,9 @@ class LlamaEmbedder:
             self.close()
             raise UsageError(f"{self.pooling} pooling gives no one vector per text",
                              hint="choose --pooling mean, cls or last")  # fmt: skip
-        self._encoder = bool(L.llama_model_has_encoder(self._model)) and not L.llama_model_has_decoder(self._model)
+        self._encoder = bool(L.llama_model_has_encoder(self._model)) and not L.llama_model_has_decoder(
+            self._model
+        )
         self._add_eos = bool(L.llama_vocab_get_add_eos(self._vocab))
 
     def tokenize(self, text: str) -> list[int]:

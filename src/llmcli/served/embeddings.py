@@ -33,16 +33,22 @@ class ServedEmbedder:
                 data = self.client.post_json("/embeddings", body)
             except LlmcliError as exc:
                 if "too large" in exc.message or "context" in exc.message:
-                    raise ContextOverflowError(f"the server refused a text as too long: {exc.message}") from None
+                    raise ContextOverflowError(
+                        f"the server refused a text as too long: {exc.message}"
+                    ) from None
                 raise
             rows = data.get("data") if isinstance(data, dict) else None
             if not isinstance(rows, list) or len(rows) != len(chunk):
-                raise NetworkError(f"{self.client.url('/embeddings')} did not answer with {len(chunk)} embeddings")
+                raise NetworkError(
+                    f"{self.client.url('/embeddings')} did not answer with {len(chunk)} embeddings"
+                )
             rows = sorted(rows, key=lambda r: r.get("index", 0) if isinstance(r, dict) else 0)
             for row in rows:
                 vector = row.get("embedding") if isinstance(row, dict) else None
                 if not isinstance(vector, list) or not vector:
-                    raise NetworkError(f"{self.client.url('/embeddings')} sent an embedding that is not a list")
+                    raise NetworkError(
+                        f"{self.client.url('/embeddings')} sent an embedding that is not a list"
+                    )
                 vectors.append([float(x) for x in vector])
             usage = data.get("usage") or {}
             tokens += int(usage.get("prompt_tokens") or 0)
