@@ -13,12 +13,11 @@ import sys
 import time
 from pathlib import Path
 
+import minilm
 import numpy as np
 import pytest
 from documents import check
 from helpers import run
-
-import minilm
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
