@@ -54,8 +54,9 @@ def main() -> None:
         subprocess.run(cmd, stdin=file.open("rb"), check=True, env=env, capture_output=True)
         ours = time.perf_counter() - started
         started = time.perf_counter()
-        cmd = [str(tool), "-m", str(model), "-f", str(file), "-t", str(args.threads), "-b", "2048", "-ub", "2048",
-               "-np", "256", "--embd-output-format", "array", *llamacpp_tools.weights_args("llama-embedding")]  # fmt: skip
+        cmd = [str(tool), "-m", str(model), "-f", str(file), "-t", str(args.threads)]
+        cmd += ["-b", "2048", "-ub", "2048", "-np", "256", "--embd-output-format", "array"]
+        cmd += llamacpp_tools.weights_args("llama-embedding")
         subprocess.run(cmd, check=True, capture_output=True)
         theirs = time.perf_counter() - started
     from llmcli.engine.embedding import LlamaEmbedder
@@ -65,9 +66,8 @@ def main() -> None:
     embedder.close()
     print(f"{args.sentences} sentences, {tokens} tokens, {args.threads} threads (wall clock, load included)")
     print(f"llmcli embed     {ours:6.2f} s  {len(texts) / ours:8.1f} texts/s  {tokens / ours:9.1f} tokens/s")
-    print(
-        f"llama-embedding  {theirs:6.2f} s  {len(texts) / theirs:8.1f} texts/s  {tokens / theirs:9.1f} tokens/s"
-    )
+    rate = f"{len(texts) / theirs:8.1f} texts/s  {tokens / theirs:9.1f} tokens/s"
+    print(f"llama-embedding  {theirs:6.2f} s  {rate}")
     print(f"ratio (llmcli / llama-embedding texts/s): {theirs / ours:.2f}x")
 
 
