@@ -4,13 +4,14 @@
 
 __llmcli_commands() {  # PATH: REPLY = its subcommands
     case $1 in
-        '') REPLY='generate pull chat doctor models bench kv logs tools config' ;;
+        '') REPLY='generate pull chat doctor embed similar models bench kv logs tools config collections' ;;
         'models') REPLY='list show rm alias path verify' ;;
         'bench') REPLY='compare plot' ;;
         'kv') REPLY='list clear' ;;
         'logs') REPLY='show rerun stats import prune off on path status' ;;
         'tools') REPLY='list' ;;
         'config') REPLY='show path set unset' ;;
+        'collections') REPLY='list rm' ;;
         *) REPLY='' ;;
     esac
 }
@@ -22,6 +23,8 @@ __llmcli_options() {  # PATH: REPLY = its options
         'pull') REPLY='--force --help --json --list --offline -f -h -l' ;;
         'chat') REPLY='--approve-tools --batch-size --cache-type-k --cache-type-k-draft --cache-type-v --cache-type-v-draft --cid --continue --ctx-size --ctx-size-draft --fallback-template --flash-attn --force --functions --gpu-layers --gpu-layers-draft --grammar-file --help --hide-thinking --json-schema --kv-cache-max-mb --log --max-tokens --mcp --min-p --model --model-draft --n-gpu-layers --n-gpu-layers-draft --no-flash-attn --no-log --no-repack --no-spec-adaptive --no-spec-exact --no-think --offline --on-overflow --reasoning-budget --reasoning-budget-message --repack --repeat-penalty --resume --seed --session --show-tools --spec-adaptive --spec-draft-model --spec-draft-n-max --spec-draft-n-min --spec-draft-ngl --spec-exact --spec-ngram-max --spec-ngram-min --spec-type --stop --system --temp --temperature --think --threads --timeout --tool --tool-rounds --tool-timeout --top-k --top-p -C -b -c -cd -ctk -ctkd -ctv -ctvd -fa -h -m -md -n -nfa -ngl -ngld -s -t' ;;
         'doctor') REPLY='--help --json --offline -h' ;;
+        'embed') REPLY='--batch-tokens --collection --help --input --jsonl --model --no-normalize --no-truncate --normalize --output --pooling --store --threads --truncate --whole -c -h -i -m -o -t' ;;
+        'similar') REPLY='--help --id --model --number -h -m -n' ;;
         'models') REPLY='--help -h' ;;
         'models list') REPLY='--endpoint --help --json -h' ;;
         'models show') REPLY='--all --help --json -a -h' ;;
@@ -52,6 +55,9 @@ __llmcli_options() {  # PATH: REPLY = its options
         'config path') REPLY='--help -h' ;;
         'config set') REPLY='--help -h' ;;
         'config unset') REPLY='--help -h' ;;
+        'collections') REPLY='--help -h' ;;
+        'collections list') REPLY='--help --json -h' ;;
+        'collections rm') REPLY='--help -h' ;;
         *) REPLY='' ;;
     esac
 }
@@ -137,6 +143,16 @@ __llmcli_option_kind() {  # PATH OPTION: REPLY = what its value is (empty: a fla
         'chat/--tool-rounds') REPLY='text' ;;
         'chat/--tool-timeout') REPLY='text' ;;
         'chat/--timeout') REPLY='text' ;;
+        'embed/-m'|'embed/--model') REPLY='dynamic model' ;;
+        'embed/-i'|'embed/--input') REPLY='text' ;;
+        'embed/-c'|'embed/--collection') REPLY='text' ;;
+        'embed/--pooling') REPLY='text' ;;
+        'embed/-o'|'embed/--output') REPLY='file' ;;
+        'embed/-t'|'embed/--threads') REPLY='text' ;;
+        'embed/--batch-tokens') REPLY='text' ;;
+        'similar/--id') REPLY='text' ;;
+        'similar/-n'|'similar/--number') REPLY='text' ;;
+        'similar/-m'|'similar/--model') REPLY='dynamic model' ;;
         'models list/--endpoint') REPLY='text' ;;
         'bench/-m'|'bench/--model') REPLY='dynamic model' ;;
         'bench/-p'|'bench/--n-prompt') REPLY='text' ;;
@@ -209,6 +225,9 @@ __llmcli_argument_kind() {  # PATH N: REPLY = what the Nth argument is
     case "$1/$2" in
         'generate/1') REPLY='text' ;;
         'pull/1') REPLY='dynamic ref' ;;
+        'embed/'*) REPLY='text' ;;
+        'similar/1') REPLY='text' ;;
+        'similar/2') REPLY='text' ;;
         'models show/1') REPLY='dynamic ref' ;;
         'models rm/'*) REPLY='dynamic refs_' ;;
         'models alias/1') REPLY='text' ;;
@@ -225,6 +244,7 @@ __llmcli_argument_kind() {  # PATH N: REPLY = what the Nth argument is
         'config set/1') REPLY='choice model ctx_size gpu_layers threads batch_size cache_type_k cache_type_v temperature top_k top_p min_p repeat_penalty max_tokens system reasoning_budget reasoning_budget_message approve_tools tool_rounds tool_timeout spec_type spec_draft_n_max spec_draft_n_min spec_ngram_max spec_ngram_min spec_adaptive spec_exact model_draft gpu_layers_draft ctx_size_draft cache_type_k_draft cache_type_v_draft think on_overflow kv_cache_max_mb log log_max_mb timeout color' ;;
         'config set/2') REPLY='text' ;;
         'config unset/1') REPLY='dynamic key' ;;
+        'collections rm/1') REPLY='text' ;;
         *) REPLY='' ;;
     esac
 }

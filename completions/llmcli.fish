@@ -5,7 +5,7 @@
 function __llmcli_commands --argument-names path --description 'Subcommands of a command path'
     switch $path
         case ''
-            printf '%s\n' generate pull chat doctor models bench kv logs tools config
+            printf '%s\n' generate pull chat doctor embed similar models bench kv logs tools config collections
         case 'models'
             printf '%s\n' list show rm alias path verify
         case 'bench'
@@ -18,13 +18,15 @@ function __llmcli_commands --argument-names path --description 'Subcommands of a
             printf '%s\n' list
         case 'config'
             printf '%s\n' show path set unset
+        case 'collections'
+            printf '%s\n' list rm
     end
 end
 
 # Whether OPTION takes a value at command PATH.
 function __llmcli_takes_value --argument-names path option
     switch "$path/$option"
-        case 'generate/-f' 'generate/--file' 'generate/-m' 'generate/--model' 'generate/--system' 'generate/-c' 'generate/--ctx-size' 'generate/-ngl' 'generate/--gpu-layers' 'generate/--n-gpu-layers' 'generate/-t' 'generate/--threads' 'generate/-b' 'generate/--batch-size' 'generate/-ctk' 'generate/--cache-type-k' 'generate/-ctv' 'generate/--cache-type-v' 'generate/--temperature' 'generate/--temp' 'generate/--top-k' 'generate/--top-p' 'generate/--min-p' 'generate/--repeat-penalty' 'generate/-s' 'generate/--seed' 'generate/-n' 'generate/--max-tokens' 'generate/--stop' 'generate/--grammar-file' 'generate/--json-schema' 'generate/--reasoning-budget' 'generate/--reasoning-budget-message' 'generate/--cid' 'generate/--spec-type' 'generate/--spec-draft-n-max' 'generate/--spec-draft-n-min' 'generate/--spec-ngram-max' 'generate/--spec-ngram-min' 'generate/-md' 'generate/--model-draft' 'generate/--spec-draft-model' 'generate/-ngld' 'generate/--gpu-layers-draft' 'generate/--spec-draft-ngl' 'generate/--n-gpu-layers-draft' 'generate/-cd' 'generate/--ctx-size-draft' 'generate/-ctkd' 'generate/--cache-type-k-draft' 'generate/-ctvd' 'generate/--cache-type-v-draft' 'generate/--functions' 'generate/--tool' 'generate/--mcp' 'generate/--tool-rounds' 'generate/--tool-timeout' 'generate/--prompt-cache' 'generate/--timeout' 'chat/-m' 'chat/--model' 'chat/--system' 'chat/--session' 'chat/--on-overflow' 'chat/--kv-cache-max-mb' 'chat/-c' 'chat/--ctx-size' 'chat/-ngl' 'chat/--gpu-layers' 'chat/--n-gpu-layers' 'chat/-t' 'chat/--threads' 'chat/-b' 'chat/--batch-size' 'chat/-ctk' 'chat/--cache-type-k' 'chat/-ctv' 'chat/--cache-type-v' 'chat/--temperature' 'chat/--temp' 'chat/--top-k' 'chat/--top-p' 'chat/--min-p' 'chat/--repeat-penalty' 'chat/-s' 'chat/--seed' 'chat/-n' 'chat/--max-tokens' 'chat/--stop' 'chat/--grammar-file' 'chat/--json-schema' 'chat/--reasoning-budget' 'chat/--reasoning-budget-message' 'chat/--cid' 'chat/--spec-type' 'chat/--spec-draft-n-max' 'chat/--spec-draft-n-min' 'chat/--spec-ngram-max' 'chat/--spec-ngram-min' 'chat/-md' 'chat/--model-draft' 'chat/--spec-draft-model' 'chat/-ngld' 'chat/--gpu-layers-draft' 'chat/--spec-draft-ngl' 'chat/--n-gpu-layers-draft' 'chat/-cd' 'chat/--ctx-size-draft' 'chat/-ctkd' 'chat/--cache-type-k-draft' 'chat/-ctvd' 'chat/--cache-type-v-draft' 'chat/--functions' 'chat/--tool' 'chat/--mcp' 'chat/--tool-rounds' 'chat/--tool-timeout' 'chat/--timeout' 'models list/--endpoint' 'bench/-m' 'bench/--model' 'bench/-p' 'bench/--n-prompt' 'bench/-n' 'bench/--n-gen' 'bench/-pg' 'bench/--pg' 'bench/-d' 'bench/--n-depth' 'bench/-t' 'bench/--threads' 'bench/-ngl' 'bench/--n-gpu-layers' 'bench/-b' 'bench/--batch-size' 'bench/-ub' 'bench/--ubatch-size' 'bench/-fa' 'bench/--flash-attn' 'bench/-ctk' 'bench/--cache-type-k' 'bench/-ctv' 'bench/--cache-type-v' 'bench/--repack' 'bench/-r' 'bench/--repetitions' 'bench/-o' 'bench/--output' 'bench/--scenario' 'bench/--ctx-size' 'bench/--delay' 'bench/--seed' 'bench/--busy' 'bench/-c' 'bench/--concurrency' 'bench/--requests' 'bench/--request-rate' 'bench/--burstiness' 'bench/--ramp-up' 'bench/--goodput' 'bench/--percentiles' 'bench/--dataset' 'bench/--range-ratio' 'bench/--goodput-target' 'bench/--spec-type' 'bench/--spec-draft-n-max' 'bench/--spec-draft-n-min' 'bench/--spec-ngram-max' 'bench/--spec-ngram-min' 'bench/--spec-adaptive' 'bench/--spec-exact' 'bench/-md' 'bench/--model-draft' 'bench/--spec-draft-model' 'bench/-ngld' 'bench/--gpu-layers-draft' 'bench/--spec-draft-ngl' 'bench/--n-gpu-layers-draft' 'bench/-cd' 'bench/--ctx-size-draft' 'bench/-ctkd' 'bench/--cache-type-k-draft' 'bench/-ctvd' 'bench/--cache-type-v-draft' 'bench/--prompt' 'bench/-f' 'bench/--file' 'bench/--prompt-file' 'bench/--timeout' 'bench compare/--alpha' 'bench compare/-o' 'bench compare/--output' 'bench plot/-o' 'bench plot/--output' 'bench plot/--metric' 'logs/-q' 'logs/--query' 'logs/-m' 'logs/--model' 'logs/--since' 'logs/--cid' 'logs/-n' 'logs/--count' 'logs stats/-m' 'logs stats/--model' 'logs stats/--since' 'logs stats/--plot' 'logs prune/--older-than' 'logs prune/--keep' 'logs prune/--max-mb' 'tools list/--functions' 'tools list/--tool' 'tools list/--mcp'
+        case 'generate/-f' 'generate/--file' 'generate/-m' 'generate/--model' 'generate/--system' 'generate/-c' 'generate/--ctx-size' 'generate/-ngl' 'generate/--gpu-layers' 'generate/--n-gpu-layers' 'generate/-t' 'generate/--threads' 'generate/-b' 'generate/--batch-size' 'generate/-ctk' 'generate/--cache-type-k' 'generate/-ctv' 'generate/--cache-type-v' 'generate/--temperature' 'generate/--temp' 'generate/--top-k' 'generate/--top-p' 'generate/--min-p' 'generate/--repeat-penalty' 'generate/-s' 'generate/--seed' 'generate/-n' 'generate/--max-tokens' 'generate/--stop' 'generate/--grammar-file' 'generate/--json-schema' 'generate/--reasoning-budget' 'generate/--reasoning-budget-message' 'generate/--cid' 'generate/--spec-type' 'generate/--spec-draft-n-max' 'generate/--spec-draft-n-min' 'generate/--spec-ngram-max' 'generate/--spec-ngram-min' 'generate/-md' 'generate/--model-draft' 'generate/--spec-draft-model' 'generate/-ngld' 'generate/--gpu-layers-draft' 'generate/--spec-draft-ngl' 'generate/--n-gpu-layers-draft' 'generate/-cd' 'generate/--ctx-size-draft' 'generate/-ctkd' 'generate/--cache-type-k-draft' 'generate/-ctvd' 'generate/--cache-type-v-draft' 'generate/--functions' 'generate/--tool' 'generate/--mcp' 'generate/--tool-rounds' 'generate/--tool-timeout' 'generate/--prompt-cache' 'generate/--timeout' 'chat/-m' 'chat/--model' 'chat/--system' 'chat/--session' 'chat/--on-overflow' 'chat/--kv-cache-max-mb' 'chat/-c' 'chat/--ctx-size' 'chat/-ngl' 'chat/--gpu-layers' 'chat/--n-gpu-layers' 'chat/-t' 'chat/--threads' 'chat/-b' 'chat/--batch-size' 'chat/-ctk' 'chat/--cache-type-k' 'chat/-ctv' 'chat/--cache-type-v' 'chat/--temperature' 'chat/--temp' 'chat/--top-k' 'chat/--top-p' 'chat/--min-p' 'chat/--repeat-penalty' 'chat/-s' 'chat/--seed' 'chat/-n' 'chat/--max-tokens' 'chat/--stop' 'chat/--grammar-file' 'chat/--json-schema' 'chat/--reasoning-budget' 'chat/--reasoning-budget-message' 'chat/--cid' 'chat/--spec-type' 'chat/--spec-draft-n-max' 'chat/--spec-draft-n-min' 'chat/--spec-ngram-max' 'chat/--spec-ngram-min' 'chat/-md' 'chat/--model-draft' 'chat/--spec-draft-model' 'chat/-ngld' 'chat/--gpu-layers-draft' 'chat/--spec-draft-ngl' 'chat/--n-gpu-layers-draft' 'chat/-cd' 'chat/--ctx-size-draft' 'chat/-ctkd' 'chat/--cache-type-k-draft' 'chat/-ctvd' 'chat/--cache-type-v-draft' 'chat/--functions' 'chat/--tool' 'chat/--mcp' 'chat/--tool-rounds' 'chat/--tool-timeout' 'chat/--timeout' 'embed/-m' 'embed/--model' 'embed/-i' 'embed/--input' 'embed/-c' 'embed/--collection' 'embed/--pooling' 'embed/-o' 'embed/--output' 'embed/-t' 'embed/--threads' 'embed/--batch-tokens' 'similar/--id' 'similar/-n' 'similar/--number' 'similar/-m' 'similar/--model' 'models list/--endpoint' 'bench/-m' 'bench/--model' 'bench/-p' 'bench/--n-prompt' 'bench/-n' 'bench/--n-gen' 'bench/-pg' 'bench/--pg' 'bench/-d' 'bench/--n-depth' 'bench/-t' 'bench/--threads' 'bench/-ngl' 'bench/--n-gpu-layers' 'bench/-b' 'bench/--batch-size' 'bench/-ub' 'bench/--ubatch-size' 'bench/-fa' 'bench/--flash-attn' 'bench/-ctk' 'bench/--cache-type-k' 'bench/-ctv' 'bench/--cache-type-v' 'bench/--repack' 'bench/-r' 'bench/--repetitions' 'bench/-o' 'bench/--output' 'bench/--scenario' 'bench/--ctx-size' 'bench/--delay' 'bench/--seed' 'bench/--busy' 'bench/-c' 'bench/--concurrency' 'bench/--requests' 'bench/--request-rate' 'bench/--burstiness' 'bench/--ramp-up' 'bench/--goodput' 'bench/--percentiles' 'bench/--dataset' 'bench/--range-ratio' 'bench/--goodput-target' 'bench/--spec-type' 'bench/--spec-draft-n-max' 'bench/--spec-draft-n-min' 'bench/--spec-ngram-max' 'bench/--spec-ngram-min' 'bench/--spec-adaptive' 'bench/--spec-exact' 'bench/-md' 'bench/--model-draft' 'bench/--spec-draft-model' 'bench/-ngld' 'bench/--gpu-layers-draft' 'bench/--spec-draft-ngl' 'bench/--n-gpu-layers-draft' 'bench/-cd' 'bench/--ctx-size-draft' 'bench/-ctkd' 'bench/--cache-type-k-draft' 'bench/-ctvd' 'bench/--cache-type-v-draft' 'bench/--prompt' 'bench/-f' 'bench/--file' 'bench/--prompt-file' 'bench/--timeout' 'bench compare/--alpha' 'bench compare/-o' 'bench compare/--output' 'bench plot/-o' 'bench plot/--output' 'bench plot/--metric' 'logs/-q' 'logs/--query' 'logs/-m' 'logs/--model' 'logs/--since' 'logs/--cid' 'logs/-n' 'logs/--count' 'logs stats/-m' 'logs stats/--model' 'logs stats/--since' 'logs stats/--plot' 'logs prune/--older-than' 'logs prune/--keep' 'logs prune/--max-mb' 'tools list/--functions' 'tools list/--tool' 'tools list/--mcp'
             return 0
     end
     return 1
@@ -81,12 +83,15 @@ complete -c llmcli -n '__llmcli_at "" 1' -a generate -d 'Generate text from a pr
 complete -c llmcli -n '__llmcli_at "" 1' -a pull -d 'Download a GGUF model from the Hugging Face Hub (or HF_ENDPOINT) into the HF cache'
 complete -c llmcli -n '__llmcli_at "" 1' -a chat -d 'Chat with a model; the whole conversation is the context of every turn'
 complete -c llmcli -n '__llmcli_at "" 1' -a doctor -d 'Check this installation: versions, compute backend and GPU, directories, hub, default model'
+complete -c llmcli -n '__llmcli_at "" 1' -a embed -d 'Turn texts into vectors with an embedding model: one JSON array per text on stdout'
+complete -c llmcli -n '__llmcli_at "" 1' -a similar -d 'The stored items closest in meaning to TEXT, best first: one JSON object per line'
 complete -c llmcli -n '__llmcli_at "" 1' -a models -d 'Manage downloaded models: list, show, rm, alias, path, verify'
 complete -c llmcli -n '__llmcli_at "" 1' -a bench -d 'Measure prefill (pp) and decode (tg) speed, as llama-bench does: mean ± sd over repetitions'
 complete -c llmcli -n '__llmcli_at "" 1' -a kv -d 'Saved KV states of chat sessions (warm resume): list, clear'
 complete -c llmcli -n '__llmcli_at "" 1' -a logs -d 'The conversation log: every generate and chat turn, with its settings and timings'
 complete -c llmcli -n '__llmcli_at "" 1' -a tools -d 'Tools a model may call (--functions, --tool, --mcp): list them with their schemas'
 complete -c llmcli -n '__llmcli_at "" 1' -a config -d 'Show and change the configuration file (flag > LLMCLI_* variable > file > default)'
+complete -c llmcli -n '__llmcli_at "" 1' -a collections -d 'Collections of embeddings (llmcli embed -c NAME): list, rm'
 complete -c llmcli -n '__llmcli_at ""' -s V -l version -d 'Print the version and exit'
 complete -c llmcli -n '__llmcli_at ""' -l debug -d 'Show tracebacks and llama.cpp logs'
 complete -c llmcli -n '__llmcli_at ""' -s q -l quiet -d 'Silence everything on stderr but errors and warnings'
@@ -221,6 +226,27 @@ complete -c llmcli -n '__llmcli_at "chat"' -o h -l help -d 'Show the help and ex
 complete -c llmcli -n '__llmcli_at "doctor"' -l json -d 'Print one JSON document (for bug reports)'
 complete -c llmcli -n '__llmcli_at "doctor"' -l offline -d 'Do not check whether the hub answers'
 complete -c llmcli -n '__llmcli_at "doctor"' -s h -l help -d 'Show the help and exit'
+
+# llmcli embed
+complete -c llmcli -n '__llmcli_at "embed"' -s m -l model -x -a '(__llmcli_dynamic "embed" model)' -d 'An embedding GGUF, or a served model (URL, NAME/MODEL)'
+complete -c llmcli -n '__llmcli_at "embed"' -s i -l input -x -d 'A file (or glob) to embed whole; repeatable'
+complete -c llmcli -n '__llmcli_at "embed"' -l whole -d 'Stdin is one text, not one per line'
+complete -c llmcli -n '__llmcli_at "embed"' -s c -l collection -x -d 'Store the vectors in this collection instead of printing them'
+complete -c llmcli -n '__llmcli_at "embed"' -l store -d 'With -c: keep each text\'s content beside its vector'
+complete -c llmcli -n '__llmcli_at "embed"' -l pooling -x -d 'Override the model\'s pooling: mean, cls or last'
+complete -c llmcli -n '__llmcli_at "embed"' -l normalize -l no-normalize -d 'Scale each vector to length 1 (default on)'
+complete -c llmcli -n '__llmcli_at "embed"' -l truncate -l no-truncate -d 'Cut texts longer than the context (default), or refuse them'
+complete -c llmcli -n '__llmcli_at "embed"' -l jsonl -d 'One JSON object per line: id, tokens, vector'
+complete -c llmcli -n '__llmcli_at "embed"' -s o -l output -r -F -d 'Write the vectors to FILE.npy (float32, one row per text)'
+complete -c llmcli -n '__llmcli_at "embed"' -s t -l threads -x -d 'CPU threads (default: the physical cores)'
+complete -c llmcli -n '__llmcli_at "embed"' -l batch-tokens -x -d 'Tokens per batch (default: the model\'s context)'
+complete -c llmcli -n '__llmcli_at "embed"' -s h -l help -d 'Show the help and exit'
+
+# llmcli similar
+complete -c llmcli -n '__llmcli_at "similar"' -l id -x -d 'Search with the vector of this stored id instead'
+complete -c llmcli -n '__llmcli_at "similar"' -s n -l number -x -d 'How many matches to print'
+complete -c llmcli -n '__llmcli_at "similar"' -s m -l model -x -a '(__llmcli_dynamic "similar" model)' -d 'The model (default: the collection\'s own file, if found)'
+complete -c llmcli -n '__llmcli_at "similar"' -s h -l help -d 'Show the help and exit'
 
 # llmcli models
 complete -c llmcli -n '__llmcli_at "models" 1' -a list -d 'List downloaded models: name, quantization, size, architecture, parameters, context, source'
@@ -431,4 +457,16 @@ complete -c llmcli -n '__llmcli_at "config set" 1' -a 'model ctx_size gpu_layers
 # llmcli config unset
 complete -c llmcli -n '__llmcli_at "config unset"' -s h -l help -d 'Show the help and exit'
 complete -c llmcli -n '__llmcli_at "config unset" 1' -a '(__llmcli_dynamic "config unset" key)' -d 'The setting to remove from the file'
+
+# llmcli collections
+complete -c llmcli -n '__llmcli_at "collections" 1' -a list -d 'List the collections: name, model, dimensions, items'
+complete -c llmcli -n '__llmcli_at "collections" 1' -a rm -d 'Delete a collection and its vectors'
+complete -c llmcli -n '__llmcli_at "collections"' -s h -l help -d 'Show the help and exit'
+
+# llmcli collections list
+complete -c llmcli -n '__llmcli_at "collections list"' -l json -d 'Print one JSON document instead of a table'
+complete -c llmcli -n '__llmcli_at "collections list"' -s h -l help -d 'Show the help and exit'
+
+# llmcli collections rm
+complete -c llmcli -n '__llmcli_at "collections rm"' -s h -l help -d 'Show the help and exit'
 

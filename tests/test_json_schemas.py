@@ -40,6 +40,10 @@ PRINTED = {
     "doctor": "doctor --json",
     "pull/pulled": "pull REF --json (tests/hub/test_pull.py)",
     "pull/choices": "pull --list REF --json (tests/hub/test_pull.py)",
+    "embed/vector": "embed TEXT (a line per text; tests/test_embed.py, on a real embedding model)",
+    "embed/line": "embed --jsonl (tests/test_embed.py)",
+    "embed/match": "similar NAME TEXT (a line per match; tests/test_embed.py)",
+    "embed/collections": "collections list --json (tests/test_embed.py)",
 }
 # json.dumps in the output layers that is not a document on stdout: text for people, CSV cells,
 # and bench's -o json / -o jsonl (held against "bench" and "bench/line" below)

@@ -297,6 +297,22 @@ class GGUFHeader:
         return self.get_str("general.architecture") or "unknown"
 
     @property
+    def pooling(self) -> str | None:
+        """An embedding model's pooling (`ARCH.pooling_type`: mean, cls, last, rank), or None for a
+        model that writes text: a generative model has no pooling, an embedding one has."""
+        names = {1: "mean", 2: "cls", 3: "last", 4: "rank"}
+        value = self._arch_int("pooling_type")
+        if value in names:
+            return names[value]
+        if self.metadata.get(f"{self.architecture}.attention.causal") is False:
+            return "mean"  # an encoder without a pooling key: llama.cpp's default for BERT
+        return None
+
+    @property
+    def is_embedding(self) -> bool:
+        return self.pooling is not None
+
+    @property
     def name(self) -> str | None:
         return self.get_str("general.name")
 

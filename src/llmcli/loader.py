@@ -63,6 +63,14 @@ def validate_file(path: Path, options: EngineOptions | None = None, *, force: bo
             draft = gguf_file.read_header(Path(spec.model_draft))
         except InvalidModelError as exc:  # say which of the two files it is
             raise exc.about(f"draft model {spec.model_draft}") from None
+    if header.is_embedding:  # generate, chat, bench: they want text from it
+        from llmcli.errors import UsageError
+
+        raise UsageError(
+            f"{path.name} is an embedding model ({header.architecture}, {header.pooling} pooling): "
+            "it turns text into vectors and writes no text",
+            hint=f"llmcli embed -m {path} TEXT",
+        )
     if options is not None and not force:
         check_memory(path, header, options, draft)
     if options is not None:

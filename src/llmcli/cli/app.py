@@ -179,7 +179,9 @@ def _register() -> None:
     from llmcli.cli import generate
 
     app.command("generate", no_args_is_help=False)(generate.generate)
-    for name in ("pull", "models", "chat", "bench", "kv", "logs", "tools", "config", "doctor", "completion"):
+    commands = ["pull", "models", "chat", "bench", "kv", "logs", "tools", "config", "doctor", "embed"]
+    commands.append("completion")
+    for name in commands:
         try:
             module = __import__(f"llmcli.cli.{name}", fromlist=["register"])
         except ModuleNotFoundError as exc:

@@ -94,10 +94,12 @@ def out_text(text: str) -> None:
     sys.stdout.flush()
 
 
-def out_json(doc: Any, *, schema: str) -> None:
+def out_json(doc: Any, *, schema: str, line: bool = False) -> None:
     """Exactly one JSON document on stdout, with its `schema_version`: `schema` names its published
-    schema, "FILE/DEF" for `docs/FILE.schema.json`'s `$defs/DEF` (llmcli.render.documents)."""
+    schema, "FILE/DEF" for `docs/FILE.schema.json`'s `$defs/DEF` (llmcli.render.documents). `line`:
+    on one line, one of a stream of them (JSON lines: `embed`'s vectors, `similar`'s matches)."""
     from llmcli.render.documents import stamped
 
-    sys.stdout.write(json.dumps(stamped(doc, schema), indent=2, ensure_ascii=False) + "\n")
+    text = json.dumps(stamped(doc, schema), indent=None if line else 2, ensure_ascii=False)
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()

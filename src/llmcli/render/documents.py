@@ -33,6 +33,7 @@ VERSIONS: dict[str, int | None] = {
     "kv": 1,
     "doctor": 1,
     "pull": 1,
+    "embed": 1,
 }
 
 

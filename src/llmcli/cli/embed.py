@@ -1,0 +1,161 @@
+"""`llmcli embed`, `llmcli similar` and `llmcli collections list|rm`: texts to vectors with an
+embedding model (llmcli.embed), printed or kept in a collection, and searched by meaning."""
+
+from __future__ import annotations
+
+import glob
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from llmcli import render
+from llmcli.errors import UsageError
+
+POOLINGS = ("mean", "cls", "last")
+MAX_LINE_BYTES = 64 << 20  # one text on stdin longer than this is refused rather than held in memory
+
+
+def _stdin_texts(whole: bool) -> list[tuple[str, str]]:
+    """(id, text) from stdin: one text per line (ids are line numbers), or all of it as one."""
+    data = sys.stdin.buffer.read()
+    if whole:
+        try:
+            return [("1", data.decode("utf-8"))]
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"stdin is not valid UTF-8 (byte {exc.start})") from None
+    out = []
+    for n, line in enumerate(data.splitlines(), 1):
+        if len(line) > MAX_LINE_BYTES:
+            raise UsageError(f"stdin line {n} is {len(line)} bytes, more than {MAX_LINE_BYTES} a text may be")
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"stdin line {n} is not valid UTF-8 (byte {exc.start})") from None
+        if not text.strip():
+            raise UsageError(f"stdin line {n} is empty: there is nothing to embed")
+        out.append((str(n), text))
+    return out
+
+
+def _file_texts(patterns: list[str]) -> list[tuple[str, str]]:
+    """(path, text) of each file (globs expanded); each file is one text."""
+    out = []
+    for pattern in patterns:
+        found = sorted(glob.glob(pattern, recursive=True)) if glob.has_magic(pattern) else [pattern]
+        if not found:
+            raise UsageError(f"no file matches {pattern}")
+        for name in found:
+            try:
+                out.append((name, Path(name).read_text(encoding="utf-8")))
+            except UnicodeDecodeError:
+                raise UsageError(f"{name} is not UTF-8 text") from None
+            except OSError as exc:
+                raise UsageError(f"cannot read {name}: {exc.strerror}") from None
+    return out
+
+
+def gather(texts: list[str], files: list[str], whole: bool) -> list[tuple[str, str]]:
+    items = [(str(i), t) for i, t in enumerate(texts, 1)] + _file_texts(files)
+    if not texts and not files:
+        if sys.stdin.isatty():
+            raise UsageError("no text to embed: give TEXT arguments, -i FILE, or lines on stdin")
+        items = _stdin_texts(whole)
+    if not items:
+        raise UsageError("no text to embed: stdin was empty")
+    for i, (id_, text) in enumerate(items):
+        if not text.strip():
+            raise UsageError(f"text {id_ if files else i + 1} is empty: there is nothing to embed")
+    return items
+
+
+def embed(
+    texts: Annotated[
+        list[str] | None, typer.Argument(help="Texts to embed (else -i FILE, else stdin).")
+    ] = None,
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="An embedding GGUF, or a served model (URL, NAME/MODEL).")
+    ] = "",
+    inputs: Annotated[
+        list[str] | None, typer.Option("--input", "-i", help="A file (or glob) to embed whole; repeatable.")
+    ] = None,
+    whole: Annotated[bool, typer.Option("--whole", help="Stdin is one text, not one per line.")] = False,
+    collection: Annotated[
+        str | None,
+        typer.Option(
+            "--collection", "-c", help="Store the vectors in this collection instead of printing them."
+        ),
+    ] = None,
+    keep: Annotated[
+        bool, typer.Option("--store", help="With -c: keep each text's content beside its vector.")
+    ] = False,
+    pooling: Annotated[
+        str | None, typer.Option("--pooling", help="Override the model's pooling: mean, cls or last.")
+    ] = None,
+    normalize: Annotated[
+        bool, typer.Option("--normalize/--no-normalize", help="Scale each vector to length 1 (default on).")
+    ] = True,
+    truncate: Annotated[
+        bool,
+        typer.Option(
+            "--truncate/--no-truncate", help="Cut texts longer than the context (default), or refuse them."
+        ),
+    ] = True,
+    jsonl: Annotated[
+        bool, typer.Option("--jsonl", help="One JSON object per line: id, tokens, vector.")
+    ] = False,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Write the vectors to FILE.npy (float32, one row per text)."),
+    ] = None,
+    threads: Annotated[
+        int | None, typer.Option("--threads", "-t", min=1, help="CPU threads (default: the physical cores).")
+    ] = None,
+    batch_tokens: Annotated[
+        int | None,
+        typer.Option("--batch-tokens", min=1, help="Tokens per batch (default: the model's context)."),
+    ] = None,
+) -> None:
+    """Turn texts into vectors with an embedding model: one JSON array per text on stdout.
+
+    Example: llmcli embed -m all-minilm.gguf "A man is playing a guitar."
+    """
+    if not model:
+        raise UsageError("embed needs an embedding model: -m FILE.gguf or a served model")
+    if pooling is not None and pooling not in POOLINGS:
+        raise UsageError(f"--pooling is one of {', '.join(POOLINGS)}, not {pooling!r}")
+    if output is not None and output.suffix != ".npy":
+        raise UsageError(f"-o writes a .npy file, not {output.name}")
+    items = gather(texts or [], inputs or [], whole)
+    from llmcli.embed.runs import Model
+
+    engine = Model(model, pooling=pooling, threads=threads, batch_tokens=batch_tokens, debug=render.debug())
+    try:
+        if collection:
+            from llmcli.cli.embed_store import embed_into
+
+            return embed_into(engine, collection, items, keep=keep, truncate=truncate, normalize=normalize)
+        result = engine.embed([t for _, t in items], truncate=truncate, normalize=normalize)
+    finally:
+        engine.close()
+    if output is not None:
+        import numpy as np
+
+        np.save(output, result.matrix)
+        render.info(f"{len(items)} vectors of {result.matrix.shape[1]} dimensions written to {output}")
+        return
+    for (id_, _text), row in zip(items, result.matrix, strict=True):
+        vector = [round(float(x), 7) for x in row]
+        if jsonl:
+            render.out_json({"id": id_, "vector": vector}, schema="embed/line", line=True)
+        else:
+            render.out_json(vector, schema="embed/vector", line=True)
+
+
+def register(app: typer.Typer) -> None:
+    from llmcli.cli import embed_store
+
+    app.command("embed", no_args_is_help=False)(embed)
+    app.command("similar")(embed_store.similar)
+    app.add_typer(embed_store.collections_app, name="collections")

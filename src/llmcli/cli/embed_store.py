@@ -1,0 +1,125 @@
+"""Collections from the command line: `embed -c NAME` (store), `similar NAME TEXT` (search),
+`collections list|rm` (llmcli.embed.collections)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from llmcli import render
+from llmcli.errors import UsageError
+
+if TYPE_CHECKING:
+    from llmcli.embed.runs import Model
+
+collections_app = typer.Typer(
+    name="collections",
+    help="Collections of embeddings (llmcli embed -c NAME): list, rm.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+
+
+def embed_into(engine: Model, name: str, items: list[tuple[str, str]], *, keep: bool, truncate: bool,
+               normalize: bool) -> None:  # fmt: skip
+    """Embed what is new or changed in `items` and store it in collection `name`, in one write."""
+    from llmcli.embed import collections as store
+    from llmcli.embed.runs import content_hash
+
+    with store.connect() as db:
+        found = store.get(db, name)
+        if found is not None:
+            store.check_model(found, engine.name)
+        hashed = [(id_, text, content_hash(text)) for id_, text in items]
+        same = store.unchanged(db, name, [(i, h) for i, _, h in hashed]) if found else set()
+        todo = [(i, t, h) for i, t, h in hashed if i not in same]
+        if todo:
+            result = engine.embed([t for _, t, _ in todo], truncate=truncate, normalize=normalize)
+            rows = [
+                (i, h, t if keep else None, row.tobytes())
+                for (i, t, h), row in zip(todo, result.matrix, strict=True)
+            ]
+            store.store(db, name, engine.name, rows, int(result.matrix.shape[1]))
+        render.info(f"collection {name}: {len(todo)} embedded, {len(same)} unchanged")
+
+
+def similar(
+    name: Annotated[str, typer.Argument(help="The collection to search.")],
+    text: Annotated[str | None, typer.Argument(help="The text to search for (or --id).")] = None,
+    id_: Annotated[
+        str | None, typer.Option("--id", help="Search with the vector of this stored id instead.")
+    ] = None,
+    number: Annotated[int, typer.Option("--number", "-n", min=1, help="How many matches to print.")] = 10,
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="The model (default: the collection's own file, if found).")
+    ] = "",
+) -> None:
+    """The stored items closest in meaning to TEXT, best first: one JSON object per line.
+
+    Example: llmcli similar notes "how do I undo a commit" -n 5 -m all-minilm.gguf
+    """
+    from llmcli.embed import collections as store
+
+    if (text is None) == (id_ is None):
+        raise UsageError("give the text to search for, or --id ID, not both")
+    with store.connect() as db:
+        found = store.require(db, name)
+        if id_ is not None:
+            query = store.vector_of(db, name, id_)
+        else:
+            query = _query_vector(found, model, text or "")
+        matches = store.rank(db, name, query, number, skip=id_)
+    for match in matches:
+        render.out_json(match, schema="embed/match", line=True)
+
+
+def _query_vector(found, model: str, text: str):
+    from llmcli.embed import collections as store
+    from llmcli.embed.runs import Model
+
+    engine = Model(model or found.model, debug=render.debug())
+    try:
+        store.check_model(found, engine.name)
+        return engine.embed([text]).matrix[0]
+    finally:
+        engine.close()
+
+
+@collections_app.command("list")
+def list_collections(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON document instead of a table.")
+    ] = False,
+) -> None:
+    """List the collections: name, model, dimensions, items.
+
+    Example: llmcli collections list
+    """
+    from llmcli.embed import collections as store
+    from llmcli.render.tables import plain
+
+    with store.connect() as db:
+        found = store.listing(db)
+    rows = [{"name": c.name, "model": c.model, "dimensions": c.dimensions, "items": c.count} for c in found]
+    if as_json:
+        return render.out_json(
+            {"database": str(store.db_path()), "collections": rows}, schema="embed/collections"
+        )
+    if not rows:
+        render.info(f"no collections in {store.db_path()}")
+        return
+    render.out_text(plain(["NAME", "MODEL", "DIMENSIONS", "ITEMS"], [list(r.values()) for r in rows]))
+
+
+@collections_app.command("rm")
+def remove(name: Annotated[str, typer.Argument(help="The collection to delete.")]) -> None:
+    """Delete a collection and its vectors.
+
+    Example: llmcli collections rm notes
+    """
+    from llmcli.embed import collections as store
+
+    with store.connect() as db:
+        count = store.remove(db, name)
+    render.info(f"removed collection {name} ({count} items)")
