@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
 from llmcli import defaults
+from llmcli.media.image import Image
 from llmcli.reasoning import ReasoningFormat
 
 # "no_answer": the model stopped without an answer: nothing after its reasoning or its tool calls,
@@ -200,6 +201,7 @@ class EngineOptions:
     swa_full: bool = True  # keep full-size KV for sliding-window models so prefixes can be reused
     type_k: str | None = None
     type_v: str | None = None
+    mmproj: str | None = None  # the image projector (--mmproj); None: an mmproj*.gguf beside the model
     repack: bool | None = None  # None: on, except where llama.cpp would use AMX (see backend.weight_repack)
     speculative: SpecOptions = field(default_factory=SpecOptions)
 
@@ -266,6 +268,11 @@ class Stats:
     answer_ms: float = 0.0
     # Tool calling (request/tool_loop.py): the time the calls ran, apart from prefill and decode
     tool_ms: float = 0.0
+    # Images (engine/mtmd.py): their positions in the prompt and the time encoding them took, apart
+    # from prefill; one dict per image (name, media_type, bytes, sha256, tokens, encode_ms, cached)
+    image_tokens: int = 0
+    image_ms: float = 0.0
+    images: list[dict] = field(default_factory=list)
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     target_passes: int = 0
@@ -358,6 +365,9 @@ class Request:
     # caller may load a saved KV state for them (kvstore). Returns the ms it took, which count toward
     # the time to the first token. An engine whose cache lives elsewhere (a server) never calls it.
     before_prefill: Callable[[list[int]], float] | None = None
+    # Images for the last user message (media.image.Image): a local engine puts them through its
+    # projector (engine/mtmd.py), a served one sends them as content parts
+    images: tuple[Image, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.text is None):
@@ -520,6 +530,7 @@ class Engine(Protocol):
         *,
         reasoning: str | None = None,
         calls: CallGrammar | None = None,
+        media: Any = None,
     ) -> Iterator[Event]:
         """Prefill `prompt` (reusing the cached prefix), then decode: PrefillProgress, Token..., one
         Done. Closing the generator early leaves the cache consistent with what was evaluated.

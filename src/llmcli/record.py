@@ -62,6 +62,7 @@ def build(
         "sources": _sources(s) if s is not None and served else None,
         "server_timings": (s.server or None) if s is not None else None,
         "tool_calls": tool_calls,
+        "attachments": [dict(a) for a in s.images] if s is not None and s.images else None,
         "versions": versions(info),
     }
 
@@ -100,6 +101,7 @@ def _usage(s: Stats) -> dict[str, Any]:
         "completion_tokens": s.completion_tokens,
         "reasoning_tokens": _known(s, "reasoning_tokens", s.reasoning_tokens),
         "decode_tokens": s.decode_tokens,
+        "image_tokens": s.image_tokens if s.images else None,
         "total_tokens": _known(s, "prompt_tokens", s.prompt_tokens + s.completion_tokens),
     }
 
@@ -114,6 +116,7 @@ def _timings(s: Stats, served: bool) -> dict[str, Any]:
         "ttft_ms": round(s.ttft_ms, 3),
         "total_ms": round(s.total_ms, 3),
         "tool_ms": round(s.tool_ms, 3),
+        "image_ms": round(s.image_ms, 3) if s.images else None,
         "reasoning": _part(s.reasoning_ttft_ms, s.reasoning_ms, s.reasoning_tokens),
         "answer": _part(s.answer_ttft_ms, s.answer_ms, s.completion_tokens - s.reasoning_tokens)
         if s.reasoning_ttft_ms is not None

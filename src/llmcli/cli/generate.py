@@ -55,6 +55,16 @@ def generate(
     prompt_cache_ro: Annotated[
         bool, typer.Option("--prompt-cache-ro", help="Use --prompt-cache FILE but never write it.")
     ] = False,
+    attach: Annotated[
+        list[str] | None,
+        typer.Option("--attach", "-a", help="An image (PNG, JPEG, WebP, GIF) for the prompt; repeatable; "
+                     "'-' reads it from stdin.", metavar="FILE", show_default=False),
+    ] = None,
+    mmproj: Annotated[
+        str | None,
+        typer.Option("--mmproj", help="The model's image projector (else an mmproj*.gguf beside the model).",
+                     metavar="FILE", show_default=False),
+    ] = None,
     timeout: o.Timeout = None,
     offline: o.Offline = False,
     force: o.Force = False,
@@ -66,4 +76,4 @@ def generate(
     from llmcli.cli.generate_run import Generate, run
 
     run(ctx, flags, Generate(prompt, file, model, system, raw, fallback_template, hide_thinking, stats,
-                             as_json, prompt_cache, prompt_cache_ro, timeout, offline, force))  # fmt: skip
+                             as_json, prompt_cache, prompt_cache_ro, timeout, offline, force, attach or [], mmproj))  # fmt: skip

@@ -31,6 +31,8 @@ class Generate:
     timeout: float | None
     offline: bool
     force: bool
+    attach: list[str]
+    mmproj: str | None
 
 
 def run(ctx: typer.Context, flags: o.RunFlags, g: Generate) -> None:
@@ -39,7 +41,14 @@ def run(ctx: typer.Context, flags: o.RunFlags, g: Generate) -> None:
 
     if g.prompt_cache_ro and g.prompt_cache is None:
         raise UsageError("--prompt-cache-ro needs --prompt-cache FILE")
-    text = read_prompt(g.prompt, g.file)
+    from dataclasses import replace
+
+    from llmcli.media.image import load
+
+    if g.attach.count("-") > 1:
+        raise UsageError("stdin holds one image: give '-' to --attach once")
+    images = tuple(load(name) for name in g.attach)  # checked before anything loads
+    text = read_prompt(g.prompt, g.file, stdin_text="-" not in g.attach)
     params = flags.sampling()
     history = flags.continued()  # --continue / --cid: the logged conversation
     model = history.model if history is not None and g.model is None else g.model
@@ -47,8 +56,11 @@ def run(ctx: typer.Context, flags: o.RunFlags, g: Generate) -> None:
     from llmcli.loader import load_engine
 
     env = environment.current()
+    options = flags.engine(ctx)
+    if g.mmproj is not None:
+        options = replace(options, mmproj=g.mmproj)
     loaded = load_engine(
-        model, flags.engine(ctx), offline=g.offline, force=g.force, debug=render.debug(), timeout=g.timeout,
+        model, options, offline=g.offline, force=g.force, debug=render.debug(), timeout=g.timeout,
         factory=env.engine_factory, check_files=env.checks_model_files,
     )  # fmt: skip
     if not loaded.engine.can.kv_state and g.prompt_cache is not None:
@@ -75,10 +87,15 @@ def run(ctx: typer.Context, flags: o.RunFlags, g: Generate) -> None:
         )
     if history is not None and history.raw:
         text = history.text + text
-    _answer(flags, g, loaded, text, params, system, raw, history)
+    if images and raw:
+        raise UsageError("an image needs the chat template: --raw (or a base model's plain continuation) "
+                         "cannot take one")  # fmt: skip
+    _answer(flags, g, loaded, text, params, system, raw, history, images)
 
 
-def _answer(flags: o.RunFlags, g: Generate, loaded, text: str, params, system, raw: bool, history) -> None:
+def _answer(
+    flags: o.RunFlags, g: Generate, loaded, text: str, params, system, raw: bool, history, images=()
+) -> None:
     """The request run (tools, the log, a warm KV state), and what it made written."""
     from llmcli import render
     from llmcli.request.generate import run_generate
@@ -101,7 +118,7 @@ def _answer(flags: o.RunFlags, g: Generate, loaded, text: str, params, system, r
             loaded, text, params, system=system, raw=raw, stream_stdout=not g.as_json, constraint=constraint,
             prompt_cache=prompt_cache, prompt_cache_ro=prompt_cache_ro, show_thinking=not g.hide_thinking,
             think=flags.thinking(), history=history.messages if history is not None and not raw else None,
-            log=log, tool_loop=tool_loop(flags, toolset),
+            log=log, tool_loop=tool_loop(flags, toolset), images=images,
         )  # fmt: skip
     except StreamBrokenError as exc:  # a served model broke off: the partial text was printed
         if g.as_json:
@@ -168,13 +185,14 @@ def tool_loop(flags: o.RunFlags, toolset):
                     on_result=on_result)  # fmt: skip
 
 
-def read_prompt(prompt: str | None, file: Path | None) -> str:
-    """Piped stdin, then the prompt file, then the argument, joined by blank lines."""
+def read_prompt(prompt: str | None, file: Path | None, stdin_text: bool = True) -> str:
+    """Piped stdin, then the prompt file, then the argument, joined by blank lines; `stdin_text`
+    False: stdin holds an image (`--attach -`), not text."""
     from llmcli import environment
 
     env = environment.current()
     parts: list[str] = []
-    if env.stdin_piped:
+    if env.stdin_piped and stdin_text:
         data = env.stdin.buffer.read()
         if data:
             try:

@@ -28,6 +28,7 @@ from llmcli.contract import (
     Token,
 )
 from llmcli.engine.kvcache import KVCache
+from llmcli.engine.mtmd import MediaPrompt, Span, Vision
 from llmcli.engine.native import AbortFlag, check_decode
 from llmcli.engine.sampler import GrammarProbe, pick
 from llmcli.engine.speculation.run import Speculation
@@ -71,8 +72,10 @@ class Generation:
     def __init__(self, engine: Runner, tokens: list[int], params: SamplingParams, seed: int, sampler,
                  abort: AbortFlag, spec: Speculation | None = None, tracker: Tracker | None = None,
                  answer_sampler=None, calls: CallGrammar | None = None,
-                 call_sampler=None) -> None:  # fmt: skip
+                 call_sampler=None, media: MediaPrompt | None = None,
+                 vision: Vision | None = None) -> None:  # fmt: skip
         self.e = engine
+        self.media, self.vision = media, vision  # a prompt with images, and the projector
         self.cache = engine.cache
         self.abort = abort
         self.tokens = tokens
@@ -230,16 +233,75 @@ class Generation:
         yield from self.finish(reason)
 
     def prefill(self) -> Generator[Event, None, FinishReason | None]:
-        """Evaluate the prompt past the reused prefix in n_batch batches; returns None when done."""
+        """Evaluate the prompt past the reused prefix in n_batch batches (an image's positions
+        through the projector); returns None when done."""
         e, cache, stats = self.e, self.cache, self.stats
         start = cache.reuse_prefix(self.tokens)
+        span = self.media.span_at(start) if self.media is not None else None
+        if span is not None and start > span.start:  # the cache holds part of an image: redo it
+            cache.trim(span.start)
+            start = span.start
         stats.cached_tokens = start
         todo = self.tokens[start:]
         stats.prefill_tokens = len(todo)
-        done = 0
+        self.prefill_done = 0
         yield PrefillProgress(0, len(todo), 0.0)
         if e.adaptive and len(todo) > 1 and (changed := e.observe("prefill", None)):
             yield ThreadsChanged("prefill", *changed)
+        for piece in self._pieces(start):
+            if isinstance(piece, Span):
+                self._image(piece)
+                self.prefill_done += piece.end - piece.start
+                yield PrefillProgress(self.prefill_done, len(todo), (time.perf_counter() - self.started) * 1000)
+                continue
+            reason = yield from self._prefill_text(piece, start, len(todo))
+            if reason is not None:
+                return reason
+        if self.media is not None:
+            self._note_cached_images(start)
+        return None
+
+    def _pieces(self, start: int) -> list[list[int] | Span]:
+        """The prompt past `start`: runs of text tokens and the image spans between them."""
+        if self.media is None:
+            return [self.tokens[start:]]
+        pieces: list[list[int] | Span] = []
+        at = start
+        for span in self.media.spans:
+            if span.start < start:
+                continue
+            if span.start > at:
+                pieces.append(self.tokens[at : span.start])
+            pieces.append(span)
+            at = span.end
+        if at < len(self.tokens):
+            pieces.append(self.tokens[at:])
+        return pieces
+
+    def _image(self, span: Span) -> None:
+        """Encode one image and put its embeddings in the cache at the end of it."""
+        assert self.vision is not None and self.media is not None
+        cache = self.cache
+        ms = self.vision.evaluate(cache.ctx, span, len(cache.tokens), self.e.n_batch)
+        cache.tokens.extend(self.tokens[span.start : span.end])
+        n = span.end - span.start
+        self.stats.image_ms += ms
+        self.stats.image_tokens += n
+        self.stats.images.append(_attachment(span, n, round(ms, 3), cached=False))
+
+    def _note_cached_images(self, start: int) -> None:
+        """Images the cache already held: counted, not encoded again."""
+        assert self.media is not None
+        for span in self.media.spans:
+            if span.end <= start:
+                n = span.end - span.start
+                self.stats.image_tokens += n
+                self.stats.images.append(_attachment(span, n, 0.0, cached=True))
+        order = {span.image.sha256: i for i, span in enumerate(self.media.spans)}
+        self.stats.images.sort(key=lambda a: order.get(a["sha256"], 0))
+
+    def _prefill_text(self, todo: list[int], start: int, total: int) -> Generator[Event, None, FinishReason | None]:
+        e, cache, stats = self.e, self.cache, self.stats
         for i in range(0, len(todo), e.n_batch):
             chunk = todo[i : i + e.n_batch]
             started = time.perf_counter()
@@ -253,8 +315,8 @@ class Generation:
                 stats.prefill_tokens = max(0, len(cache.tokens) - start)
                 return "interrupted"
             check_decode(rc, len(cache.tokens), e.n_ctx)
-            done += len(chunk)
-            yield PrefillProgress(done, len(todo), (time.perf_counter() - self.started) * 1000)
+            self.prefill_done += len(chunk)
+            yield PrefillProgress(self.prefill_done, total, (time.perf_counter() - self.started) * 1000)
         return None
 
     def decode_loop(self) -> Generator[Event, None, FinishReason]:
@@ -398,3 +460,10 @@ class Generation:
         elif self.params.grammar:  # the answer, and so the grammar, never began
             complete = False
         yield Done(text, reason, stats, self.seed, list(self.generated), complete)
+
+
+def _attachment(span: Span, tokens: int, encode_ms: float, cached: bool) -> dict:
+    image = span.image
+    return {"name": image.name, "media_type": image.media_type, "bytes": image.size,
+            "sha256": image.sha256, "width": image.width, "height": image.height,
+            "tokens": tokens, "encode_ms": encode_ms, "cached": cached}  # fmt: skip

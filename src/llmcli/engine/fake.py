@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from llmcli import reasoning
 from llmcli.contract import (
@@ -175,6 +176,7 @@ class FakeEngine:
         *,
         reasoning: str | None = None,
         calls: CallGrammar | None = None,
+        media: Any = None,
     ) -> Iterator[Event]:
         """The scripted reply; `reasoning` (where the prompt leaves a reasoning model) is kept for
         the tests to read, as `reasoning_state`: the scripted pieces are what they are."""

@@ -48,6 +48,7 @@ from llmcli.engine import local
 from llmcli.engine.backend import llama_cpp_version, weight_repack
 from llmcli.engine.decoding import MIN_PREFILL_SAMPLE, Generation
 from llmcli.engine.kvcache import KVCache
+from llmcli.engine.mtmd import MediaPrompt, Vision, load_vision
 from llmcli.engine.loading import (
     DEFAULT_CTX_CAP,
     context_params,
@@ -83,7 +84,9 @@ from llmcli.engine.speculation.proposal import KPolicy
 from llmcli.engine.speculation.run import Speculation
 from llmcli.engine.threads import physical_cores
 from llmcli.engine.vocab import Tokenizer
+from llmcli import reporting
 from llmcli.errors import LlmcliError, UsageError
+from llmcli.media.image import Image
 from llmcli.reasoning import tracker_for
 from llmcli.tools.calls import CallFormat
 
@@ -113,6 +116,7 @@ class LlamaEngine:
         self.spec: SpecOptions = self.options.speculative
         self.repack = weight_repack(self.options.repack)  # weights in llama.cpp's extra CPU buffers
         self.draft: DraftModel | None = None
+        self._vision: Vision | None = None  # the image projector, loaded by the first image
         self.k_policy: KPolicy | None = None  # speculation's, kept across requests
         self.cost_table: CostTable | None = None  # what adaptive k decides by (calibrated, stored)
         if self.spec.enabled and self.spec.kind == "draft":
@@ -406,6 +410,7 @@ class LlamaEngine:
         *,
         reasoning: str | None = None,
         calls: CallGrammar | None = None,
+        media: MediaPrompt | None = None,
     ) -> Iterator[Event]:
         """Prefill `prompt`, then decode; yields PrefillProgress, Token..., and one Done.
         `reasoning`: where the prompt leaves a reasoning model (`reasoning.prompt_state`), for the
@@ -431,7 +436,9 @@ class LlamaEngine:
                 call_sampler = self._build_sampler(replace(params, grammar=calls.grammar), seed)
             self._abort.clear()
             try:
-                spec = Speculation(self, tokens, params) if self.spec.enabled else None
+                spec = Speculation(self, tokens, params) if self.spec.enabled and media is None else None
+                if self.spec.enabled and media is not None:
+                    reporting.warn("speculative decoding is off for this request: its prompt has an image")
                 yield from Generation(
                     self,
                     tokens,
@@ -444,11 +451,22 @@ class LlamaEngine:
                     answer_sampler,
                     calls,
                     call_sampler,
+                    media=media,
+                    vision=self._vision,
                 ).run()
             finally:
+                if media is not None and self._vision is not None:
+                    self._vision.free(media)
                 for chain in (sampler, answer_sampler, call_sampler):
                     if chain is not None:
                         self._L.llama_sampler_free(chain)
+
+    def media_prompt(self, text: str, images: list[Image]) -> MediaPrompt:
+        """Rendered text with one marker per image in text and image chunks (engine/mtmd.py)."""
+        if self._vision is None:
+            self._vision = load_vision(self._L, self._model, self.path, self.options.mmproj, self.threads_batch,
+                                       self._debug)  # fmt: skip
+        return self._vision.prompt(text, images)
 
     def _build_sampler(self, params: SamplingParams, seed: int):
         """The sampler chain (engine/sampler.py)."""
@@ -572,6 +590,10 @@ class LlamaEngine:
 
     def _free(self) -> None:
         L = self._L
+        vision = getattr(self, "_vision", None)
+        if vision is not None:
+            vision.close()
+            self._vision = None
         draft = getattr(self, "draft", None)
         if draft is not None:
             draft.close()

@@ -28,18 +28,22 @@ def respond(engine: Engine, request: Request) -> Iterator[Event]:
     raises here, and a Ctrl-C meanwhile stops the request at its first event); the iterator yields
     Prepared, then the stream of `engine.stream`."""
     request = thinking(engine, request)
-    tokens, prepared = prompt_tokens(engine, request)
+    media = None
+    if request.images:
+        tokens, prepared, media = image_tokens(engine, request)
+    else:
+        tokens, prepared = prompt_tokens(engine, request)
     waited_ms = request.before_prefill(tokens) if request.before_prefill is not None else 0.0
     calls = call_constraint(engine, request)
     fmt = engine.info.reasoning
     if request.text is None and fmt is not None and fmt.open_tag and fmt.close_tag:
-        state = prompt_state(fmt, engine.detokenize(tokens[-TAIL_TOKENS:]))  # type: ignore[attr-defined]
-        events = run(engine, tokens, request.params, prepared, waited_ms, state, calls)
+        state = prompt_state(fmt, engine.detokenize([t for t in tokens[-TAIL_TOKENS:] if t >= 0]))  # type: ignore[attr-defined]
+        events = run(engine, tokens, request.params, prepared, waited_ms, state, calls, media)
         # after a closed block (thinking switched off) a model may still write an empty one of its
         # own: the splitter still takes a block at the start out of the answer
         events = split_reasoning(events, Splitter(fmt, "start" if state == "answer" else state))
     else:
-        events = run(engine, tokens, request.params, prepared, waited_ms, calls=calls)
+        events = run(engine, tokens, request.params, prepared, waited_ms, calls=calls, media=media)
     if request.text is None and (request.tools or request.calls_withdrawn):
         events = split_calls(events, Parser(call_format(engine)))
     return events
@@ -103,12 +107,14 @@ def describe(engine: Engine) -> list[tuple[str, str]]:
 
 def run(
     engine: Engine, tokens: list[int], params, prepared: Prepared, waited_ms: float,
-    reasoning: str | None = None, calls: CallGrammar | None = None,
+    reasoning: str | None = None, calls: CallGrammar | None = None, media=None,
 ) -> Iterator[Event]:  # fmt: skip
     """The events of a built prompt: Prepared, then `engine.stream`'s, the wait added to the timings.
     `reasoning`: where the prompt leaves a reasoning model (`reasoning.prompt_state`); `calls`: the
     grammar of a tool call."""
-    if reasoning is None and calls is None:  # plain text: the contract's two arguments
+    if media is not None:
+        events = engine.stream(tokens, params, reasoning=reasoning, calls=calls, media=media)
+    elif reasoning is None and calls is None:  # plain text: the contract's two arguments
         events = engine.stream(tokens, params)
     else:
         events = engine.stream(tokens, params, reasoning=reasoning, calls=calls)
@@ -145,6 +151,30 @@ def prompt_tokens(engine: Engine, request: Request) -> tuple[list[int], Prepared
         engine.n_ctx, request.fit.reserve, request.fit.policy,
     )  # fmt: skip
     return fitted.tokens, Prepared(fmt.source, fitted.dropped_messages, fitted.dropped_tokens)
+
+
+def image_tokens(engine: Engine, request: Request) -> tuple[list[int], Prepared, object]:
+    """A conversation whose last user message has images: the template rendered with one image
+    marker per image before that message's text (as llama-mtmd-cli puts them), then tokenized into
+    text and image chunks by the engine's projector. The whole conversation must fit."""
+    from llmcli import templates
+    from llmcli.engine.mtmd import MARKER
+    from llmcli.errors import UsageError
+
+    media_prompt = getattr(engine, "media_prompt", None)
+    if request.text is not None or media_prompt is None:
+        raise UsageError("images need a chat prompt and a model run by llama.cpp here (not --raw)")
+    assert request.messages is not None
+    fmt = prompting.prompt_format(engine)
+    messages = template_messages(request.messages, fmt.template)
+    last = max(i for i, m in enumerate(messages) if m.get("role") == "user")
+    messages[last] = {**messages[last], "content": MARKER * len(request.images) + str(messages[last]["content"])}
+    variables = switch_variables(engine, request.think)
+    text = templates.render(
+        fmt, messages, bos_token=engine.bos_text(), eos_token=engine.eos_text(), variables=variables
+    )
+    media = media_prompt(text, list(request.images))
+    return media.tokens, Prepared(fmt.source), media
 
 
 def switch_variables(engine: Engine, think: bool | None) -> dict[str, object] | None:

@@ -83,8 +83,9 @@ def run_generate(
     history: list[dict[str, str]] | None = None,
     log: Logged | None = None,
     tool_loop: ToolLoop | None = None,
+    images: tuple = (),
 ) -> Result:
-    """Run one prompt; `raw` continues it as plain text, else it becomes a user turn (the caller
+    """Run one prompt (`images`: media.image.Image for it); `raw` continues it as plain text, else it becomes a user turn (the caller
     decides between the two with `prompting.generate_format`). With `prompt_cache`, the KV state
     in that file is reused for the longest common prefix and (unless `prompt_cache_ro`) the file
     is rewritten with this run's state afterwards. `history`: the messages of a conversation this
@@ -97,7 +98,7 @@ def run_generate(
         messages = prompting.messages_for(text, system)
         if history:
             messages[-1:-1] = history
-        request = Request(params, messages=messages, think=think)
+        request = Request(params, messages=messages, think=think, images=tuple(images))
         if tool_loop is not None:
             request.tools = tool_loop.toolset.specs()
     cache: dict | None = None
