@@ -65,16 +65,28 @@ def path() -> Path:
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             work = Path(tmp)
             script, interpreter, env = minilm._toolchain(work)
-            converter = script.parent / "tools" / "mtmd" / "legacy-models" / "convert_image_encoder_to_gguf.py"
+            converter = (
+                script.parent / "tools" / "mtmd" / "legacy-models" / "convert_image_encoder_to_gguf.py"
+            )
             if not converter.exists():
                 raise Unavailable(f"no {converter.name} in {script.parent}")
             folder = work / "clip"
             minilm._run([str(interpreter), "-c", BUILD, str(folder)], env=env)
             out = work / "out"
             minilm._run(
-                [str(interpreter), str(converter), "-m", str(folder), "--llava-projector",
-                 str(folder / "llava.projector"), "--output-dir", str(out), "--clip-model-is-vision",
-                 "--projector-type", "mlp"],  # fmt: skip
+                [
+                    str(interpreter),
+                    str(converter),
+                    "-m",
+                    str(folder),
+                    "--llava-projector",
+                    str(folder / "llava.projector"),
+                    "--output-dir",
+                    str(out),
+                    "--clip-model-is-vision",
+                    "--projector-type",
+                    "mlp",
+                ],  # fmt: skip
                 env=env,
             )
             built = sorted(out.glob("mmproj-*.gguf"))

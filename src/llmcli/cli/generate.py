@@ -76,4 +76,5 @@ def generate(
     from llmcli.cli.generate_run import Generate, run
 
     run(ctx, flags, Generate(prompt, file, model, system, raw, fallback_template, hide_thinking, stats,
-                             as_json, prompt_cache, prompt_cache_ro, timeout, offline, force, attach or [], mmproj))  # fmt: skip
+                             as_json, prompt_cache, prompt_cache_ro, timeout, offline, force,
+                             attach or [], mmproj))  # fmt: skip

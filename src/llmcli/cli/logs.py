@@ -238,9 +238,9 @@ def rerun(
     from llmcli import environment
     from llmcli.contract import EngineOptions, Request, SamplingParams
     from llmcli.errors import UsageError
-    from llmcli.request.generate import consume
     from llmcli.loader import load_engine
     from llmcli.log import queries, rows, writer
+    from llmcli.request.generate import consume
 
     number = entry_id(entry)
     row = queries.as_json(_row(number))

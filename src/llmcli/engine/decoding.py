@@ -252,7 +252,8 @@ class Generation:
             if isinstance(piece, Span):
                 self._image(piece)
                 self.prefill_done += piece.end - piece.start
-                yield PrefillProgress(self.prefill_done, len(todo), (time.perf_counter() - self.started) * 1000)
+                elapsed = (time.perf_counter() - self.started) * 1000
+                yield PrefillProgress(self.prefill_done, len(todo), elapsed)
                 continue
             reason = yield from self._prefill_text(piece, start, len(todo))
             if reason is not None:
@@ -300,7 +301,9 @@ class Generation:
         order = {span.image.sha256: i for i, span in enumerate(self.media.spans)}
         self.stats.images.sort(key=lambda a: order.get(a["sha256"], 0))
 
-    def _prefill_text(self, todo: list[int], start: int, total: int) -> Generator[Event, None, FinishReason | None]:
+    def _prefill_text(
+        self, todo: list[int], start: int, total: int
+    ) -> Generator[Event, None, FinishReason | None]:
         e, cache, stats = self.e, self.cache, self.stats
         for i in range(0, len(todo), e.n_batch):
             chunk = todo[i : i + e.n_batch]

@@ -13,8 +13,8 @@ from typing import Any
 
 from llmcli import reasoning
 from llmcli.contract import (
-    Capabilities,
     CallGrammar,
+    Capabilities,
     Done,
     EngineOptions,
     Event,

@@ -33,9 +33,10 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
+from llmcli import reporting
 from llmcli.contract import (
-    Capabilities,
     CallGrammar,
+    Capabilities,
     EngineOptions,
     Event,
     ModelInfo,
@@ -48,7 +49,6 @@ from llmcli.engine import local
 from llmcli.engine.backend import llama_cpp_version, weight_repack
 from llmcli.engine.decoding import MIN_PREFILL_SAMPLE, Generation
 from llmcli.engine.kvcache import KVCache
-from llmcli.engine.mtmd import MediaPrompt, Vision, load_vision
 from llmcli.engine.loading import (
     DEFAULT_CTX_CAP,
     context_params,
@@ -56,6 +56,7 @@ from llmcli.engine.loading import (
     load_model,
     model_info,
 )
+from llmcli.engine.mtmd import MediaPrompt, Vision, load_vision
 from llmcli.engine.native import (
     GGML_KV_TYPES,
     AbortFlag,
@@ -84,7 +85,6 @@ from llmcli.engine.speculation.proposal import KPolicy
 from llmcli.engine.speculation.run import Speculation
 from llmcli.engine.threads import physical_cores
 from llmcli.engine.vocab import Tokenizer
-from llmcli import reporting
 from llmcli.errors import LlmcliError, UsageError
 from llmcli.media.image import Image
 from llmcli.reasoning import tracker_for
@@ -436,7 +436,8 @@ class LlamaEngine:
                 call_sampler = self._build_sampler(replace(params, grammar=calls.grammar), seed)
             self._abort.clear()
             try:
-                spec = Speculation(self, tokens, params) if self.spec.enabled and media is None else None
+                speculate = self.spec.enabled and media is None
+                spec = Speculation(self, tokens, params) if speculate else None
                 if self.spec.enabled and media is not None:
                     reporting.warn("speculative decoding is off for this request: its prompt has an image")
                 yield from Generation(
@@ -464,7 +465,8 @@ class LlamaEngine:
     def media_prompt(self, text: str, images: list[Image]) -> MediaPrompt:
         """Rendered text with one marker per image in text and image chunks (engine/mtmd.py)."""
         if self._vision is None:
-            self._vision = load_vision(self._L, self._model, self.path, self.options.mmproj, self.threads_batch,
+            self._vision = load_vision(self._L, self._model, self.path, self.options.mmproj,
+                                       self.threads_batch,
                                        self._debug)  # fmt: skip
         return self._vision.prompt(text, images)
 

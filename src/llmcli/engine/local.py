@@ -168,7 +168,8 @@ def image_tokens(engine: Engine, request: Request) -> tuple[list[int], Prepared,
     fmt = prompting.prompt_format(engine)
     messages = template_messages(request.messages, fmt.template)
     last = max(i for i, m in enumerate(messages) if m.get("role") == "user")
-    messages[last] = {**messages[last], "content": MARKER * len(request.images) + str(messages[last]["content"])}
+    content = MARKER * len(request.images) + str(messages[last]["content"])
+    messages[last] = {**messages[last], "content": content}
     variables = switch_variables(engine, request.think)
     text = templates.render(
         fmt, messages, bos_token=engine.bos_text(), eos_token=engine.eos_text(), variables=variables

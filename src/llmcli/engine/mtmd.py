@@ -109,7 +109,9 @@ class Vision:
             rc = M.mtmd_tokenize(self.ctx, chunks, ctypes.byref(inp), bitmaps, len(images))
             if rc != 0:
                 M.mtmd_input_chunks_free(chunks)
-                raise UsageError(f"the prompt's {len(images)} image(s) could not be tokenized (mtmd status {rc})")
+                raise UsageError(
+                    f"the prompt's {len(images)} image(s) could not be tokenized (mtmd status {rc})"
+                )
         finally:
             for bitmap in bitmaps:
                 if bitmap:

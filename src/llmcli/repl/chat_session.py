@@ -17,10 +17,10 @@ from llmcli import prompting, templates
 from llmcli.contract import Done, Event, Fit, Request, SamplingParams, Stats
 from llmcli.conversation import Conversation
 from llmcli.errors import StreamBrokenError
-from llmcli.request.tool_loop import ToolLoop, ToolTurn
 from llmcli.loader import Loaded
 from llmcli.log.rows import Logged
 from llmcli.repl.chat_settings import SessionSettings, think_word
+from llmcli.request.tool_loop import ToolLoop, ToolTurn
 
 
 class Sink(Protocol):

@@ -85,7 +85,8 @@ def run_generate(
     tool_loop: ToolLoop | None = None,
     images: tuple = (),
 ) -> Result:
-    """Run one prompt (`images`: media.image.Image for it); `raw` continues it as plain text, else it becomes a user turn (the caller
+    """Run one prompt (`images`: media.image.Image for it); `raw` continues it as plain text, else it
+    becomes a user turn (the caller
     decides between the two with `prompting.generate_format`). With `prompt_cache`, the KV state
     in that file is reused for the longest common prefix and (unless `prompt_cache_ro`) the file
     is rewritten with this run's state afterwards. `history`: the messages of a conversation this

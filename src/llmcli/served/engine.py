@@ -139,6 +139,7 @@ class ServedEngine:
         *,
         reasoning: str | None = None,
         calls: CallGrammar | None = None,
+        media: Any = None,
     ) -> Iterator[Event]:
         """A plain-text completion (`/completions`): the prompt as text, or token ids (which
         llama-server and vLLM take)."""
