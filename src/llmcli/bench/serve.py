@@ -163,12 +163,8 @@ def run_case(
     for i, at in enumerate(due):
         if halt.wait(max(0.0, started + at - time.monotonic())):
             break
-        if slots is not None:
-            while not slots.acquire(timeout=0.1):
-                if halt.is_set():
-                    break
-            if halt.is_set():
-                break
+        if not _take_slot(slots, halt):
+            break
         if load.detect_saturation:
             with lock:
                 backlog.append((time.monotonic() - started, i + 1, finished[0]))
@@ -183,15 +179,31 @@ def run_case(
         with lock:
             for exchange in list(live):
                 exchange.shutdown()
-    for t in threads:
-        while t.is_alive():
-            t.join(0.1)
+    _join(threads)
     wall = time.monotonic() - started
     halt.set()
     sent = [r for r in results if r is not None]
     if saturated:
         sent = [r for r in sent if r.ok]
     return Repetition(wall, sent, saturated=saturated, sent=len(work))
+
+
+def _take_slot(slots: threading.BoundedSemaphore | None, halt: threading.Event) -> bool:
+    """Wait for a free place under the concurrency cap (None: no cap); False when the repetition
+    stops first."""
+    if slots is None:
+        return True
+    while not slots.acquire(timeout=0.1):
+        if halt.is_set():
+            return False
+    return not halt.is_set()
+
+
+def _join(threads: list[threading.Thread]) -> None:
+    """Wait for every request's thread, in short joins so that Ctrl-C is seen."""
+    for t in threads:
+        while t.is_alive():
+            t.join(0.1)
 
 
 def _growing_without_bound(backlog: list[tuple[float, int, int]], planned: int) -> bool:

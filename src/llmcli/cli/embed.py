@@ -121,12 +121,7 @@ def embed(
 
     Example: llmcli embed -m all-minilm.gguf "A man is playing a guitar."
     """
-    if not model:
-        raise UsageError("embed needs an embedding model: -m FILE.gguf or a served model")
-    if pooling is not None and pooling not in POOLINGS:
-        raise UsageError(f"--pooling is one of {', '.join(POOLINGS)}, not {pooling!r}")
-    if output is not None and output.suffix != ".npy":
-        raise UsageError(f"-o writes a .npy file, not {output.name}")
+    _check(model, pooling, output)
     items = gather(texts or [], inputs or [], whole)
     from llmcli.embed.runs import Model
 
@@ -139,13 +134,28 @@ def embed(
         result = engine.embed([t for _, t in items], truncate=truncate, normalize=normalize)
     finally:
         engine.close()
+    _write(items, result.matrix, output, jsonl)
+
+
+def _check(model: str, pooling: str | None, output: Path | None) -> None:
+    """The flags that can be refused before anything is read or loaded."""
+    if not model:
+        raise UsageError("embed needs an embedding model: -m FILE.gguf or a served model")
+    if pooling is not None and pooling not in POOLINGS:
+        raise UsageError(f"--pooling is one of {', '.join(POOLINGS)}, not {pooling!r}")
+    if output is not None and output.suffix != ".npy":
+        raise UsageError(f"-o writes a .npy file, not {output.name}")
+
+
+def _write(items: list[tuple[str, str]], matrix, output: Path | None, jsonl: bool) -> None:
+    """The vectors: a .npy file (`output`), or one JSON array (`jsonl`: object) per text on stdout."""
     if output is not None:
         import numpy as np
 
-        np.save(output, result.matrix)
-        render.info(f"{len(items)} vectors of {result.matrix.shape[1]} dimensions written to {output}")
+        np.save(output, matrix)
+        render.info(f"{len(items)} vectors of {matrix.shape[1]} dimensions written to {output}")
         return
-    for (id_, _text), row in zip(items, result.matrix, strict=True):
+    for (id_, _text), row in zip(items, matrix, strict=True):
         vector = [round(float(x), 7) for x in row]
         if jsonl:
             render.out_json({"id": id_, "vector": vector}, schema="embed/line", line=True)
