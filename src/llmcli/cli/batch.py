@@ -1,0 +1,134 @@
+"""`llmcli batch INPUT`: many prompts in one run (llmcli.batch), one JSON line per item."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from llmcli import render
+from llmcli.errors import LlmcliError, UsageError
+
+DEFAULT_PARALLEL = 4  # sequences decoded together when --parallel is not given (docs/BATCH.md)
+
+
+def batch(
+    input: Annotated[str, typer.Argument(help="Prompts: a text file (one per line) or JSON lines.")],
+    model: Annotated[str, typer.Option("--model", "-m", help="A GGUF model, or a served model (URL, NAME/MODEL).")] = "",
+    parallel: Annotated[
+        int, typer.Option("--parallel", "-n", min=1, max=256, help="Sequences (or requests) at once.")
+    ] = DEFAULT_PARALLEL,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Append each finished line to FILE; a rerun skips the ids in it."),
+    ] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="With -o: start FILE again.")] = False,
+    unordered: Annotated[bool, typer.Option("--unordered", help="Write items as they finish.")] = False,
+    text: Annotated[bool, typer.Option("--text", help="Print each answer's text, not JSON lines.")] = False,
+    skip_bad: Annotated[bool, typer.Option("--skip-bad", help="Skip input lines that cannot be read.")] = False,
+    system: Annotated[str | None, typer.Option("--system", help="System prompt for every item.")] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option("--max-tokens", min=1, help="Tokens per answer at most (an item may say).")
+    ] = None,
+    temperature: Annotated[
+        float | None, typer.Option("--temperature", min=0.0, help="Sampling temperature (an item may say).")
+    ] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Seed of every item (an item may say).")] = None,
+    ctx_size: Annotated[
+        int | None, typer.Option("--ctx-size", "-c", min=256, help="Context tokens of each sequence.")
+    ] = None,
+    threads: Annotated[int | None, typer.Option("--threads", "-t", min=1, help="CPU threads.")] = None,
+) -> None:
+    """Answer many prompts in one run: one JSON line per item, {"id", "record"}.
+
+    Example: llmcli batch prompts.txt -m qwen2.5-coder-0.5b -o answers.jsonl
+    """
+    from llmcli.batch import run as b
+    from llmcli.batch.output import Sink, done_ids
+
+    if text and output is not None:
+        raise UsageError("--text prints to stdout; -o FILE keeps JSON lines to resume by")
+    if input == "-":
+        raise UsageError("batch reads a file: its lines are checked before anything is generated",
+                         hint="write the prompts to a file first")  # fmt: skip
+    if not Path(input).is_file():
+        raise UsageError(f"no input file {input}")
+    written = set() if output is None or overwrite else done_ids(output)
+    plan = b.check(input, skip_bad=skip_bad, written=written)
+    if plan.bad:
+        render.warn(f"{plan.bad} bad line(s) skipped")
+    params = _params(max_tokens, temperature, seed)
+    sink = Sink(output, overwrite=overwrite, unordered=unordered or text)
+    try:
+        _answer(b, model, input, plan, written, sink, params, system, parallel, ctx_size, threads, text)
+    finally:
+        sink.close()
+
+
+def _params(max_tokens: int | None, temperature: float | None, seed: int | None):
+    from dataclasses import replace
+
+    from llmcli.contract import SamplingParams
+
+    params = SamplingParams()
+    changes = {k: v for k, v in (("max_tokens", max_tokens), ("temperature", temperature), ("seed", seed))
+               if v is not None}  # fmt: skip
+    params = replace(params, **changes)
+    params.validate()
+    return params
+
+
+def _answer(b, model, input, plan, written, sink, params, system, parallel, ctx_size, threads, text) -> None:
+    from llmcli.contract import EngineOptions
+    from llmcli.loader import load_engine, load_served, served_endpoint
+    from llmcli.render.batch import progress, summary
+
+    endpoint = served_endpoint(model or None)
+    if endpoint is not None:
+        loaded, decoder = load_served(endpoint, debug=render.debug(), connections=parallel), None
+    else:
+        from llmcli import environment
+
+        env = environment.current()
+        loaded = load_engine(model or None, EngineOptions(ctx_size=ctx_size, threads=threads), debug=render.debug(),
+                             factory=env.engine_factory, check_files=env.checks_model_files)  # fmt: skip
+        from llmcli.engine.batched import decoder_for
+
+        decoder = decoder_for(loaded.engine, parallel)
+    tally = b.Tally(started=time.perf_counter())
+    work = b.items_to_do(input, written, sink)
+    try:
+        with progress(plan.todo) as bar:
+
+            def finished(order, item, request, done, fmt, error) -> None:
+                if done is None:
+                    tally.failed += 1
+                    render.warn(f"item {item.id}: {error}")
+                else:
+                    tally.done += 1
+                    tally.tokens += done.stats.completion_tokens
+                if text:
+                    sink.put(order, done.text if done is not None else None)
+                else:
+                    sink.put(order, b.line(item, loaded, request.params, done, fmt, error))
+                bar.update(tally.done, tally.failed, tally.tok_s())
+
+            if decoder is not None:
+                b.answer_local(decoder, loaded, work, params, system, finished)
+            else:
+                b.answer_side_by_side(loaded, work, params, system, parallel, finished)
+    finally:
+        if decoder is not None:
+            decoder.close()
+        loaded.engine.close()
+    summary(items=tally.done, failed=tally.failed, skipped=plan.done_before, tokens=tally.tokens,
+            wall_s=tally.wall_s(), parallel=parallel, how="set" if parallel != DEFAULT_PARALLEL else "default")  # fmt: skip
+    if tally.failed:
+        raise LlmcliError(f"{tally.failed} of {tally.done + tally.failed} items failed (their lines say why)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("batch", no_args_is_help=True)(batch)
+
