@@ -70,12 +70,14 @@ def batch(
 def _params(max_tokens: int | None, temperature: float | None, seed: int | None):
     from dataclasses import replace
 
+    from dataclasses import fields
+
     from llmcli.contract import SamplingParams
 
-    params = SamplingParams()
     changes = {k: v for k, v in (("max_tokens", max_tokens), ("temperature", temperature), ("seed", seed))
                if v is not None}  # fmt: skip
-    params = replace(params, **changes)
+    left = frozenset(f.name for f in fields(SamplingParams)) - set(changes)  # the model may recommend these
+    params = replace(SamplingParams(), **changes, defaulted=left)
     params.validate()
     return params
 
@@ -97,6 +99,10 @@ def _answer(b, model, input, plan, written, sink, params, system, parallel, ctx_
         from llmcli.engine.batched import decoder_for
 
         decoder = decoder_for(loaded.engine, parallel)
+    from llmcli.sampling import apply_recommended
+
+    if applied := apply_recommended(params, loaded.engine.info, loaded.ref):  # as generate does
+        render.debug_log(f"the model's recommended sampling: {applied}")
     tally = b.Tally(started=time.perf_counter())
     work = b.items_to_do(input, written, sink)
     try:

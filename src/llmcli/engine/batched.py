@@ -193,8 +193,8 @@ class BatchDecoder:
             prompt_tokens=len(seq.item.tokens),
             prefill_tokens=len(seq.item.tokens),
             prefill_ms=(first - seq.admitted) * 1000,
-            completion_tokens=len(tokens),
-            decode_tokens=max(0, len(seq.out) - 1),
+            completion_tokens=len(seq.out),  # the end token counted, as `generate` counts it
+            decode_tokens=len(seq.out),
             decode_ms=(ended - first) * 1000,
             ttft_ms=(first - seq.admitted) * 1000,
             total_ms=(ended - seq.admitted) * 1000,
