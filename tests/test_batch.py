@@ -37,8 +37,10 @@ def test_plain_text_one_line_per_item_in_order(fake, tmp_path):
 def test_jsonl_and_openai_batch_formats_with_per_item_options(fake, tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_text(
-        json.dumps({"id": "a", "prompt": "hi", "max_tokens": 3, "seed": 7}) + "\n"
-        + json.dumps({"id": 2, "messages": [{"role": "user", "content": "yo"}], "temperature": 0}) + "\n"
+        json.dumps({"id": "a", "prompt": "hi", "max_tokens": 3, "seed": 7})
+        + "\n"
+        + json.dumps({"id": 2, "messages": [{"role": "user", "content": "yo"}], "temperature": 0})
+        + "\n"
     )
     lines = _lines(run("batch", str(src)).stdout)
     assert [d["id"] for d in lines] == ["a", "2"]
@@ -142,7 +144,9 @@ def test_a_killed_run_loses_only_the_items_in_flight(tmp_path):
         time.sleep(0.2)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    kept = _lines(out.read_text().rsplit("\n", 1)[0] if not out.read_text().endswith("\n") else out.read_text())
+    kept = _lines(
+        out.read_text().rsplit("\n", 1)[0] if not out.read_text().endswith("\n") else out.read_text()
+    )
     assert 3 <= len(kept) < 24
     again = _cli("batch", str(src), "-m", "smollm2-135m", "--temperature", "0", "--max-tokens", "32",
                  "-n", "2", "-o", str(out))  # fmt: skip

@@ -13,10 +13,11 @@ from pathlib import Path
 
 from llmcli import record
 from llmcli.batch.inputs import BadLine, Item, read
-from llmcli.batch.output import Sink, done_ids
+from llmcli.batch.output import Sink
 from llmcli.contract import Done, Prepared, Request, SamplingParams
 from llmcli.errors import LlmcliError, UsageError
 from llmcli.loader import Loaded
+
 
 @dataclass
 class Plan:

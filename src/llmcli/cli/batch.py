@@ -16,18 +16,24 @@ DEFAULT_PARALLEL = 4  # sequences decoded together when --parallel is not given 
 
 def batch(
     input: Annotated[str, typer.Argument(help="Prompts: a text file (one per line) or JSON lines.")],
-    model: Annotated[str, typer.Option("--model", "-m", help="A GGUF model, or a served model (URL, NAME/MODEL).")] = "",
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="A GGUF model, or a served model (URL, NAME/MODEL).")
+    ] = "",
     parallel: Annotated[
         int, typer.Option("--parallel", "-n", min=1, max=256, help="Sequences (or requests) at once.")
     ] = DEFAULT_PARALLEL,
     output: Annotated[
         Path | None,
-        typer.Option("--output", "-o", help="Append each finished line to FILE; a rerun skips the ids in it."),
+        typer.Option(
+            "--output", "-o", help="Append each finished line to FILE; a rerun skips the ids in it."
+        ),
     ] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="With -o: start FILE again.")] = False,
     unordered: Annotated[bool, typer.Option("--unordered", help="Write items as they finish.")] = False,
     text: Annotated[bool, typer.Option("--text", help="Print each answer's text, not JSON lines.")] = False,
-    skip_bad: Annotated[bool, typer.Option("--skip-bad", help="Skip input lines that cannot be read.")] = False,
+    skip_bad: Annotated[
+        bool, typer.Option("--skip-bad", help="Skip input lines that cannot be read.")
+    ] = False,
     system: Annotated[str | None, typer.Option("--system", help="System prompt for every item.")] = None,
     max_tokens: Annotated[
         int | None, typer.Option("--max-tokens", min=1, help="Tokens per answer at most (an item may say).")
@@ -68,9 +74,7 @@ def batch(
 
 
 def _params(max_tokens: int | None, temperature: float | None, seed: int | None):
-    from dataclasses import replace
-
-    from dataclasses import fields
+    from dataclasses import fields, replace
 
     from llmcli.contract import SamplingParams
 
@@ -94,7 +98,8 @@ def _answer(b, model, input, plan, written, sink, params, system, parallel, ctx_
         from llmcli import environment
 
         env = environment.current()
-        loaded = load_engine(model or None, EngineOptions(ctx_size=ctx_size, threads=threads), debug=render.debug(),
+        opts = EngineOptions(ctx_size=ctx_size, threads=threads)
+        loaded = load_engine(model or None, opts, debug=render.debug(),
                              factory=env.engine_factory, check_files=env.checks_model_files)  # fmt: skip
         from llmcli.engine.batched import decoder_for
 
@@ -129,12 +134,12 @@ def _answer(b, model, input, plan, written, sink, params, system, parallel, ctx_
         if decoder is not None:
             decoder.close()
         loaded.engine.close()
+    how = "set" if parallel != DEFAULT_PARALLEL else "default"
     summary(items=tally.done, failed=tally.failed, skipped=plan.done_before, tokens=tally.tokens,
-            wall_s=tally.wall_s(), parallel=parallel, how="set" if parallel != DEFAULT_PARALLEL else "default")  # fmt: skip
+            wall_s=tally.wall_s(), parallel=parallel, how=how)  # fmt: skip
     if tally.failed:
         raise LlmcliError(f"{tally.failed} of {tally.done + tally.failed} items failed (their lines say why)")
 
 
 def register(app: typer.Typer) -> None:
     app.command("batch", no_args_is_help=True)(batch)
-

@@ -80,7 +80,8 @@ class BatchDecoder:
         self._ctx = L.llama_init_from_model(engine._model, params)
         if not self._ctx:
             raise LlmcliError(
-                f"llama.cpp could not create a context of {params.n_ctx} tokens for {self.parallel} sequences",
+                f"llama.cpp could not create a context of {params.n_ctx} tokens "
+                f"for {self.parallel} sequences",
                 hint="try a smaller --parallel or --ctx-size",
             )
         self.n_batch = L.llama_n_batch(self._ctx)

@@ -50,5 +50,10 @@ def summary(*, items: int, failed: int, skipped: int, tokens: int, wall_s: float
     parts = [f"{items} items", f"{failed} failed"] if failed else [f"{items} items"]
     if skipped:
         parts.append(f"{skipped} already done")
-    parts += [f"{tokens} tokens", f"{wall_s:.1f} s", f"{rate:.1f} tok/s aggregate", f"parallel {parallel} ({how})"]
+    parts += [
+        f"{tokens} tokens",
+        f"{wall_s:.1f} s",
+        f"{rate:.1f} tok/s aggregate",
+        f"parallel {parallel} ({how})",
+    ]
     render.info("batch: " + ", ".join(parts))
