@@ -12,7 +12,7 @@ from pathlib import Path
 
 from llmcli.errors import UsageError
 
-OPTIONS = {"max_tokens": int, "temperature": (int, float), "seed": int}
+OPTIONS: dict[str, type | tuple[type, ...]] = {"max_tokens": int, "temperature": (int, float), "seed": int}
 
 
 @dataclass
@@ -85,7 +85,8 @@ def _json_item(name: str, n: int, line: str) -> Item | BadLine:
             continue
         if not isinstance(value, kind) or isinstance(value, bool):
             return BadLine(name, n, f"`{key_}` must be a number, got {json.dumps(value)}")
-        if (key_ == "max_tokens" and value < 1) or (key_ == "temperature" and value < 0):
+        number = float(source[key_])
+        if (key_ == "max_tokens" and number < 1) or (key_ == "temperature" and number < 0):
             return BadLine(name, n, f"`{key_}` is out of range: {value}")
         item.options[key_] = value
     return item

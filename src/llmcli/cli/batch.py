@@ -78,10 +78,14 @@ def _params(max_tokens: int | None, temperature: float | None, seed: int | None)
 
     from llmcli.contract import SamplingParams
 
-    changes = {k: v for k, v in (("max_tokens", max_tokens), ("temperature", temperature), ("seed", seed))
-               if v is not None}  # fmt: skip
-    left = frozenset(f.name for f in fields(SamplingParams)) - set(changes)  # the model may recommend these
-    params = replace(SamplingParams(), **changes, defaulted=left)
+    params = SamplingParams()
+    given = set()
+    for name, value in (("max_tokens", max_tokens), ("temperature", temperature), ("seed", seed)):
+        if value is not None:
+            setattr(params, name, value)
+            given.add(name)
+    left = frozenset(f.name for f in fields(SamplingParams)) - given  # the model may recommend these
+    params = replace(params, defaulted=left)
     params.validate()
     return params
 
