@@ -154,3 +154,21 @@ def test_a_killed_run_loses_only_the_items_in_flight(tmp_path):
     assert f"{len(kept)} already done" in again.stderr
     ids = [d["id"] for d in _lines(out.read_text())]
     assert sorted(ids, key=int) == [str(i) for i in range(1, 25)]  # every item once
+
+
+@pytest.mark.served
+def test_served_batch_sends_requests_side_by_side_and_resumes(llama_server, tmp_path):
+    """Against a real llama-server (-np 4): every item answered through the served engine, records
+    that say so, the same resume by id."""
+    src, out = tmp_path / "p.txt", tmp_path / "out.jsonl"
+    src.write_text("\n".join(PROMPTS[:4]) + "\n")
+    first = _cli("batch", str(src), "-m", llama_server.ref, "--temperature", "0", "--max-tokens", "12",
+                 "-n", "4", "-o", str(out))  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    lines = _lines(out.read_text())
+    assert [d["id"] for d in lines] == ["1", "2", "3", "4"]
+    assert all(d["record"]["model"]["endpoint"] and d["record"]["text"] for d in lines)
+    src.write_text("\n".join(PROMPTS[:5]) + "\n")
+    again = _cli("batch", str(src), "-m", llama_server.ref, "--max-tokens", "12", "-o", str(out))
+    assert again.returncode == 0 and "4 already done" in again.stderr
+    assert [d["id"] for d in _lines(out.read_text())] == ["1", "2", "3", "4", "5"]
