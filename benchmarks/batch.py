@@ -44,11 +44,9 @@ def loop(model: str, items: list[str], tokens: int) -> tuple[int, float]:
     return total, time.perf_counter() - started
 
 
-def batch(model: str, path: str, tokens: int, parallel: int) -> tuple[int, float]:
+def batch(model: str, path: str, tokens: int, parallel: str) -> tuple[int, float]:
     started = time.perf_counter()
-    out = cli(
-        "batch", path, "-m", model, "--temperature", "0", "--max-tokens", str(tokens), "-n", str(parallel)
-    )
+    out = cli("batch", path, "-m", model, "--temperature", "0", "--max-tokens", str(tokens), "-n", parallel)
     total = sum(json.loads(line)["record"]["usage"]["completion_tokens"] for line in out.stdout.splitlines())
     return total, time.perf_counter() - started
 
@@ -57,7 +55,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--prompts", type=int, default=64)
     ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--parallel", default="1,4,8")
+    ap.add_argument("--parallel", default="1,4,8,auto")
     ap.add_argument("--model", default=None)
     a = ap.parse_args()
     if a.model is None:
@@ -71,7 +69,7 @@ def main() -> None:
     n, wall = loop(a.model, items, a.tokens)
     base = n / wall
     print(f"generate loop: {n} tokens in {wall:.1f} s = {base:.1f} tok/s", flush=True)
-    for p in [int(x) for x in a.parallel.split(",")]:
+    for p in a.parallel.split(","):
         n, wall = batch(a.model, f.name, a.tokens, p)
         print(f"batch -n {p}: {n} tokens in {wall:.1f} s = {n / wall:.1f} tok/s ({n / wall / base:.2f}x)",
               flush=True)  # fmt: skip

@@ -172,3 +172,21 @@ def test_served_batch_sends_requests_side_by_side_and_resumes(llama_server, tmp_
     again = _cli("batch", str(src), "-m", llama_server.ref, "--max-tokens", "12", "-o", str(out))
     assert again.returncode == 0 and "4 already done" in again.stderr
     assert [d["id"] for d in _lines(out.read_text())] == ["1", "2", "3", "4", "5"]
+
+
+@pytest.mark.model
+def test_parallel_auto_measures_the_knee_and_says_which(tmp_path):
+    src = tmp_path / "p.txt"
+    src.write_text("\n".join(PROMPTS) + "\n")
+    result = _cli("batch", str(src), "-m", "smollm2-135m", "--temperature", "0", "--max-tokens", "8")
+    assert result.returncode == 0, result.stderr
+    assert len(_lines(result.stdout)) == len(PROMPTS)
+    assert "auto: measured tok/s by N 1: " in result.stderr  # sizes up to the 6 items: 1, 2, 4
+    assert "8:" not in result.stderr.split("measured", 1)[1].splitlines()[0]
+
+
+def test_parallel_is_a_number_or_auto(fake, tmp_path):
+    (tmp_path / "p.txt").write_text("a\n")
+    for bad in ("0", "many", "300"):
+        result = run("batch", str(tmp_path / "p.txt"), "-n", bad)
+        assert result.exit_code == 2 and "--parallel" in result.stderr

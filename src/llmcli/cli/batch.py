@@ -11,7 +11,7 @@ import typer
 from llmcli import render
 from llmcli.errors import LlmcliError, UsageError
 
-DEFAULT_PARALLEL = 4  # sequences decoded together when --parallel is not given (docs/BATCH.md)
+SERVED_PARALLEL = 4  # requests at once to a server with --parallel auto (the server decides how it batches)
 
 
 def batch(
@@ -20,8 +20,8 @@ def batch(
         str, typer.Option("--model", "-m", help="A GGUF model, or a served model (URL, NAME/MODEL).")
     ] = "",
     parallel: Annotated[
-        int, typer.Option("--parallel", "-n", min=1, max=256, help="Sequences (or requests) at once.")
-    ] = DEFAULT_PARALLEL,
+        str, typer.Option("--parallel", "-n", help="Sequences (or requests) at once: a number, or auto.")
+    ] = "auto",
     output: Annotated[
         Path | None,
         typer.Option(
@@ -54,6 +54,7 @@ def batch(
     from llmcli.batch import run as b
     from llmcli.batch.output import Sink, done_ids
 
+    n = _parallel(parallel)
     if text and output is not None:
         raise UsageError("--text prints to stdout; -o FILE keeps JSON lines to resume by")
     if input == "-":
@@ -68,9 +69,47 @@ def batch(
     params = _params(max_tokens, temperature, seed)
     sink = Sink(output, overwrite=overwrite, unordered=unordered or text)
     try:
-        _answer(b, model, input, plan, written, sink, params, system, parallel, ctx_size, threads, text)
+        _answer(b, model, input, plan, written, sink, params, system, n, ctx_size, threads, text)
     finally:
         sink.close()
+
+
+def _parallel(text: str) -> int | None:
+    """--parallel: a number from 1 to 256, or None for auto."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        raise UsageError(f"--parallel is a number or auto, not {text!r}") from None
+    if not 1 <= n <= 256:
+        raise UsageError(f"--parallel is from 1 to 256, not {n}")
+    return n
+
+
+def _open(model: str, parallel: int | None, todo: int, ctx_size: int | None, threads: int | None):
+    """The model, the batch decoder of a local one (None: requests side by side), N and how it was
+    chosen."""
+    from llmcli.contract import EngineOptions
+    from llmcli.loader import load_engine, load_served, served_endpoint
+
+    endpoint = served_endpoint(model or None)
+    if endpoint is not None:
+        n = parallel or SERVED_PARALLEL
+        how = "set" if parallel else "auto: requests at once; the server batches them"
+        return load_served(endpoint, debug=render.debug(), connections=n), None, n, how
+    from llmcli import environment
+
+    env = environment.current()
+    opts = EngineOptions(ctx_size=ctx_size, threads=threads)
+    loaded = load_engine(model or None, opts, debug=render.debug(),
+                         factory=env.engine_factory, check_files=env.checks_model_files)  # fmt: skip
+    from llmcli.engine.batched import decoder_for
+
+    decoder, n, how = decoder_for(loaded.engine, parallel, todo)
+    if parallel is None:
+        render.info(f"batch: parallel {n} ({how})")
+    return loaded, decoder, n, how
 
 
 def _params(max_tokens: int | None, temperature: float | None, seed: int | None):
@@ -91,23 +130,9 @@ def _params(max_tokens: int | None, temperature: float | None, seed: int | None)
 
 
 def _answer(b, model, input, plan, written, sink, params, system, parallel, ctx_size, threads, text) -> None:
-    from llmcli.contract import EngineOptions
-    from llmcli.loader import load_engine, load_served, served_endpoint
     from llmcli.render.batch import progress, summary
 
-    endpoint = served_endpoint(model or None)
-    if endpoint is not None:
-        loaded, decoder = load_served(endpoint, debug=render.debug(), connections=parallel), None
-    else:
-        from llmcli import environment
-
-        env = environment.current()
-        opts = EngineOptions(ctx_size=ctx_size, threads=threads)
-        loaded = load_engine(model or None, opts, debug=render.debug(),
-                             factory=env.engine_factory, check_files=env.checks_model_files)  # fmt: skip
-        from llmcli.engine.batched import decoder_for
-
-        decoder = decoder_for(loaded.engine, parallel)
+    loaded, decoder, parallel, how = _open(model, parallel, plan.todo, ctx_size, threads)
     from llmcli.sampling import apply_recommended
 
     if applied := apply_recommended(params, loaded.engine.info, loaded.ref):  # as generate does
@@ -138,9 +163,8 @@ def _answer(b, model, input, plan, written, sink, params, system, parallel, ctx_
         if decoder is not None:
             decoder.close()
         loaded.engine.close()
-    how = "set" if parallel != DEFAULT_PARALLEL else "default"
     summary(items=tally.done, failed=tally.failed, skipped=plan.done_before, tokens=tally.tokens,
-            wall_s=tally.wall_s(), parallel=parallel, how=how)  # fmt: skip
+            wall_s=tally.wall_s(), parallel=parallel, how=how.split(":")[0])  # fmt: skip
     if tally.failed:
         raise LlmcliError(f"{tally.failed} of {tally.done + tally.failed} items failed (their lines say why)")
 

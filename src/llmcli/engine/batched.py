@@ -118,6 +118,23 @@ class BatchDecoder:
             for seq in active.values():
                 self._release(seq)
 
+    def _decode(self, tokens: list[tuple[int, int, int]]) -> None:
+        """Decode (sequence, position, token) triples in batches of n_batch, no logits (the probe)."""
+        L = self._L
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = tokens[start : start + self.n_batch]
+            batch = L.llama_batch_init(len(chunk), 0, 1)
+            try:
+                for k, (seq, pos, token) in enumerate(chunk):
+                    batch.token[k], batch.pos[k], batch.n_seq_id[k] = token, pos, 1
+                    batch.seq_id[k][0] = seq
+                    batch.logits[k] = 1 if k == len(chunk) - 1 else 0
+                batch.n_tokens = len(chunk)
+                if L.llama_decode(self._ctx, batch) != 0:
+                    raise LlmcliError("llama.cpp could not decode the probe's batch")
+            finally:
+                L.llama_batch_free(batch)
+
     def _refusal(self, item: BatchItem) -> str | None:
         if not item.tokens:
             return "the prompt has no tokens"
@@ -225,11 +242,57 @@ class BatchDecoder:
             pass
 
 
-def decoder_for(engine: object, parallel: int) -> BatchDecoder | None:
-    """A batch decoder on `engine`'s model, or None where it is not a llama.cpp engine (a served
-    model, whose server batches; a test's fake): the caller then sends requests side by side."""
+PROBE_SIZES = (1, 2, 4, 8, 16)
+PROBE_PREFIX = 16  # tokens each probe sequence holds before its timed steps
+PROBE_STEPS = 3  # decode steps timed per size (the fastest kept: the least disturbed by other work)
+KNEE = 0.9  # the smallest N whose aggregate speed is within this share of the best measured
+
+
+def measure_knee(engine: LlamaEngine, sizes: tuple[int, ...] = PROBE_SIZES) -> tuple[int, dict[int, float]]:
+    """The number of sequences past which decoding together stops paying, from measured steps:
+    for each size N, the aggregate tokens/s of a decode step of N sequences (each `PROBE_PREFIX`
+    tokens in); the smallest N within `KNEE` of the best. Returns N and {N: tokens/s}."""
+    probe = BatchDecoder(engine, max(sizes), ctx_per_seq=PROBE_PREFIX + PROBE_STEPS + 8)
+    L = probe._L
+    speeds: dict[int, float] = {}
+    bos = L.llama_vocab_bos(engine._vocab)
+    token = bos if bos >= 0 else 0
+    try:
+        for n in sizes:
+            if probe._memory:
+                L.llama_memory_clear(probe._memory, True)
+            probe._decode([(s, p, token) for s in range(n) for p in range(PROBE_PREFIX)])
+            best = float("inf")
+            for step in range(PROBE_STEPS):
+                started = time.perf_counter()
+                probe._decode([(s, PROBE_PREFIX + step, token) for s in range(n)])
+                best = min(best, time.perf_counter() - started)
+            speeds[n] = n / best if best > 0 else 0.0
+    finally:
+        probe.close()
+    top = max(speeds.values())
+    chosen = min(n for n, v in speeds.items() if v >= KNEE * top)
+    return chosen, speeds
+
+
+def decoder_for(engine: object, parallel: int | None, items: int) -> tuple[BatchDecoder | None, int, str]:
+    """A batch decoder on `engine`'s model for `items` prompts, the N it runs and how N was chosen
+    (`parallel` None: the knee, `measure_knee`, among sizes up to `items`). None where `engine` is
+    not a llama.cpp engine (a test's fake): the caller then sends requests side by side."""
     from llmcli.engine.llama import LlamaEngine
 
+    if parallel is None:
+        sizes = tuple(n for n in PROBE_SIZES if n <= max(1, items))
+        if not isinstance(engine, LlamaEngine):
+            parallel, how = PROBE_SIZES[2], "auto: requests at once"
+        elif len(sizes) == 1:
+            parallel, how = 1, "auto: one item"
+        else:
+            parallel, speeds = measure_knee(engine, sizes)
+            shown = ", ".join(f"{n}: {v:.0f}" for n, v in speeds.items())
+            how = f"auto: measured tok/s by N {shown}"
+    else:
+        how = "set"
     if not isinstance(engine, LlamaEngine):
-        return None
-    return BatchDecoder(engine, parallel)
+        return None, parallel, how
+    return BatchDecoder(engine, parallel), parallel, how
