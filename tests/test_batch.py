@@ -190,3 +190,19 @@ def test_parallel_is_a_number_or_auto(fake, tmp_path):
     for bad in ("0", "many", "300"):
         result = run("batch", str(tmp_path / "p.txt"), "-n", bad)
         assert result.exit_code == 2 and "--parallel" in result.stderr
+
+
+@pytest.mark.model
+def test_a_prompt_longer_than_a_sequence_context_fails_alone(tmp_path):
+    src = tmp_path / "in.jsonl"
+    long = "word " * 400
+    src.write_text("\n".join(json.dumps({"id": i, "prompt": p}) for i, p in
+                             enumerate(["Say hi.", long, "Say bye."])) + "\n")  # fmt: skip
+    result = _cli(
+        "batch", str(src), "-m", "smollm2-135m", "--max-tokens", "4", "-n", "2", "--ctx-size", "256"
+    )
+    assert result.returncode == 1 and "1 of 3 items failed" in result.stderr
+    lines = _lines(result.stdout)
+    assert [d["id"] for d in lines] == ["0", "1", "2"]
+    assert lines[1]["record"]["finish_reason"] == "error" and "context" in lines[1]["record"]["error"]
+    assert lines[0]["record"]["text"] and lines[2]["record"]["text"]
