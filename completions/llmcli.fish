@@ -251,7 +251,7 @@ complete -c llmcli -n '__llmcli_at "similar"' -s h -l help -d 'Show the help and
 
 # llmcli batch
 complete -c llmcli -n '__llmcli_at "batch"' -s m -l model -x -a '(__llmcli_dynamic "batch" model)' -d 'A GGUF model, or a served model (URL, NAME/MODEL)'
-complete -c llmcli -n '__llmcli_at "batch"' -s n -l parallel -x -d 'Sequences (or requests) at once'
+complete -c llmcli -n '__llmcli_at "batch"' -s n -l parallel -x -d 'Sequences (or requests) at once: a number, or auto'
 complete -c llmcli -n '__llmcli_at "batch"' -s o -l output -r -F -d 'Append each finished line to FILE; a rerun skips the ids in it'
 complete -c llmcli -n '__llmcli_at "batch"' -l overwrite -d 'With -o: start FILE again'
 complete -c llmcli -n '__llmcli_at "batch"' -l unordered -d 'Write items as they finish'
@@ -263,6 +263,7 @@ complete -c llmcli -n '__llmcli_at "batch"' -l temperature -x -d 'Sampling tempe
 complete -c llmcli -n '__llmcli_at "batch"' -l seed -x -d 'Seed of every item (an item may say)'
 complete -c llmcli -n '__llmcli_at "batch"' -s c -l ctx-size -x -d 'Context tokens of each sequence'
 complete -c llmcli -n '__llmcli_at "batch"' -s t -l threads -x -d 'CPU threads'
+complete -c llmcli -n '__llmcli_at "batch"' -l log -l no-log -d 'Write each item to the conversation log, under the batch\'s id (default: config `log`, on)'
 complete -c llmcli -n '__llmcli_at "batch"' -s h -l help -d 'Show the help and exit'
 
 # llmcli models

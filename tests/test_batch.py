@@ -206,3 +206,13 @@ def test_a_prompt_longer_than_a_sequence_context_fails_alone(tmp_path):
     assert [d["id"] for d in lines] == ["0", "1", "2"]
     assert lines[1]["record"]["finish_reason"] == "error" and "context" in lines[1]["record"]["error"]
     assert lines[0]["record"]["text"] and lines[2]["record"]["text"]
+
+
+def test_each_item_is_logged_under_the_batch_id(fake, tmp_path):
+    (tmp_path / "p.txt").write_text("one\ntwo\nthree\n")
+    assert run("batch", str(tmp_path / "p.txt")).exit_code == 0
+    entries = json.loads(run("logs", "--json").stdout)
+    batch_rows = [e for e in entries if e.get("command") == "batch"]
+    assert len(batch_rows) == 3 and len({e["conversation_id"] for e in batch_rows}) == 1
+    assert run("batch", str(tmp_path / "p.txt"), "--no-log").exit_code == 0
+    assert len(json.loads(run("logs", "--json").stdout)) == 3

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from llmcli import render
+from llmcli.contract import SamplingParams
 from llmcli.errors import LlmcliError, UsageError
 
 SERVED_PARALLEL = 4  # requests at once to a server with --parallel auto (the server decides how it batches)
@@ -46,6 +48,14 @@ def batch(
         int | None, typer.Option("--ctx-size", "-c", min=256, help="Context tokens of each sequence.")
     ] = None,
     threads: Annotated[int | None, typer.Option("--threads", "-t", min=1, help="CPU threads.")] = None,
+    log: Annotated[
+        bool | None,
+        typer.Option(
+            "--log/--no-log",
+            help="Write each item to the conversation log, under the batch's id (default: config `log`, on).",
+            show_default=False,
+        ),
+    ] = None,  # fmt: skip
 ) -> None:
     """Answer many prompts in one run: one JSON line per item, {"id", "record"}.
 
@@ -69,7 +79,8 @@ def batch(
     params = _params(max_tokens, temperature, seed)
     sink = Sink(output, overwrite=overwrite, unordered=unordered or text)
     try:
-        _answer(b, model, input, plan, written, sink, params, system, n, ctx_size, threads, text)
+        run = Run(model, input, params, system, n, ctx_size, threads, text, log)
+        _answer(b, run, plan, written, sink)
     finally:
         sink.close()
 
@@ -129,10 +140,38 @@ def _params(max_tokens: int | None, temperature: float | None, seed: int | None)
     return params
 
 
-def _answer(b, model, input, plan, written, sink, params, system, parallel, ctx_size, threads, text) -> None:
-    from llmcli.render.batch import progress, summary
+@dataclass
+class Run:
+    model: str
+    input: str
+    params: SamplingParams
+    system: str | None
+    parallel: int | None
+    ctx_size: int | None
+    threads: int | None
+    text: bool
+    log: bool | None
 
-    loaded, decoder, parallel, how = _open(model, parallel, plan.todo, ctx_size, threads)
+
+def _logged(run: Run, ref: str):
+    """What each item is logged with: the batch's one conversation id, command `batch`."""
+    from llmcli.log import rows, writer
+
+    if not writer.enabled(run.log):
+        return None
+    logged = rows.Logged(ref, "batch")
+    render.debug_log(f"batch: items logged under conversation {logged.cid}")
+    return logged
+
+
+def _answer(b, run: Run, plan, written, sink) -> None:
+    from llmcli.contract import Prepared
+    from llmcli.render.batch import progress, summary
+    from llmcli.request.log import log_request
+
+    model, input, params, system, text = run.model, run.input, run.params, run.system, run.text
+    loaded, decoder, parallel, how = _open(model, run.parallel, plan.todo, run.ctx_size, run.threads)
+    logged = _logged(run, loaded.ref)
     from llmcli.sampling import apply_recommended
 
     if applied := apply_recommended(params, loaded.engine.info, loaded.ref):  # as generate does
@@ -154,6 +193,9 @@ def _answer(b, model, input, plan, written, sink, params, system, parallel, ctx_
                 else:
                     sink.put(order, b.line(item, loaded, request.params, done, fmt, error))
                 bar.update(tally.done, tally.failed, tally.tok_s())
+                if logged is not None:
+                    prepared = Prepared(fmt) if fmt is not None else None
+                    log_request(loaded.engine, request, logged, done, prepared, error=error)
 
             if decoder is not None:
                 b.answer_local(decoder, loaded, work, params, system, finished)
