@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from llmcli import reporting
 from llmcli.contract import Done, SamplingParams, Stats
 from llmcli.engine.sampler import build_chain, pick
 from llmcli.errors import LlmcliError
@@ -293,6 +294,21 @@ def decoder_for(engine: object, parallel: int | None, items: int) -> tuple[Batch
             how = f"auto: measured tok/s by N {shown}"
     else:
         how = "set"
+        if parallel > max(1, items):  # no more sequences than items: a context sized for those
+            parallel, how = max(1, items), f"set, at most the {items} items"
     if not isinstance(engine, LlamaEngine):
         return None, parallel, how
-    return BatchDecoder(engine, parallel), parallel, how
+    asked = parallel
+    while True:
+        try:
+            decoder = BatchDecoder(engine, parallel)
+            break
+        except LlmcliError:
+            if parallel == 1:
+                raise
+            parallel //= 2  # a context of N sequences that llama.cpp cannot make: fewer, said once
+    if parallel != asked:
+        reporting.warn(f"no context for {asked} sequences of {decoder.ctx_per_seq} tokens here: {parallel} "
+                       "decode together (a smaller --ctx-size leaves room for more)")  # fmt: skip
+        how = f"{how}; reduced from {asked}"
+    return decoder, parallel, how
