@@ -90,6 +90,8 @@ def test_output_file_resumes_and_overwrite_starts_again(fake, tmp_path):
     result = run("batch", str(src), "-o", str(out))
     assert result.exit_code == 0 and "2 already done" in result.stderr
     assert [d["id"] for d in _lines(out.read_text())] == ["1", "2", "3"]
+    done = run("batch", str(src), "-o", str(out))
+    assert done.exit_code == 0 and "all 3 items are already in" in done.stderr
     assert run("batch", str(src), "-o", str(out), "--overwrite").exit_code == 0
     assert [d["id"] for d in _lines(out.read_text())] == ["1", "2", "3"]
 

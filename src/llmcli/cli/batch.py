@@ -76,6 +76,9 @@ def batch(
     plan = b.check(input, skip_bad=skip_bad, written=written)
     if plan.bad:
         render.warn(f"{plan.bad} bad line(s) skipped")
+    if plan.todo == 0 and plan.done_before:
+        render.info(f"batch: all {plan.done_before} items are already in {output} (--overwrite starts again)")
+        return
     params = _params(max_tokens, temperature, seed)
     sink = Sink(output, overwrite=overwrite, unordered=unordered or text)
     try:
