@@ -1,7 +1,7 @@
 """`llmcli batch` against a shell loop of `llmcli generate` over the same prompts: aggregate
 tokens/s (answer tokens over wall time, loads included), on Qwen2.5-Coder-0.5B (tests/qwen.py).
 
-    PYTHONPATH=src:tests python benchmarks/batch.py [--prompts 64] [--tokens 128] [--parallel 1,4,8]
+    PYTHONPATH=src:tests python benchmarks/batch.py [--prompts 64] [--tokens 128] [--parallel 1,4,8,auto]
 
 Both sides run at temperature 0 with the same --max-tokens; the loop's tokens are the
 completion_tokens of each `generate --json`, the batch's those of each line's record."""
