@@ -34,6 +34,7 @@ VERSIONS: dict[str, int | None] = {
     "doctor": 1,
     "pull": 1,
     "embed": 1,
+    "batch": 1,
 }
 
 

@@ -1,0 +1,103 @@
+"""A batch's input, read line by line: plain text (one prompt per line), JSON lines (`id` and a
+`prompt` or `messages`, with per-item `max_tokens`, `temperature`, `seed`), or the OpenAI batch
+format `vllm run-batch` reads (`custom_id`, `body` with `messages`, `max_tokens`, ...). The format
+is the first non-blank line's: a JSON object makes the file JSON lines, anything else plain text."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from llmcli.errors import UsageError
+
+OPTIONS: dict[str, type | tuple[type, ...]] = {"max_tokens": int, "temperature": (int, float), "seed": int}
+
+
+@dataclass
+class Item:
+    id: str
+    line: int
+    messages: list[dict] | None = None
+    prompt: str | None = None
+    options: dict = field(default_factory=dict)  # per-item max_tokens, temperature, seed
+
+
+class BadLine(UsageError):
+    def __init__(self, path: str, line: int, why: str) -> None:
+        super().__init__(f"{path} line {line}: {why}", hint="--skip-bad skips such lines")
+        self.line = line
+
+
+def read(path: Path | str) -> Iterator[Item | BadLine]:
+    """Each item of the file in order, or a `BadLine` where a line cannot be read (the caller
+    decides whether to stop or skip). Streamed: one line in memory at a time."""
+    name = str(path)
+    opened = open(0, "rb", closefd=False) if name == "-" else open(name, "rb")  # noqa: SIM115
+    jsonl: bool | None = None
+    with opened as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as exc:
+                yield BadLine(name, n, f"not valid UTF-8 (byte {exc.start})")
+                continue
+            if not line.strip():
+                continue
+            if jsonl is None:
+                jsonl = line.lstrip().startswith("{")
+            yield _json_item(name, n, line) if jsonl else Item(str(n), n, prompt=line)
+
+
+def _json_item(name: str, n: int, line: str) -> Item | BadLine:
+    try:
+        doc = json.loads(line)
+    except json.JSONDecodeError as exc:
+        return BadLine(name, n, f"not JSON ({exc.msg}, column {exc.colno})")
+    if not isinstance(doc, dict):
+        return BadLine(name, n, "not a JSON object")
+    if "custom_id" in doc:  # the OpenAI batch format (vllm run-batch)
+        body = doc.get("body")
+        if not isinstance(body, dict):
+            return BadLine(name, n, "an OpenAI batch line needs a `body` object")
+        key, source = doc["custom_id"], body
+    else:
+        key, source = doc.get("id", n), doc
+    if not isinstance(key, (str, int)) or isinstance(key, bool):
+        return BadLine(name, n, "the id must be a string or an integer")
+    item = Item(str(key), n)
+    messages, prompt = source.get("messages"), source.get("prompt")
+    if (messages is None) == (prompt is None):
+        return BadLine(name, n, "give exactly one of `prompt` and `messages`")
+    if prompt is not None:
+        if not isinstance(prompt, str) or not prompt.strip():
+            return BadLine(name, n, "`prompt` must be a non-empty string")
+        item.prompt = prompt
+    else:
+        why = _messages_error(messages)
+        if why:
+            return BadLine(name, n, why)
+        item.messages = messages
+    for key_, kind in OPTIONS.items():
+        value = source.get(key_)
+        if value is None:
+            continue
+        if not isinstance(value, kind) or isinstance(value, bool):
+            return BadLine(name, n, f"`{key_}` must be a number, got {json.dumps(value)}")
+        number = float(source[key_])
+        if (key_ == "max_tokens" and number < 1) or (key_ == "temperature" and number < 0):
+            return BadLine(name, n, f"`{key_}` is out of range: {value}")
+        item.options[key_] = value
+    return item
+
+
+def _messages_error(messages: object) -> str | None:
+    if not isinstance(messages, list) or not messages:
+        return "`messages` must be a non-empty list"
+    for m in messages:
+        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant"):
+            return "each message needs a role: system, user or assistant"
+        if not isinstance(m.get("content"), str):
+            return "each message's content must be a string"
+    return None

@@ -1,0 +1,218 @@
+"""`llmcli batch INPUT`: many prompts in one run (llmcli.batch), one JSON line per item."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from llmcli import render
+from llmcli.contract import SamplingParams
+from llmcli.errors import LlmcliError, UsageError
+
+SERVED_PARALLEL = 4  # requests at once to a server with --parallel auto (the server decides how it batches)
+
+
+def batch(
+    input: Annotated[str, typer.Argument(help="Prompts: a text file (one per line) or JSON lines.")],
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="A GGUF model, or a served model (URL, NAME/MODEL).")
+    ] = "",
+    parallel: Annotated[
+        str, typer.Option("--parallel", "-n", help="Sequences (or requests) at once: a number, or auto.")
+    ] = "auto",
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="Append each finished line to FILE; a rerun skips the ids in it."
+        ),
+    ] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="With -o: start FILE again.")] = False,
+    unordered: Annotated[bool, typer.Option("--unordered", help="Write items as they finish.")] = False,
+    text: Annotated[bool, typer.Option("--text", help="Print each answer's text, not JSON lines.")] = False,
+    skip_bad: Annotated[
+        bool, typer.Option("--skip-bad", help="Skip input lines that cannot be read.")
+    ] = False,
+    system: Annotated[str | None, typer.Option("--system", help="System prompt for every item.")] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option("--max-tokens", min=1, help="Tokens per answer at most (an item may say).")
+    ] = None,
+    temperature: Annotated[
+        float | None, typer.Option("--temperature", min=0.0, help="Sampling temperature (an item may say).")
+    ] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Seed of every item (an item may say).")] = None,
+    ctx_size: Annotated[
+        int | None, typer.Option("--ctx-size", "-c", min=256, help="Context tokens of each sequence.")
+    ] = None,
+    threads: Annotated[int | None, typer.Option("--threads", "-t", min=1, help="CPU threads.")] = None,
+    log: Annotated[
+        bool | None,
+        typer.Option(
+            "--log/--no-log",
+            help="Write each item to the conversation log, under the batch's id (default: config `log`, on).",
+            show_default=False,
+        ),
+    ] = None,  # fmt: skip
+) -> None:
+    """Answer many prompts in one run: one JSON line per item, {"id", "record"}.
+
+    Example: llmcli batch prompts.txt -m qwen2.5-coder-0.5b -o answers.jsonl
+    """
+    from llmcli.batch import run as b
+    from llmcli.batch.output import Sink, done_ids
+
+    n = _parallel(parallel)
+    if text and output is not None:
+        raise UsageError("--text prints to stdout; -o FILE keeps JSON lines to resume by")
+    if input == "-":
+        raise UsageError("batch reads a file: its lines are checked before anything is generated",
+                         hint="write the prompts to a file first")  # fmt: skip
+    if not Path(input).is_file():
+        raise UsageError(f"no input file {input}")
+    written = set() if output is None or overwrite else done_ids(output)
+    plan = b.check(input, skip_bad=skip_bad, written=written)
+    if plan.bad:
+        render.warn(f"{plan.bad} bad line(s) skipped")
+    if plan.todo == 0 and plan.done_before:
+        render.info(f"batch: all {plan.done_before} items are already in {output} (--overwrite starts again)")
+        return
+    params = _params(max_tokens, temperature, seed)
+    sink = Sink(output, overwrite=overwrite, unordered=unordered or text)
+    try:
+        run = Run(model, input, params, system, n, ctx_size, threads, text, log)
+        _answer(b, run, plan, written, sink)
+    finally:
+        sink.close()
+
+
+def _parallel(text: str) -> int | None:
+    """--parallel: a number from 1 to 256, or None for auto."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        raise UsageError(f"--parallel is a number or auto, not {text!r}") from None
+    if not 1 <= n <= 256:
+        raise UsageError(f"--parallel is from 1 to 256, not {n}")
+    return n
+
+
+def _open(model: str, parallel: int | None, todo: int, ctx_size: int | None, threads: int | None):
+    """The model, the batch decoder of a local one (None: requests side by side), N and how it was
+    chosen."""
+    from llmcli.contract import EngineOptions
+    from llmcli.loader import load_engine, load_served, served_endpoint
+
+    endpoint = served_endpoint(model or None)
+    if endpoint is not None:
+        n = parallel or SERVED_PARALLEL
+        how = "set" if parallel else "auto: requests at once; the server batches them"
+        return load_served(endpoint, debug=render.debug(), connections=n), None, n, how
+    from llmcli import environment
+
+    env = environment.current()
+    opts = EngineOptions(ctx_size=ctx_size, threads=threads)
+    loaded = load_engine(model or None, opts, debug=render.debug(),
+                         factory=env.engine_factory, check_files=env.checks_model_files)  # fmt: skip
+    from llmcli.engine.batched import decoder_for
+
+    decoder, n, how = decoder_for(loaded.engine, parallel, todo)
+    if parallel is None:
+        render.info(f"batch: parallel {n} ({how})")
+    return loaded, decoder, n, how
+
+
+def _params(max_tokens: int | None, temperature: float | None, seed: int | None):
+    from dataclasses import fields, replace
+
+    from llmcli.contract import SamplingParams
+
+    params = SamplingParams()
+    given = set()
+    for name, value in (("max_tokens", max_tokens), ("temperature", temperature), ("seed", seed)):
+        if value is not None:
+            setattr(params, name, value)
+            given.add(name)
+    left = frozenset(f.name for f in fields(SamplingParams)) - given  # the model may recommend these
+    params = replace(params, defaulted=left)
+    params.validate()
+    return params
+
+
+@dataclass
+class Run:
+    model: str
+    input: str
+    params: SamplingParams
+    system: str | None
+    parallel: int | None
+    ctx_size: int | None
+    threads: int | None
+    text: bool
+    log: bool | None
+
+
+def _logged(run: Run, ref: str):
+    """What each item is logged with: the batch's one conversation id, command `batch`."""
+    from llmcli.log import rows, writer
+
+    if not writer.enabled(run.log):
+        return None
+    logged = rows.Logged(ref, "batch")
+    render.debug_log(f"batch: items logged under conversation {logged.cid}")
+    return logged
+
+
+def _answer(b, run: Run, plan, written, sink) -> None:
+    from llmcli.contract import Prepared
+    from llmcli.render.batch import progress, summary
+    from llmcli.request.log import log_request
+
+    model, input, params, system, text = run.model, run.input, run.params, run.system, run.text
+    loaded, decoder, parallel, how = _open(model, run.parallel, plan.todo, run.ctx_size, run.threads)
+    logged = _logged(run, loaded.ref)
+    from llmcli.sampling import apply_recommended
+
+    if applied := apply_recommended(params, loaded.engine.info, loaded.ref):  # as generate does
+        render.debug_log(f"the model's recommended sampling: {applied}")
+    tally = b.Tally(started=time.perf_counter())
+    work = b.items_to_do(input, written, sink)
+    try:
+        with progress(plan.todo) as bar:
+
+            def finished(order, item, request, done, fmt, error) -> None:
+                if done is None:
+                    tally.failed += 1
+                    render.warn(f"item {item.id}: {error}")
+                else:
+                    tally.done += 1
+                    tally.tokens += done.stats.completion_tokens
+                if text:
+                    sink.put(order, done.text if done is not None else None)
+                else:
+                    sink.put(order, b.line(item, loaded, request.params, done, fmt, error))
+                bar.update(tally.done, tally.failed, tally.tok_s())
+                if logged is not None:
+                    prepared = Prepared(fmt) if fmt is not None else None
+                    log_request(loaded.engine, request, logged, done, prepared, error=error)
+
+            if decoder is not None:
+                b.answer_local(decoder, loaded, work, params, system, finished)
+            else:
+                b.answer_side_by_side(loaded, work, params, system, parallel, finished)
+    finally:
+        if decoder is not None:
+            decoder.close()
+        loaded.engine.close()
+    summary(items=tally.done, failed=tally.failed, skipped=plan.done_before, tokens=tally.tokens,
+            wall_s=tally.wall_s(), parallel=parallel, how=how.split(":")[0])  # fmt: skip
+    if tally.failed:
+        raise LlmcliError(f"{tally.failed} of {tally.done + tally.failed} items failed (their lines say why)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("batch", no_args_is_help=True)(batch)

@@ -1,0 +1,314 @@
+"""Many sequences decoded together: continuous batching in one llama.cpp context.
+
+A second context on a `LlamaEngine`'s model holds up to `parallel` sequences (n_seq_max, one KV
+cache shared by all of them). Each step is one `llama_batch`: the next token of every sequence
+that is decoding, and as much of the waiting prompts as the batch has room for, each token with
+its sequence's id. Each sequence samples from its own logits with its own sampler chain (its
+temperature, its seed, a grammar if it has one) and stops at an end-of-generation token, its
+`max_tokens` or its share of the context; its slot then takes the next item at once, its cache
+cleared with `llama_memory_seq_rm`.
+
+At temperature 0 a sequence picks the highest logit, as `generate` does; the logits come from
+batched matrix products whose rounding can differ from one sequence's, so two texts agree as long
+as no two candidate tokens are within that rounding of each other (docs/BATCH.md).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from llmcli import reporting
+from llmcli.contract import Done, SamplingParams, Stats
+from llmcli.engine.sampler import build_chain, pick
+from llmcli.errors import LlmcliError
+
+if TYPE_CHECKING:
+    from llmcli.engine.llama import LlamaEngine
+
+
+@dataclass
+class BatchItem:
+    """One prompt to answer: `key` is the caller's, handed back with its result."""
+
+    key: object
+    tokens: list[int]
+    params: SamplingParams
+
+
+@dataclass
+class BatchResult:
+    key: object
+    done: Done | None
+    error: str | None = None
+
+
+@dataclass
+class _Seq:
+    item: BatchItem
+    seq_id: int
+    seed: int
+    chain: object
+    greedy: bool
+    pending: list[int]
+    admitted: float
+    n_past: int = 0
+    out: list[int] = field(default_factory=list)
+    first: float | None = None
+
+
+class BatchDecoder:
+    """Up to `parallel` sequences of `engine`'s model in one context of `ctx_per_seq` tokens each."""
+
+    def __init__(self, engine: LlamaEngine, parallel: int, ctx_per_seq: int | None = None) -> None:
+        L = self._L = engine._L
+        self.engine = engine
+        self.parallel = max(1, parallel)
+        self.ctx_per_seq = ctx_per_seq or engine.n_ctx
+        params = L.llama_context_default_params()
+        params.n_ctx = self.ctx_per_seq * self.parallel
+        params.n_batch = params.n_ubatch = max(512, self.parallel)
+        params.n_seq_max = self.parallel
+        params.kv_unified = True  # the sequences share one cache of n_ctx cells
+        params.n_threads = params.n_threads_batch = engine.threads
+        params.no_perf = True
+        if hasattr(params, "n_outputs_max"):
+            params.n_outputs_max = self.parallel  # one row of logits per sequence and step
+        params.swa_full = engine.options.swa_full
+        self._ctx = L.llama_init_from_model(engine._model, params)
+        if not self._ctx:
+            raise LlmcliError(
+                f"llama.cpp could not create a context of {params.n_ctx} tokens "
+                f"for {self.parallel} sequences",
+                hint="try a smaller --parallel or --ctx-size",
+            )
+        self.n_batch = L.llama_n_batch(self._ctx)
+        self._memory = L.llama_get_memory(self._ctx)
+        self.steps = 0
+        self.step_ms = 0.0
+
+    def run(self, items: Iterable[BatchItem]) -> Iterator[BatchResult]:
+        """Answer `items` (read lazily, as slots free up); each result as its sequence ends."""
+        source = iter(items)
+        free = list(range(self.parallel - 1, -1, -1))
+        active: dict[int, _Seq] = {}
+        exhausted = False
+        try:
+            while True:
+                while free and not exhausted:
+                    item = next(source, None)
+                    if item is None:
+                        exhausted = True
+                        break
+                    refused = self._refusal(item)
+                    if refused is not None:
+                        yield BatchResult(item.key, None, refused)
+                        continue
+                    seq_id = free.pop()
+                    active[seq_id] = self._admit(item, seq_id)
+                if not active:
+                    return
+                for seq in self._step(active):
+                    del active[seq.seq_id]
+                    free.append(seq.seq_id)
+                    yield self._finish(seq)
+        finally:
+            for seq in active.values():
+                self._release(seq)
+
+    def _decode(self, tokens: list[tuple[int, int, int]]) -> None:
+        """Decode (sequence, position, token) triples in batches of n_batch, no logits (the probe)."""
+        L = self._L
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = tokens[start : start + self.n_batch]
+            batch = L.llama_batch_init(len(chunk), 0, 1)
+            try:
+                for k, (seq, pos, token) in enumerate(chunk):
+                    batch.token[k], batch.pos[k], batch.n_seq_id[k] = token, pos, 1
+                    batch.seq_id[k][0] = seq
+                    batch.logits[k] = 1 if k == len(chunk) - 1 else 0
+                batch.n_tokens = len(chunk)
+                if L.llama_decode(self._ctx, batch) != 0:
+                    raise LlmcliError("llama.cpp could not decode the probe's batch")
+            finally:
+                L.llama_batch_free(batch)
+
+    def _refusal(self, item: BatchItem) -> str | None:
+        if not item.tokens:
+            return "the prompt has no tokens"
+        if len(item.tokens) >= self.ctx_per_seq:
+            return (f"the prompt is {len(item.tokens)} tokens, more than the {self.ctx_per_seq - 1} "
+                    "a sequence's context leaves room for")  # fmt: skip
+        return None
+
+    def _admit(self, item: BatchItem, seq_id: int) -> _Seq:
+        params = item.params
+        seed = params.seed if params.seed is not None else secrets.randbelow(2**32 - 1)
+        e = self.engine
+        chain = build_chain(self._L, e.tokenizer, e.n_vocab, params, seed, debug=e._debug)
+        greedy = params.temperature <= 0 and not params.grammar and params.repeat_penalty == 1.0
+        return _Seq(item, seq_id, seed, chain, greedy, list(item.tokens), time.perf_counter())
+
+    def _step(self, active: dict[int, _Seq]) -> list[_Seq]:
+        """One decode of every active sequence's next tokens; the sequences that ended."""
+        L = self._L
+        batch = L.llama_batch_init(self.n_batch, 0, 1)
+        try:
+            rows: list[tuple[_Seq, int]] = []
+            k = 0
+            for seq in sorted(active.values(), key=lambda s: len(s.pending)):  # decoding ones first
+                take = min(len(seq.pending), self.n_batch - k)
+                if take <= 0:
+                    continue
+                for j, token in enumerate(seq.pending[:take]):
+                    batch.token[k] = token
+                    batch.pos[k] = seq.n_past + j
+                    batch.n_seq_id[k] = 1
+                    batch.seq_id[k][0] = seq.seq_id
+                    last = j == take - 1 and take == len(seq.pending)
+                    batch.logits[k] = 1 if last else 0
+                    if last:
+                        rows.append((seq, k))
+                    k += 1
+                seq.n_past += take
+                del seq.pending[:take]
+            batch.n_tokens = k
+            started = time.perf_counter()
+            status = L.llama_decode(self._ctx, batch)
+            self.step_ms += (time.perf_counter() - started) * 1000
+            self.steps += 1
+            if status != 0:
+                raise LlmcliError(f"llama.cpp could not decode a batch of {k} tokens (status {status})",
+                                  hint="try a smaller --parallel")  # fmt: skip
+            return [seq for seq, row in rows if self._sample(seq, row)]
+        finally:
+            L.llama_batch_free(batch)
+
+    def _sample(self, seq: _Seq, row: int) -> bool:
+        """Sample `seq`'s next token from batch row `row`; whether the sequence has ended."""
+        e = self.engine
+        token = pick(self._L, self._ctx, seq.chain, e.n_vocab, seq.greedy)(row)
+        if seq.first is None:
+            seq.first = time.perf_counter()
+        if self._L.llama_vocab_is_eog(e._vocab, token):
+            seq.out.append(-1)  # the end token is not part of the answer
+            return True
+        seq.out.append(token)
+        cap = seq.item.params.max_tokens
+        if (cap and len(seq.out) >= cap) or seq.n_past + 1 >= self.ctx_per_seq:
+            return True
+        seq.pending.append(token)
+        return False
+
+    def _finish(self, seq: _Seq) -> BatchResult:
+        ended = time.perf_counter()
+        stopped = bool(seq.out) and seq.out[-1] == -1
+        tokens = [t for t in seq.out if t >= 0]
+        first = seq.first or ended
+        stats = Stats(
+            prompt_tokens=len(seq.item.tokens),
+            prefill_tokens=len(seq.item.tokens),
+            prefill_ms=(first - seq.admitted) * 1000,
+            completion_tokens=len(seq.out),  # the end token counted, as `generate` counts it
+            decode_tokens=len(seq.out),
+            decode_ms=(ended - first) * 1000,
+            ttft_ms=(first - seq.admitted) * 1000,
+            total_ms=(ended - seq.admitted) * 1000,
+            context_size=self.ctx_per_seq,
+            context_used=seq.n_past + 1,
+        )
+        self._release(seq)
+        text = self.engine.detokenize(tokens)
+        return BatchResult(seq.item.key, Done(text, "stop" if stopped else "length", stats, seq.seed, tokens))
+
+    def _release(self, seq: _Seq) -> None:
+        if seq.chain is not None:
+            self._L.llama_sampler_free(seq.chain)
+            seq.chain = None
+        if self._memory:
+            self._L.llama_memory_seq_rm(self._memory, seq.seq_id, -1, -1)
+
+    def close(self) -> None:
+        if self._ctx:
+            self._L.llama_free(self._ctx)
+            self._ctx = None
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+PROBE_SIZES = (1, 2, 4, 8, 16)
+PROBE_PREFIX = 16  # tokens each probe sequence holds before its timed steps
+PROBE_STEPS = 3  # decode steps timed per size (the fastest kept: the least disturbed by other work)
+KNEE = 0.9  # the smallest N whose aggregate speed is within this share of the best measured
+
+
+def measure_knee(engine: LlamaEngine, sizes: tuple[int, ...] = PROBE_SIZES) -> tuple[int, dict[int, float]]:
+    """The number of sequences past which decoding together stops paying, from measured steps:
+    for each size N, the aggregate tokens/s of a decode step of N sequences (each `PROBE_PREFIX`
+    tokens in); the smallest N within `KNEE` of the best. Returns N and {N: tokens/s}."""
+    probe = BatchDecoder(engine, max(sizes), ctx_per_seq=PROBE_PREFIX + PROBE_STEPS + 8)
+    L = probe._L
+    speeds: dict[int, float] = {}
+    bos = L.llama_vocab_bos(engine._vocab)
+    token = bos if bos >= 0 else 0
+    try:
+        for n in sizes:
+            if probe._memory:
+                L.llama_memory_clear(probe._memory, True)
+            probe._decode([(s, p, token) for s in range(n) for p in range(PROBE_PREFIX)])
+            best = float("inf")
+            for step in range(PROBE_STEPS):
+                started = time.perf_counter()
+                probe._decode([(s, PROBE_PREFIX + step, token) for s in range(n)])
+                best = min(best, time.perf_counter() - started)
+            speeds[n] = n / best if best > 0 else 0.0
+    finally:
+        probe.close()
+    top = max(speeds.values())
+    chosen = min(n for n, v in speeds.items() if v >= KNEE * top)
+    return chosen, speeds
+
+
+def decoder_for(engine: object, parallel: int | None, items: int) -> tuple[BatchDecoder | None, int, str]:
+    """A batch decoder on `engine`'s model for `items` prompts, the N it runs and how N was chosen
+    (`parallel` None: the knee, `measure_knee`, among sizes up to `items`). None where `engine` is
+    not a llama.cpp engine (a test's fake): the caller then sends requests side by side."""
+    from llmcli.engine.llama import LlamaEngine
+
+    if parallel is None:
+        sizes = tuple(n for n in PROBE_SIZES if n <= max(1, items))
+        if not isinstance(engine, LlamaEngine):
+            parallel, how = PROBE_SIZES[2], "auto: requests at once"
+        elif len(sizes) == 1:
+            parallel, how = 1, "auto: one item"
+        else:
+            parallel, speeds = measure_knee(engine, sizes)
+            shown = ", ".join(f"{n}: {v:.0f}" for n, v in speeds.items())
+            how = f"auto: measured tok/s by N {shown}"
+    else:
+        how = "set"
+        if parallel > max(1, items):  # no more sequences than items: a context sized for those
+            parallel, how = max(1, items), f"set, at most the {items} items"
+    if not isinstance(engine, LlamaEngine):
+        return None, parallel, how
+    asked = parallel
+    while True:
+        try:
+            decoder = BatchDecoder(engine, parallel)
+            break
+        except LlmcliError:
+            if parallel == 1:
+                raise
+            parallel //= 2  # a context of N sequences that llama.cpp cannot make: fewer, said once
+    if parallel != asked:
+        reporting.warn(f"no context for {asked} sequences of {decoder.ctx_per_seq} tokens here: {parallel} "
+                       "decode together (a smaller --ctx-size leaves room for more)")  # fmt: skip
+        how = f"{how}; reduced from {asked}"
+    return decoder, parallel, how
