@@ -5,13 +5,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from llmcli import render
-from llmcli.contract import SamplingParams
 from llmcli.errors import LlmcliError, UsageError
+
+if TYPE_CHECKING:  # the command's module loads with `llmcli --help`: the contract only when it runs
+    from llmcli.contract import SamplingParams
 
 SERVED_PARALLEL = 4  # requests at once to a server with --parallel auto (the server decides how it batches)
 
