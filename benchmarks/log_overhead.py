@@ -49,9 +49,9 @@ def main() -> None:
         from llmcli import record
         from llmcli.contract import Request, SamplingParams
         from llmcli.engine.fake import FakeEngine
+        from llmcli.log import queries, rows, writer
         from llmcli.request.drive import drive
         from llmcli.request.log import log_request
-        from llmcli.log import queries, rows, writer
 
         engine = FakeEngine(n_ctx=1 << 16, replies=["word " * (args.answer_tokens // 5)] * 2)
         messages = [{"role": "system", "content": "You are terse."},

@@ -13,9 +13,9 @@ from helpers import run, use_engine
 from records import validate
 
 from llmcli import tools
+from llmcli.engine.fake import FakeEngine
 from llmcli.tools import calls as toolcalls
 from llmcli.tools import grammar as toolgrammar
-from llmcli.engine.fake import FakeEngine
 
 TEMPLATES = Path(__file__).parent / "data" / "templates"
 

@@ -179,7 +179,8 @@ def _register() -> None:
     from llmcli.cli import generate
 
     app.command("generate", no_args_is_help=False)(generate.generate)
-    commands = ["pull", "models", "chat", "bench", "kv", "logs", "tools", "config", "doctor", "embed", "batch"]
+    commands = ["pull", "models", "chat", "bench", "kv", "logs", "tools", "config", "doctor", "embed",
+                "batch"]
     commands.append("completion")
     for name in commands:
         try:
