@@ -373,6 +373,11 @@ class Request:
         if (self.messages is None) == (self.text is None):
             raise ValueError("a request is either messages or text")
 
+    @property
+    def reads_calls(self) -> bool:
+        """Tool calls are read out of the answer: tools are offered, or were earlier in it."""
+        return self.text is None and (bool(self.tools) or self.calls_withdrawn)
+
 
 @dataclass
 class Prepared:

@@ -44,7 +44,7 @@ def respond(engine: Engine, request: Request) -> Iterator[Event]:
         events = split_reasoning(events, Splitter(fmt, "start" if state == "answer" else state))
     else:
         events = run(engine, tokens, request.params, prepared, waited_ms, calls=calls, media=media)
-    if request.text is None and (request.tools or request.calls_withdrawn):
+    if request.reads_calls:
         events = split_calls(events, Parser(call_format(engine)))
     return events
 

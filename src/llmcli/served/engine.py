@@ -158,7 +158,7 @@ class ServedEngine:
         yield Prepared("server")
         events = self.stream_messages(request.messages, request.params, think=request.think,
                                       tools=request.tools)  # fmt: skip
-        if request.tools or request.calls_withdrawn:  # calls the server left in the text (a small model)
+        if request.reads_calls:  # calls the server left in the text (a small model that drops the tags)
             events = split_calls(events, Parser(self.call_format()))
         yield from events
 
