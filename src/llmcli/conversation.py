@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmcli.errors import ContextOverflowError
+from llmcli.media.image import Image
 
 OVERFLOW_POLICIES = ("drop-oldest", "error")
 
@@ -35,6 +36,9 @@ class Message:
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
     name: str | None = None
+    # a user message's images (`/attach`, `chat -a`): beside its text, never in the template's
+    # message; a saved session keeps their references (`attachments`), the bytes once by hash
+    images: tuple[Image, ...] = ()
 
     def template(self, reasoning: bool = False) -> dict[str, Any]:
         """The message as chat templates and servers take it; with `reasoning`, an answer's
@@ -56,6 +60,8 @@ class Message:
             d["stats"] = self.stats
         if self.reasoning:
             d["reasoning"] = self.reasoning
+        if self.images:
+            d["attachments"] = [attachment_ref(image) for image in self.images]
         return d
 
     @classmethod
@@ -66,7 +72,9 @@ class Message:
         )  # fmt: skip
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Message:
+    def from_dict(cls, d: dict[str, Any], images: ImageSource | None = None) -> Message:
+        """A saved message; `images` gives back an attachment's image from its reference (raises
+        ValueError where it cannot: the image is gone or is not the one referred to)."""
         if (
             not isinstance(d, dict)
             or d.get("role") not in ("user", "assistant", "tool")
@@ -77,8 +85,23 @@ class Message:
         reasoning = d.get("reasoning")  # absent in sessions saved before reasoning models were told apart
         if reasoning is not None and not isinstance(reasoning, str):
             raise ValueError(f"a message's reasoning is not text: {reasoning!r:.80}")
+        refs = d.get("attachments") or []
+        if not isinstance(refs, list) or not all(isinstance(r, dict) and isinstance(r.get("sha256"), str)
+                                                 for r in refs):  # fmt: skip
+            raise ValueError(f"a message's attachments are not image references: {refs!r:.80}")
+        if refs and images is None:
+            raise ValueError("a message has images, and nothing to read them from")
         return cls(d["role"], d["content"], bool(d.get("interrupted")), d.get("stats"), reasoning or None,
-                   d.get("tool_calls") or None, d.get("tool_call_id"), d.get("name"))  # fmt: skip
+                   d.get("tool_calls") or None, d.get("tool_call_id"), d.get("name"),
+                   tuple(images(r) for r in refs) if images is not None else ())  # fmt: skip
+
+
+ImageSource = Callable[[dict[str, Any]], Image]
+
+
+def attachment_ref(image: Image) -> dict[str, Any]:
+    """How a saved session or the log refers to an image kept apart, once by its hash."""
+    return {"name": image.name, "media_type": image.media_type, "bytes": image.size, "sha256": image.sha256}
 
 
 @dataclass
@@ -106,8 +129,14 @@ class Conversation:
         out += [m.template(reasoning) for m in (self.messages if messages is None else messages)]
         return out
 
-    def add_user(self, text: str) -> None:
-        self.messages.append(Message("user", text))
+    def add_user(self, text: str, images: tuple[Image, ...] = ()) -> None:
+        self.messages.append(Message("user", text, images=tuple(images)))
+
+    def images_by_index(self, *, offset: int = 0) -> dict[int, tuple[Image, ...]]:
+        """The user messages' images by the index of their message in `template_messages()` (the
+        system prompt first where there is one), plus `offset`."""
+        first = offset + (1 if self.system else 0)
+        return {first + i: m.images for i, m in enumerate(self.messages) if m.images}
 
     def add_assistant(
         self, text: str, *, interrupted: bool = False, stats: dict | None = None, reasoning: str | None = None
@@ -175,11 +204,11 @@ class Conversation:
         return {"system": self.system, "messages": [m.as_dict() for m in self.messages]}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Conversation:
+    def from_dict(cls, d: dict[str, Any], images: ImageSource | None = None) -> Conversation:
         system = d.get("system") or ""
         if not isinstance(system, str) or not isinstance(d.get("messages", []), list):
             raise ValueError("bad conversation record")
-        return cls(system, [Message.from_dict(m) for m in d.get("messages", [])])
+        return cls(system, [Message.from_dict(m, images) for m in d.get("messages", [])])
 
 
 def _drop_first_exchange(messages: list[Message]) -> list[Message]:

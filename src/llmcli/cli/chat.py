@@ -57,6 +57,16 @@ def chat(
         ),
     ] = False,
     fallback_template: o.FallbackTemplate = False,
+    attach: Annotated[
+        list[str] | None,
+        typer.Option("--attach", "-a", help="An image (PNG, JPEG, WebP, GIF) for the first message; "
+                     "repeatable (later ones: /attach PATH).", metavar="FILE", show_default=False),
+    ] = None,  # fmt: skip
+    mmproj: Annotated[
+        str | None,
+        typer.Option("--mmproj", help="The model's image projector (else an mmproj*.gguf beside the model).",
+                     metavar="FILE", show_default=False),
+    ] = None,  # fmt: skip
     timeout: o.Timeout = None,
     offline: o.Offline = False,
     force: o.Force = False,
@@ -68,7 +78,7 @@ def chat(
     from llmcli.cli.chat_run import Chat, run
 
     run(ctx, flags, Chat(model, system, session, resume, on_overflow, kv_cache_max_mb, hide_thinking,
-                         fallback_template, timeout, offline, force))  # fmt: skip
+                         fallback_template, timeout, offline, force, attach or [], mmproj))  # fmt: skip
 
 
 def register(app: typer.Typer) -> None:

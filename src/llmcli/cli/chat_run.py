@@ -27,6 +27,8 @@ class Chat:
     timeout: float | None
     offline: bool
     force: bool
+    attach: list[str]
+    mmproj: str | None
 
 
 def run(ctx: typer.Context, flags: o.RunFlags, c: Chat) -> None:
@@ -41,6 +43,7 @@ def run(ctx: typer.Context, flags: o.RunFlags, c: Chat) -> None:
     if policy not in OVERFLOW_POLICIES:
         raise UsageError(f"--on-overflow must be one of {', '.join(OVERFLOW_POLICIES)}, got {policy!r}")
     params = flags.sampling()
+    images = _first_images(c.attach)  # checked before anything loads
     history = flags.continued()  # --continue / --cid: a logged conversation
     if history is not None and (c.session or c.resume):
         raise UsageError("--continue/--cid and --session/--resume both name a conversation: give one")
@@ -53,6 +56,10 @@ def run(ctx: typer.Context, flags: o.RunFlags, c: Chat) -> None:
     if saved and model == saved.get("model") and saved.get("fallback_template") is True:
         fallback_template = True  # the session's own model, chatted with in its fallback turn format
     engine_opts = _engine_options(ctx, flags, saved)
+    if c.mmproj is not None:
+        from dataclasses import replace
+
+        engine_opts = replace(engine_opts, mmproj=c.mmproj)
 
     def load(ref: str | None, speculative=None, speculation_optional: bool = False, **kv: str | None):
         from dataclasses import replace
@@ -79,6 +86,11 @@ def run(ctx: typer.Context, flags: o.RunFlags, c: Chat) -> None:
         chat_session.check_model(loaded)
         if toolset is not None:  # a template that takes no tools: refused now (a server's is its own)
             loaded.engine.call_format()
+        if images:  # a model without a projector: refused now, in one line naming --mmproj
+            from llmcli.repl.attach_commands import ready_for_images
+
+            ready_for_images(loaded.engine)
+            chat_session.pending = images
     except UsageError:
         loaded.engine.close()
         raise
@@ -86,6 +98,16 @@ def run(ctx: typer.Context, flags: o.RunFlags, c: Chat) -> None:
         render.debug_log(f"the model's recommended sampling: {applied}")
     _continue(chat_session, flags, name, saved, history)
     _converse(chat_session, flags, c, toolset, name, saved, history)
+
+
+def _first_images(names: list[str]) -> list:
+    """`chat -a`'s images, checked (one line each for a bad one); stdin holds the conversation."""
+    from llmcli.errors import UsageError
+    from llmcli.media.image import load
+
+    if "-" in names:
+        raise UsageError("chat reads the conversation from stdin: give --attach a file, not '-'")
+    return [load(name) for name in names]
 
 
 def _engine_options(ctx: typer.Context, flags: o.RunFlags, saved: dict | None):
@@ -169,7 +191,7 @@ def _converse(chat_session, flags: o.RunFlags, c: Chat, toolset, name, saved, hi
         from llmcli.signals import sigint_held
 
         with sigint_held():  # a Ctrl-C now would only cut the save short
-            sessions.save(name, chat_session.to_record())
+            sessions.save(name, chat_session.to_record(), chat_session.images())
     from llmcli.request.spec_notices import measure_spec_costs
 
     measure_spec_costs(chat_session.loaded.engine)  # the session's state is saved: the cache may go
@@ -218,7 +240,7 @@ def _conversation(saved: dict, name: str):
     from llmcli.repl import session_files as sessions
 
     try:
-        return Conversation.from_dict(saved)
+        return Conversation.from_dict(saved, images=sessions.read_image)
     except ValueError as exc:
         raise sessions.SessionError(
             f"{sessions.session_path(name)} has a malformed conversation ({exc})",

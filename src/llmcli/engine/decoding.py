@@ -249,11 +249,11 @@ class Generation:
         if e.adaptive and len(todo) > 1 and (changed := e.observe("prefill", None)):
             yield ThreadsChanged("prefill", *changed)
         for piece in self._pieces(start):
-            if isinstance(piece, Span):
+            if isinstance(piece, Span):  # the readout shows the encoding as its own phase
+                yield self._image_progress(len(todo), encoding=piece.end - piece.start)
                 self._image(piece)
                 self.prefill_done += piece.end - piece.start
-                elapsed = (time.perf_counter() - self.started) * 1000
-                yield PrefillProgress(self.prefill_done, len(todo), elapsed)
+                yield self._image_progress(len(todo))
                 continue
             reason = yield from self._prefill_text(piece, start, len(todo))
             if reason is not None:
@@ -278,6 +278,11 @@ class Generation:
         if at < len(self.tokens):
             pieces.append(self.tokens[at:])
         return pieces
+
+    def _image_progress(self, total: int, encoding: int = 0) -> PrefillProgress:
+        elapsed = (time.perf_counter() - self.started) * 1000
+        return PrefillProgress(self.prefill_done, total, elapsed, encoding, self.stats.image_tokens,
+                               self.stats.image_ms)  # fmt: skip
 
     def _image(self, span: Span) -> None:
         """Encode one image and put its embeddings in the cache at the end of it."""

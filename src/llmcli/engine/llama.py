@@ -460,13 +460,24 @@ class LlamaEngine(SpeculationCosts):
                     if chain is not None:
                         self._L.llama_sampler_free(chain)
 
-    def media_prompt(self, text: str, images: list[Image]) -> MediaPrompt:
-        """Rendered text with one marker per image in text and image chunks (engine/mtmd.py)."""
+    def projector(self) -> str:
+        """Load the image projector now (chat's `/attach` asks before the message is sent); its
+        path. Raises UsageError in one line where the model has none."""
         if self._vision is None:
             self._vision = load_vision(self._L, self._model, self.path, self.options.mmproj,
-                                       self.threads_batch,
-                                       self._debug)  # fmt: skip
+                                       self.threads_batch, self._debug)  # fmt: skip
+        return self._vision.path
+
+    def media_prompt(self, text: str, images: list[Image]) -> MediaPrompt:
+        """Rendered text with one marker per image in text and image chunks (engine/mtmd.py)."""
+        self.projector()
+        assert self._vision is not None
         return self._vision.prompt(text, images)
+
+    def free_media(self, media: MediaPrompt) -> None:
+        """Free a media prompt that will not be streamed (refused before its prefill)."""
+        if self._vision is not None:
+            self._vision.free(media)
 
     def _build_sampler(self, params: SamplingParams, seed: int):
         """The sampler chain (engine/sampler.py)."""

@@ -29,7 +29,7 @@ def respond(engine: Engine, request: Request) -> Iterator[Event]:
     Prepared, then the stream of `engine.stream`."""
     request = thinking(engine, request)
     media = None
-    if request.images:
+    if request.has_images:
         tokens, prepared, media = image_tokens(engine, request)
     else:
         tokens, prepared = prompt_tokens(engine, request)
@@ -154,27 +154,39 @@ def prompt_tokens(engine: Engine, request: Request) -> tuple[list[int], Prepared
 
 
 def image_tokens(engine: Engine, request: Request) -> tuple[list[int], Prepared, object]:
-    """A conversation whose last user message has images: the template rendered with one image
-    marker per image before that message's text (as llama-mtmd-cli puts them), then tokenized into
-    text and image chunks by the engine's projector. The whole conversation must fit."""
+    """A conversation with images (the last user message's, and earlier ones' in a chat's
+    history): the template rendered with one image marker per image before its message's text (as
+    llama-mtmd-cli puts them), then tokenized into text and image chunks by the engine's projector.
+    The whole conversation must fit: an overflow is refused, not fitted by dropping turns."""
     from llmcli import templates
     from llmcli.engine.mtmd import MARKER
-    from llmcli.errors import UsageError
+    from llmcli.errors import ContextOverflowError, UsageError
 
     media_prompt = getattr(engine, "media_prompt", None)
     if request.text is not None or media_prompt is None:
         raise UsageError("images need a chat prompt and a model run by llama.cpp here (not --raw)")
     assert request.messages is not None
     fmt = prompting.prompt_format(engine)
-    messages = template_messages(request.messages, fmt.template)
-    last = max(i for i, m in enumerate(messages) if m.get("role") == "user")
-    content = MARKER * len(request.images) + str(messages[last]["content"])
-    messages[last] = {**messages[last], "content": content}
+    messages = list(template_messages(request.messages, fmt.template))
+    images = []
+    for i, placed in sorted(request.placed_images().items()):
+        messages[i] = {**messages[i], "content": MARKER * len(placed) + str(messages[i].get("content") or "")}
+        images += placed
     variables = switch_variables(engine, request.think)
+    if request.tools:
+        call_format(engine)  # refused before anything is rendered
+        variables = {**(variables or {}), "tools": request.tools}
     text = templates.render(
         fmt, messages, bos_token=engine.bos_text(), eos_token=engine.eos_text(), variables=variables
     )
-    media = media_prompt(text, list(request.images))
+    media = media_prompt(text, images)
+    if request.fit is not None and len(media.tokens) + request.fit.reserve > engine.n_ctx:
+        engine.free_media(media)  # type: ignore[attr-defined]
+        raise ContextOverflowError(
+            f"the conversation with its {len(images)} image(s) is {len(media.tokens)} tokens and the answer "
+            f"needs {request.fit.reserve} more, but the context holds {engine.n_ctx}",
+            hint="/clear or /undo, or raise --ctx-size (a conversation with images is not trimmed)",
+        )
     return media.tokens, Prepared(fmt.source), media
 
 

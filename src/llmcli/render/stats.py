@@ -13,10 +13,11 @@ if TYPE_CHECKING:
 
 
 def stats_line(s: Stats, *, context: int | None = None, ttft: bool = True, load: bool = False) -> str:
-    """prompt (reused), prefill speed, generated, decode speed; then, as asked, time to first
-    token, context used of `context`, and load time. A served model's figures (`s.sources` set) show
-    "?" where the server gave no count, "~" where it is estimated from streamed chunks, and the
-    server's own speeds (llama-server's timings) after "server". A decode speed that cannot be
+    """prompt (reused), prefill speed, images (their encode time and tokens), generated, decode
+    speed; then, as asked, time to first token, context used of `context`, and load time. A served
+    model's figures (`s.sources` set) show "?" where the server gave no count, "~" where it is
+    estimated from streamed chunks, and the server's own speeds (llama-server's timings) after
+    "server". A decode speed that cannot be
     measured (one token, or a served answer that came in one chunk) is "–", never 0.0."""
     reused = f" ({s.cached_tokens} reused)" if s.cached_tokens else ""
     unknown = s.sources.get("prompt_tokens") == "unknown"
@@ -27,6 +28,8 @@ def stats_line(s: Stats, *, context: int | None = None, ttft: bool = True, load:
         f"generated {approx}{s.completion_tokens} tok",
         f"decode {approx}{s.decode_tps:.1f} tok/s" if s.decode_measured else "decode – tok/s",
     ]
+    if s.image_tokens:  # the third phase, after prefill: encoding images
+        parts.insert(2, image_part(s))
     if s.speculative or s.target_passes:
         parts.append(speculation_part(s.drafted_tokens, s.accepted_tokens, s.decode_tokens, s.target_passes))
     if ttft:
@@ -43,6 +46,16 @@ def stats_line(s: Stats, *, context: int | None = None, ttft: bool = True, load:
             f"decode {s.server['predicted_per_second']:.1f} tok/s"
         )
     return " · ".join(parts)
+
+
+def image_part(s: Stats) -> str:
+    """`image 0.42 s · 64 tok`: the images' encode time and positions; those the KV cache already
+    held (a later turn about the same image) are "reused", not encoded again."""
+    reused = sum(int(a.get("tokens") or 0) for a in s.images if a.get("cached"))
+    note = f" ({reused} reused)" if reused else ""
+    if reused and reused >= s.image_tokens:
+        return f"image {s.image_tokens} tok{note}"
+    return f"image {s.image_ms / 1000:.2f} s · {s.image_tokens} tok{note}"
 
 
 def speculation_part(drafted: int, accepted: int, tokens: int, passes: int) -> str:

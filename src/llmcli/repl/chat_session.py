@@ -19,6 +19,7 @@ from llmcli.conversation import Conversation
 from llmcli.errors import StreamBrokenError
 from llmcli.loader import Loaded
 from llmcli.log.rows import Logged
+from llmcli.media.image import Image
 from llmcli.repl.chat_settings import SessionSettings, think_word
 from llmcli.request.tool_loop import ToolLoop, ToolTurn
 
@@ -38,7 +39,8 @@ class Totals:
     speculated: bool = False  # whether any turn speculated (only then is there a tok/pass to show)
 
     _SUMMED = ("prompt_tokens", "cached_tokens", "prefill_tokens", "prefill_ms", "completion_tokens",
-               "decode_tokens", "decode_ms", "drafted_tokens", "accepted_tokens")  # fmt: skip
+               "decode_tokens", "decode_ms", "drafted_tokens", "accepted_tokens", "image_tokens",
+               "image_ms")  # fmt: skip
 
     def add(self, s: Stats) -> None:
         self.turns += 1
@@ -91,6 +93,8 @@ class ChatSession(SessionSettings):
     log: Logged | None = None  # how each turn is logged (llmcli.log); None: --no-log
     # the tools the model may call, and how each call is approved and shown (None: no tools)
     tool_loop: ToolLoop | None = None
+    # images attached for the next message (`/attach`, `chat -a`): they join it when it is sent
+    pending: list[Image] = field(default_factory=list)
 
     def apply_recommended(self) -> dict[str, Any]:
         """Use the loaded model's recommended sampling where the user set nothing (again after a
@@ -206,16 +210,19 @@ class ChatSession(SessionSettings):
     def send(self, text: str, sink: Sink) -> TurnResult:
         """Add a user message and produce the answer; the answer is recorded even if interrupted,
         unless before its first token: then neither is (the turn did not happen)."""
-        self.conversation.add_user(text)
+        images, self.pending = tuple(self.pending), []
+        self.conversation.add_user(text, images)
         try:
             result = self._answer(sink)
             if not result.recorded:  # Ctrl-C before the first token: the turn did not happen
                 self.conversation.undo()
+                self.pending = list(images)  # nor did the images go: still attached for the next
             return result
         except StreamBrokenError:
             raise  # a served model broke off: its partial answer is in the history (see _answer)
         except BaseException:
             self.conversation.undo()
+            self.pending = list(images)
             raise
 
     def retry(self, sink: Sink) -> TurnResult | None:
@@ -237,10 +244,13 @@ class ChatSession(SessionSettings):
         from llmcli.conversation import Message
         from llmcli.request.tool_loop import drive_tools
 
+        messages = self.conversation.template_messages()
+        placed = self.conversation.images_by_index()  # the last user message's go as `images`
+        last = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
         request = Request(
-            self.params, messages=self.conversation.template_messages(),
+            self.params, messages=messages,
             fit=Fit(self.answer_reserve(), self.on_overflow), before_prefill=self._restore_kv,
-            think=self.think,
+            think=self.think, images=placed.pop(last, ()), history_images=placed,
         )  # fmt: skip
         if self.tool_loop is not None:
             request.tools = self.tool_loop.toolset.specs()
@@ -342,6 +352,11 @@ class ChatSession(SessionSettings):
         old.engine.close()
         self.apply_recommended()
         return carried
+
+    def images(self) -> list[Image]:
+        """The conversation's images, each once (a saved session keeps their bytes apart)."""
+        seen = {image.sha256: image for m in self.conversation.messages for image in m.images}
+        return list(seen.values())
 
     def to_record(self) -> dict[str, Any]:
         params = self.params.as_dict()

@@ -21,7 +21,10 @@ from llmcli.errors import LlmcliError, TerminatedError
 from llmcli.render.stats import stats_line
 from llmcli.render.stream import PlainSink
 from llmcli.render.wrap import for_stream
-from llmcli.repl import commands
+from llmcli.repl import (
+    attach_commands,  # noqa: F401  (registers /attach and /detach)
+    commands,
+)
 from llmcli.repl import session_files as sessions
 from llmcli.repl.chat_session import ChatSession
 from llmcli.repl.readout import LiveReadout
@@ -274,7 +277,7 @@ class Repl:
     # -- sessions ----------------------------------------------------------------------------
 
     def save(self, name: str):
-        path = sessions.save(name, self.session.to_record())
+        path = sessions.save(name, self.session.to_record(), self.session.images())
         self.session.save_kv(name)  # after the session file: a state is only ever an optimisation
         return path
 
@@ -283,7 +286,7 @@ class Repl:
 
         doc = sessions.load(name)
         try:
-            conversation = Conversation.from_dict(doc)
+            conversation = Conversation.from_dict(doc, images=sessions.read_image)
         except ValueError as exc:
             raise sessions.SessionError(
                 f"{sessions.session_path(name)} has a malformed conversation ({exc})",
@@ -418,14 +421,21 @@ def build_key_bindings():
 
 
 class SlashCompleter:
-    """Completes slash command names from the registry (prompt-toolkit Completer protocol)."""
+    """Completes slash command names from the registry, and `/attach`'s path (prompt-toolkit
+    Completer protocol)."""
 
     def __new__(cls):
-        from prompt_toolkit.completion import Completer, Completion
+        from prompt_toolkit.completion import Completer, Completion, PathCompleter
+        from prompt_toolkit.document import Document
+
+        files = PathCompleter(expanduser=True)
 
         class _Completer(Completer):
             def get_completions(self, document, complete_event):
                 text = document.text_before_cursor
+                if text.startswith("/attach "):  # a path: completed as a shell completes one
+                    yield from files.get_completions(Document(text[len("/attach ") :]), complete_event)
+                    return
                 if not text.startswith("/") or " " in text:
                     return
                 for name, cmd in commands.REGISTRY.items():

@@ -119,6 +119,10 @@ class LiveReadout:
         self.started = time.perf_counter()
         self.decode_started: float | None = None
         self.prefill_elapsed = 0.0
+        # images: the positions of the one being encoded now (0: none) and since when, and the
+        # image tokens and encode seconds of the prompt so far
+        self.encoding, self.encode_started = 0, 0.0
+        self.image_tokens, self.image_s = 0, 0.0
         self.status_drawn = False
         self.paused = False  # a question is asked below the text (a tool call's approval): no status
         self.tool: tuple[str, float] | None = None  # the tool call running, and when it began
@@ -191,6 +195,10 @@ class LiveReadout:
         if isinstance(event, PrefillProgress):
             self.prefill_done, self.prefill_total = event.done, event.total
             self.prefill_elapsed = time.perf_counter() - self.started
+            if event.encoding and not self.encoding:
+                self.encode_started = time.perf_counter()
+            self.encoding = event.encoding
+            self.image_tokens, self.image_s = event.image_tokens, event.image_ms / 1000
         elif isinstance(event, Token):
             if self.decode_started is None:
                 self.decode_started = time.perf_counter()
@@ -235,11 +243,16 @@ class LiveReadout:
     def _model_status(self, now: float) -> str:
         if self.phase == "prefill" and not self.prefill_total:  # a served model: no progress to show
             return f"waiting for the first token · {now - self.started:.1f} s"
+        if self.phase == "prefill" and self.encoding:  # the third phase: an image through the projector
+            seconds = self.image_s + now - self.encode_started
+            return f"image {seconds:.2f} s · {self.image_tokens + self.encoding} tok"
         if self.phase == "prefill":
             elapsed = now - self.started
             rate = self.prefill_done / self.prefill_elapsed if self.prefill_elapsed > 0 else 0.0
+            image = f" · image {self.image_s:.2f} s · {self.image_tokens} tok" if self.image_tokens else ""
             return (
                 f"prefill {self.prefill_done}/{self.prefill_total} tok · {rate:.0f} tok/s · {elapsed:.1f} s"
+                + image
             )
         start = self.decode_started or now
         elapsed = now - start
