@@ -150,6 +150,9 @@ def _continue(chat_session, flags: o.RunFlags, name: str | None, saved: dict | N
         chat_session.conversation = Conversation(
             history.system or "", [Message.from_template(m) for m in history.messages]
         )
+        for index, images in history.images.items():  # re-attached from the log, where they were
+            if 0 <= index < len(chat_session.conversation.messages):
+                chat_session.conversation.messages[index].images = images
         state = history.last.get("kv_state")
         if state and loaded.engine.can.kv_state and Path(state).is_file():
             chat_session.kv_restore = Path(state)  # warm: kvstore uses it only where it belongs

@@ -119,6 +119,7 @@ def _answer(
             prompt_cache=prompt_cache, prompt_cache_ro=prompt_cache_ro, show_thinking=not g.hide_thinking,
             think=flags.thinking(), history=history.messages if history is not None and not raw else None,
             log=log, tool_loop=tool_loop(flags, toolset), images=images,
+            history_images=history.images if history is not None else None,
         )  # fmt: skip
     except StreamBrokenError as exc:  # a served model broke off: the partial text was printed
         if g.as_json:

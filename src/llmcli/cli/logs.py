@@ -143,18 +143,20 @@ def entry_id(text: str) -> int:
     return int(digits)
 
 
-def _row(rowid: int):
+def _row(rowid: int, read=None):
+    """Row `rowid`; with `read`, also what `read(db, rowid)` gives (its attachments, its images)."""
     from llmcli.errors import UsageError
     from llmcli.log import queries
 
     db = queries.reader()
     try:
         row = queries.one(db, rowid)
+        extra = read(db, rowid) if read is not None and row is not None else None
     finally:
         db.close()
     if row is None:
         raise UsageError(f"no log entry #{rowid}", hint="`llmcli logs` lists them")
-    return row
+    return row if read is None else (row, extra)
 
 
 @logs_app.command("show", cls=ReadableArgs)
@@ -170,9 +172,9 @@ def show(
 
     from llmcli.log import queries
 
-    row = _row(entry_id(entry))
+    row, attachments = _row(entry_id(entry), queries.attachments)
     if as_json:
-        render.out_json(queries.as_json(row), schema="logs/entry")
+        render.out_json({**queries.as_json(row), "attachments": attachments}, schema="logs/entry")
         return
     d = queries.as_json(row)
     out = [f"#{d['id']}  {_when(d['created'])}  {d['command']}  conversation {d['conversation_id']}",
@@ -187,15 +189,30 @@ def show(
         out.append(f"finish: {d['finish_reason']}" + (f" ({d['error']})" if d["error"] else ""))
     if d["command"] == "import":
         out.append("imported from simonw/llm's log")
+    out += _attachment_lines(attachments)
     out.append("")
-    for m in d.get("messages") or [{"role": "text", "content": d["prompt"]}]:
-        out.append(f"## {m['role']}\n{m['content']}\n")
+    for i, m in enumerate(d.get("messages") or [{"role": "text", "content": d["prompt"]}]):
+        names = [str(a["name"]) for a in attachments if a["message"] == i]
+        images = f" [image: {', '.join(names)}]" if names else ""
+        out.append(f"## {m['role']}{images}\n{m['content']}\n")
     if d["reasoning"]:
         out.append(f"## reasoning\n{d['reasoning']}\n")
     if d["tool_calls"]:
         out.append(f"## tool calls\n{json.dumps(d['tool_calls'], indent=2, ensure_ascii=False)}\n")
     out.append(f"## answer\n{d['response']}\n")
     render.out_text("\n".join(out))
+
+
+def _attachment_lines(attachments: list[dict[str, Any]]) -> list[str]:
+    """`logs show`'s images: name, media type, size, sha256 (and the positions each took)."""
+    from llmcli.units import human_size
+
+    lines = [f"attachments: {len(attachments)}"] if attachments else []
+    for a in attachments:
+        tokens = f", {a['tokens']} tok" if a.get("tokens") is not None else ""
+        size = human_size(a["bytes"])
+        lines.append(f"  {a['name']}  {a['media_type']}  {size}{tokens}  sha256 {a['sha256']}")
+    return lines
 
 
 def _figures(d: dict[str, Any]) -> list[str]:
@@ -228,6 +245,11 @@ def rerun(
     entry: EntryId,
     as_json: AsJson = False,
     log: Annotated[bool, typer.Option("--log/--no-log", help="Log the rerun as a new entry.")] = False,
+    mmproj: Annotated[
+        str | None,
+        typer.Option("--mmproj", help="The image projector, for an entry with images (else an mmproj*.gguf "
+                     "beside the model).", metavar="FILE", show_default=False),
+    ] = None,  # fmt: skip
 ) -> None:
     """Run a logged request again: the same model, messages, settings and seed. The text goes to
     stdout; stderr says whether it is identical, or from which token it differs. A request that
@@ -236,6 +258,7 @@ def rerun(
     Example: llmcli logs rerun 42
     """
     from llmcli import environment
+    from llmcli.cli import logs_rerun
     from llmcli.contract import EngineOptions, Request, SamplingParams
     from llmcli.errors import UsageError
     from llmcli.loader import load_engine
@@ -243,86 +266,39 @@ def rerun(
     from llmcli.request.generate import consume
 
     number = entry_id(entry)
-    row = queries.as_json(_row(number))
+    found, placed = _row(number, queries.images)  # its images, read back from the log
+    row = queries.as_json(found)
     if row["command"] == "import":
         raise UsageError(f"entry #{number} was imported from llm: its model and settings are llm's")
     rec = row.get("record") or {}
-    _refuse_tools(number, row, rec)
+    logs_rerun.refuse_tools(number, row, rec)
     saved = row.get("params") or {}
     known = set(SamplingParams.__dataclass_fields__) - {"grammar", "json_schema", "defaulted"}
     params = SamplingParams(**{k: v for k, v in saved.items() if k in known})
     params.seed = row["seed"]
     params.grammar = row["grammar"]
     model = rec.get("model") or {}
-    options = EngineOptions(ctx_size=model.get("context_size"), type_k=_kv(model.get("cache_type_k")),
-                            type_v=_kv(model.get("cache_type_v")))  # fmt: skip
+    options = EngineOptions(ctx_size=model.get("context_size"), mmproj=mmproj,
+                            type_k=logs_rerun.kv(model.get("cache_type_k")),
+                            type_v=logs_rerun.kv(model.get("cache_type_v")))  # fmt: skip
     env = environment.current()
     loaded = load_engine(row["model"], options, debug=render.debug(), factory=env.engine_factory,
                          check_files=env.checks_model_files)  # fmt: skip
     messages = row.get("messages")
     think = None if row["think"] is None else bool(row["think"])
     request = (
-        Request(params, text=row["prompt"]) if row["raw"] else Request(params, messages=messages, think=think)
+        Request(params, text=row["prompt"])
+        if row["raw"]
+        else Request(params, messages=messages, think=think, history_images=placed)
     )
     logged = rows.Logged(loaded.ref, "rerun") if log and writer.enabled() else None
     done, _, _ = consume(loaded.engine, request, stream_stdout=not as_json, log=logged)
-    verdict = compare(row, done)
+    verdict = logs_rerun.compare(row, done)
     if as_json:
         render.out_json({"id": number, **verdict, "text": done.text, "original_text": row["response"],
                          "seed": done.seed}, schema="logs/rerun")  # fmt: skip
         return
-    render.err_line(describe(verdict, number))
-
-
-def _refuse_tools(number: int, row: dict[str, Any], rec: dict[str, Any]) -> None:
-    """A request that offered tools is not rerun: the log keeps the calls it made, not the tools
-    (their code, an MCP server) nor the approval rules, and without them the prompt itself differs."""
-    from llmcli.errors import UsageError
-
-    if rec.get("tool_calls") is None and not row.get("tool_calls"):
-        return
-    calls = rec.get("tool_calls") or row.get("tool_calls") or []
-    names = sorted({str(c["name"]) for c in calls if isinstance(c, dict) and c.get("name")})
-    used = f" (it called {', '.join(names)})" if names else ""
-    raise UsageError(
-        f"entry #{number} offered the model tools{used}: the log keeps the calls, not the tools, so "
-        "a rerun would be another request",
-        hint="run the original command again with its --functions/--tool/--mcp and --approve-tools flags",
-    )
-
-
-def _kv(kind: str | None) -> str | None:
-    return None if kind in (None, "f16") else kind
-
-
-def compare(row: dict[str, Any], done) -> dict[str, Any]:
-    """Whether the rerun's answer is the logged one; where not, the first token (and character) that
-    differs. Without token ids (a served model) the text is compared."""
-    before, after = row.get("tokens") or [], list(done.tokens)
-    old, new = row["response"] or "", done.text
-    char = next(
-        (i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new))
-    )
-    if old == new and (not before or not after or before == after):
-        return {"identical": True, "differs_at_token": None, "differs_at_char": None,
-                "compared": "tokens" if before and after else "text"}  # fmt: skip
-    token = None
-    if before and after:
-        token = next((i for i, (a, b) in enumerate(zip(before, after, strict=False)) if a != b),
-                     min(len(before), len(after)))  # fmt: skip
-    return {"identical": False, "differs_at_token": token, "differs_at_char": char,
-            "compared": "tokens" if token is not None else "text",
-            "original_tokens": len(before) or None, "rerun_tokens": len(after) or None}  # fmt: skip
-
-
-def describe(verdict: dict[str, Any], entry: int) -> str:
-    if verdict["identical"]:
-        return f"identical to #{entry} ({verdict['compared']} compared)"
-    if verdict["differs_at_token"] is not None:
-        return (f"differs from #{entry} from token {verdict['differs_at_token']} "
-                f"(character {verdict['differs_at_char']}; {verdict['original_tokens'] or 0} tokens then, "
-                f"{verdict['rerun_tokens'] or 0} now)")  # fmt: skip
-    return f"differs from #{entry} from character {verdict['differs_at_char']} (no token ids: text compared)"
+    render.err_line(logs_rerun.describe(verdict, number))
 
 
 @logs_app.command("stats")

@@ -61,7 +61,10 @@ def prune_to(db: sqlite3.Connection, target: int) -> int:
 
 
 def _drop_empty_conversations(db: sqlite3.Connection) -> None:
+    """Conversations left without rows, and images no row holds any more (their links went with
+    the rows), are removed too."""
     db.execute("DELETE FROM conversations WHERE id NOT IN (SELECT DISTINCT conversation_id FROM responses)")
+    db.execute("DELETE FROM attachments WHERE id NOT IN (SELECT attachment_id FROM response_attachments)")
 
 
 def prune(db: sqlite3.Connection, *, before: float | None = None, keep: int | None = None) -> int:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from llmcli import reporting
-from llmcli.log.rows import insert
+from llmcli.log.rows import ATTACHMENTS, insert
 from llmcli.log.store import db_path, transaction
 
 
@@ -72,11 +72,18 @@ def _lock(fd: int) -> None:
 
 
 def _portable(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: {"b64": base64.b64encode(v).decode()} if isinstance(v, bytes) else v for k, v in row.items()}
+    """Bytes (the token ids; an image's content in the row's attachments) as {"b64": ...}."""
+    out = {k: {"b64": base64.b64encode(v).decode()} if isinstance(v, bytes) else v for k, v in row.items()}
+    if row.get(ATTACHMENTS):
+        out[ATTACHMENTS] = [_portable(a) for a in row[ATTACHMENTS]]
+    return out
 
 
 def _native(doc: dict[str, Any]) -> dict[str, Any]:
-    return {k: base64.b64decode(v["b64"]) if isinstance(v, dict) else v for k, v in doc.items()}
+    out = {k: base64.b64decode(v["b64"]) if isinstance(v, dict) else v for k, v in doc.items()}
+    if isinstance(doc.get(ATTACHMENTS), list):
+        out[ATTACHMENTS] = [_native(a) for a in doc[ATTACHMENTS]]
+    return out
 
 
 REQUIRED = frozenset({"conversation_id", "created", "command", "model", "prompt", "response", "record"})
@@ -105,7 +112,7 @@ def drain(db: sqlite3.Connection, path: Path | None = None) -> int:
                 doc = None
             if isinstance(doc, dict) and REQUIRED <= doc.keys():
                 rows.append(doc)
-        columns = {r[1] for r in db.execute("PRAGMA table_info(responses)")} - {"id"}
+        columns = {r[1] for r in db.execute("PRAGMA table_info(responses)")} - {"id"} | {ATTACHMENTS}
         with transaction(db):
             for doc in rows:
                 try:

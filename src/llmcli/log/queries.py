@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,8 @@ class History:
     messages: list[dict[str, str]]
     raw: bool
     last: dict[str, Any]  # its latest row
+    # the images of its user messages (media.image.Image), by their index in `messages`
+    images: dict[int, tuple[Any, ...]] = field(default_factory=dict)
 
     @property
     def text(self) -> str:
@@ -80,6 +82,7 @@ def history(cid: str | None = None, path: Path | None = None) -> History:
             ).fetchone()
             if row is None:
                 raise UsageError(f"--cid: no logged conversation {cid!r}", hint="`llmcli logs` lists them")
+        placed = images(db, row["id"])
     finally:
         db.close()
     last = dict(row)
@@ -91,8 +94,43 @@ def history(cid: str | None = None, path: Path | None = None) -> History:
     if not last["raw"] and last["response"]:
         messages.append({"role": "assistant", "content": last["response"]})
     system = next((m["content"] for m in messages if m["role"] == "system"), None)
+    shift = 1 if messages and messages[0]["role"] == "system" else 0  # the system prompt is kept apart
     return History(last["conversation_id"], last["model"], system,
-                   [m for m in messages if m["role"] != "system"], bool(last["raw"]), last)  # fmt: skip
+                   [m for m in messages if m["role"] != "system"], bool(last["raw"]), last,
+                   {i - shift: imgs for i, imgs in placed.items() if i >= shift})  # fmt: skip
+
+
+def attachments(db: sqlite3.Connection, rowid: int) -> list[dict[str, Any]]:
+    """The images of row `rowid`'s prompt, in order: name, media type, bytes, sha256, pixel size,
+    the index of their user message in the row's messages, the positions each took."""
+    found = db.execute(
+        "SELECT ra.name, a.media_type, a.bytes, a.id AS sha256, a.width, a.height, ra.message, ra.tokens "
+        "FROM response_attachments ra JOIN attachments a ON a.id = ra.attachment_id "
+        "WHERE ra.response_id = ? ORDER BY ra.position",
+        (rowid,),
+    )
+    return [dict(r) for r in found]
+
+
+def images(db: sqlite3.Connection, rowid: int) -> dict[int, tuple[Any, ...]]:
+    """Row `rowid`'s images read back from the log (media.image.Image, checked against their
+    hash), by the index of their user message in the row's messages. UsageError where one is gone
+    or damaged."""
+    from llmcli.errors import UsageError
+    from llmcli.media.image import from_bytes
+
+    placed: dict[int, list[Any]] = {}
+    found = db.execute(
+        "SELECT ra.name, ra.message, a.id, a.content FROM response_attachments ra "
+        "JOIN attachments a ON a.id = ra.attachment_id WHERE ra.response_id = ? ORDER BY ra.position",
+        (rowid,),
+    )
+    for name, message, sha256, content in found:
+        image = from_bytes(name or sha256[:12], bytes(content))
+        if image.sha256 != sha256:
+            raise UsageError(f"entry #{rowid}: the log's copy of the image {name} is damaged (another hash)")
+        placed.setdefault(-1 if message is None else int(message), []).append(image)
+    return {index: tuple(imgs) for index, imgs in placed.items()}
 
 
 def fts_query(text: str) -> str:

@@ -86,9 +86,10 @@ def row_values(
     session: str | None = None,
     kv_state: str | None = None,
     created: float | None = None,
+    images: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The row of one request: its record's figures in columns (for filters and stats), the whole
-    record as JSON."""
+    record as JSON; `images` (`attachments`): stored apart by `insert`."""
     rec = _scrub_record(rec)
     model, usage, timings = rec.get("model") or {}, rec.get("usage") or {}, rec.get("timings") or {}
     params = rec.get("params") or {}
@@ -136,12 +137,31 @@ def row_values(
         "kv_state": kv_state,
         "llmcli_version": (rec.get("versions") or {}).get("llmcli"),
         "record": json.dumps(rec, ensure_ascii=False),
+        **({ATTACHMENTS: images} if images else {}),
     }
+
+
+# A row's key that is no column: the request's images (`attachments`), which `insert` stores apart
+ATTACHMENTS = "attachments"
+
+
+def attachments(placed: dict[int, tuple[Any, ...]], encoded: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The images of a request's prompt (media.image.Image by the index of their user message in
+    the request's messages), in order, with the positions each took (`encoded`: the stats'
+    per-image figures; None where unknown), for `row_values`."""
+    tokens = {a.get("sha256"): a.get("tokens") for a in encoded}
+    return [{"sha256": image.sha256, "media_type": image.media_type, "bytes": image.size,
+             "width": image.width, "height": image.height, "content": image.data, "message": index,
+             "name": image.name, "tokens": tokens.get(image.sha256)}
+            for index, images in sorted(placed.items()) for image in images]  # fmt: skip
 
 
 def insert(db: sqlite3.Connection, row: dict[str, Any], *, source: str = "llmcli",
            name: str | None = None) -> int:  # fmt: skip
-    """Insert one row (and its conversation, the first time) in the open transaction."""
+    """Insert one row (and its conversation, the first time) in the open transaction; its images
+    (`ATTACHMENTS`) stored once each by hash, and linked to it in order."""
+    row = dict(row)
+    images = row.pop(ATTACHMENTS, None) or []
     db.execute(
         "INSERT OR IGNORE INTO conversations (id, name, model, created, source) VALUES (?, ?, ?, ?, ?)",
         (row["conversation_id"], name or row.get("session"), row["model"], row["created"], source),
@@ -149,4 +169,17 @@ def insert(db: sqlite3.Connection, row: dict[str, Any], *, source: str = "llmcli
     columns = ", ".join(row)
     marks = ", ".join(f":{k}" for k in row)
     cursor = db.execute(f"INSERT INTO responses ({columns}) VALUES ({marks})", row)
-    return int(cursor.lastrowid or 0)
+    rowid = int(cursor.lastrowid or 0)
+    for position, a in enumerate(images):
+        db.execute(
+            "INSERT OR IGNORE INTO attachments (id, media_type, bytes, width, height, content, created) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (a["sha256"], a["media_type"], a["bytes"], a.get("width"), a.get("height"), a["content"],
+             row["created"]),
+        )  # fmt: skip
+        db.execute(
+            "INSERT INTO response_attachments (response_id, attachment_id, position, message, name, tokens) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (rowid, a["sha256"], position, a.get("message"), a.get("name"), a.get("tokens")),
+        )
+    return rowid

@@ -35,7 +35,7 @@ def db_path() -> Path:
     return paths.data_dir() / FILE
 
 
-SCHEMA = 1
+SCHEMA = 2
 
 _V1 = """
 CREATE TABLE conversations (
@@ -102,6 +102,31 @@ CREATE TRIGGER responses_ad AFTER DELETE ON responses BEGIN
 END;
 """
 
+# Images, as simonw/llm keeps attachments: each once by its SHA-256 (`attachments`, the bytes in
+# `content`), and which request held which (`response_attachments`: every image of the request's
+# prompt, history included, at its user message's index in the row's `messages`, in order)
+_V2 = """
+CREATE TABLE attachments (
+    id TEXT PRIMARY KEY,
+    media_type TEXT NOT NULL,
+    bytes INTEGER NOT NULL,
+    width INTEGER,
+    height INTEGER,
+    content BLOB NOT NULL,
+    created REAL NOT NULL
+);
+CREATE TABLE response_attachments (
+    response_id INTEGER NOT NULL REFERENCES responses(id) ON DELETE CASCADE,
+    attachment_id TEXT NOT NULL REFERENCES attachments(id),
+    position INTEGER NOT NULL,
+    message INTEGER,
+    name TEXT,
+    tokens INTEGER,
+    PRIMARY KEY (response_id, position)
+);
+CREATE INDEX response_attachments_attachment ON response_attachments(attachment_id);
+"""
+
 
 def _script(sql: str) -> Callable[[sqlite3.Connection], None]:
     """Run `sql`'s statements one by one, inside the caller's transaction (executescript would
@@ -121,6 +146,7 @@ def _script(sql: str) -> Callable[[sqlite3.Connection], None]:
 # MIGRATIONS[n] takes a database at version n to n + 1 (0: an empty file). Append; never edit.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _script(_V1),
+    _script(_V2),
 ]
 assert len(MIGRATIONS) == SCHEMA
 

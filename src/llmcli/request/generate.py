@@ -84,14 +84,15 @@ def run_generate(
     log: Logged | None = None,
     tool_loop: ToolLoop | None = None,
     images: tuple = (),
+    history_images: dict[int, tuple] | None = None,
 ) -> Result:
-    """Run one prompt (`images`: media.image.Image for it); `raw` continues it as plain text, else it
-    becomes a user turn (the caller
-    decides between the two with `prompting.generate_format`). With `prompt_cache`, the KV state
-    in that file is reused for the longest common prefix and (unless `prompt_cache_ro`) the file
-    is rewritten with this run's state afterwards. `history`: the messages of a conversation this
-    prompt continues (`--continue`), between the system prompt and it. `log`: how the request is
-    logged (None: it is not)."""
+    """Run one prompt (`images`: media.image.Image for it; `history_images`: those of `history`'s
+    user messages, by their index in it); `raw` continues it as plain text, else it becomes a user
+    turn (the caller decides between the two with `prompting.generate_format`). With
+    `prompt_cache`, the KV state in that file is reused for the longest common prefix and (unless
+    `prompt_cache_ro`) the file is rewritten with this run's state afterwards. `history`: the
+    messages of a conversation this prompt continues (`--continue`), between the system prompt and
+    it. `log`: how the request is logged (None: it is not)."""
     engine = loaded.engine
     if raw:
         request = Request(params, text=text)
@@ -99,7 +100,9 @@ def run_generate(
         messages = prompting.messages_for(text, system)
         if history:
             messages[-1:-1] = history
-        request = Request(params, messages=messages, think=think, images=tuple(images))
+        offset = 1 if messages[0]["role"] == "system" else 0  # history goes after the system prompt
+        placed = {offset + i: imgs for i, imgs in (history_images or {}).items()} if history else {}
+        request = Request(params, messages=messages, think=think, images=tuple(images), history_images=placed)
         if tool_loop is not None:
             request.tools = tool_loop.toolset.specs()
     cache: dict | None = None

@@ -32,6 +32,7 @@ def log_request(
             rec, cid=log.cid, command=log.command, messages=request.messages, text=request.text,
             think=request.think, grammar=request.params.grammar,
             tokens=done.tokens if done is not None else None, session=log.session, kv_state=log.kv_state,
+            images=rows.attachments(request.placed_images(), done.stats.images if done is not None else []),
         )  # fmt: skip
     except Exception as exc:  # a record that cannot be built is a bug, but never costs the answer
         render.warn(f"not logged: {exc}")
