@@ -55,7 +55,8 @@ def image_part(s: Stats) -> str:
     note = f" ({reused} reused)" if reused else ""
     if reused and reused >= s.image_tokens:
         return f"image {s.image_tokens} tok{note}"
-    return f"image {s.image_ms / 1000:.2f} s · {s.image_tokens} tok{note}"
+    seconds = s.image_ms / 1000  # a small image encodes in milliseconds: not shown as 0.00
+    return f"image {seconds:.{2 if seconds >= 0.1 else 3}f} s · {s.image_tokens} tok{note}"
 
 
 def speculation_part(drafted: int, accepted: int, tokens: int, passes: int) -> str:
