@@ -219,8 +219,7 @@ class PrefillProgress:
     done: int
     total: int
     elapsed_ms: float
-    # Images (a third phase, engine/mtmd.py): the positions of the image being encoded now (0:
-    # none), and the image tokens encoded and the ms it took so far in this prompt
+    # images, a third phase (engine/mtmd.py): positions encoding now (0: none); tokens, ms so far
     encoding: int = 0
     image_tokens: int = 0
     image_ms: float = 0.0
@@ -375,25 +374,12 @@ class Request:
     images: tuple[Image, ...] = ()
     # Images of earlier user messages, by their index in `messages` (a chat's history): the prompt
     # holds them where they were, so a later turn about the same image reuses its cached positions
+    # (media.placed gives every image by its message)
     history_images: dict[int, tuple[Image, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.text is None):
             raise ValueError("a request is either messages or text")
-
-    @property
-    def has_images(self) -> bool:
-        return bool(self.images or self.history_images)
-
-    def placed_images(self) -> dict[int, tuple[Image, ...]]:
-        """Every image of the conversation by the index of its message in `messages` (`images`:
-        the last user message's)."""
-        placed = {i: imgs for i, imgs in self.history_images.items() if imgs}
-        if self.images and self.messages:
-            last = max((i for i, m in enumerate(self.messages) if m.get("role") == "user"), default=None)
-            if last is not None:
-                placed[last] = tuple(self.images)
-        return placed
 
     @property
     def reads_calls(self) -> bool:

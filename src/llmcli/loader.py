@@ -237,3 +237,16 @@ def load_served(endpoint: Endpoint, *, debug: bool = False, connections: int = 4
 
     engine = ServedEngine(endpoint, connections=connections, debug=debug)
     return Loaded(engine, endpoint.with_model(engine.model).ref, None)
+
+
+def ready_for_images(engine: Engine) -> None:
+    """Load a local model's image projector now (chat's `/attach` and `-a`, before the message is
+    typed): a model without one is refused in one line naming --mmproj. A served model's server
+    answers for itself; an engine that takes no images is refused."""
+    from llmcli.errors import UsageError
+
+    projector = getattr(engine, "projector", None)
+    if projector is not None:
+        projector()
+    elif engine.can.template:
+        raise UsageError("this model takes no images here (a model run by llama.cpp with a projector does)")

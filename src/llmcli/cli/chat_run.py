@@ -87,7 +87,7 @@ def run(ctx: typer.Context, flags: o.RunFlags, c: Chat) -> None:
         if toolset is not None:  # a template that takes no tools: refused now (a server's is its own)
             loaded.engine.call_format()
         if images:  # a model without a projector: refused now, in one line naming --mmproj
-            from llmcli.repl.attach_commands import ready_for_images
+            from llmcli.loader import ready_for_images
 
             ready_for_images(loaded.engine)
             chat_session.pending = images

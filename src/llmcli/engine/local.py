@@ -29,7 +29,7 @@ def respond(engine: Engine, request: Request) -> Iterator[Event]:
     Prepared, then the stream of `engine.stream`."""
     request = thinking(engine, request)
     media = None
-    if request.has_images:
+    if request.images or request.history_images:
         tokens, prepared, media = image_tokens(engine, request)
     else:
         tokens, prepared = prompt_tokens(engine, request)
@@ -161,6 +161,7 @@ def image_tokens(engine: Engine, request: Request) -> tuple[list[int], Prepared,
     from llmcli import templates
     from llmcli.engine.mtmd import MARKER
     from llmcli.errors import ContextOverflowError, UsageError
+    from llmcli.media.placed import placed_images
 
     media_prompt = getattr(engine, "media_prompt", None)
     if request.text is not None or media_prompt is None:
@@ -169,7 +170,7 @@ def image_tokens(engine: Engine, request: Request) -> tuple[list[int], Prepared,
     fmt = prompting.prompt_format(engine)
     messages = list(template_messages(request.messages, fmt.template))
     images = []
-    for i, placed in sorted(request.placed_images().items()):
+    for i, placed in sorted(placed_images(request).items()):
         messages[i] = {**messages[i], "content": MARKER * len(placed) + str(messages[i].get("content") or "")}
         images += placed
     variables = switch_variables(engine, request.think)

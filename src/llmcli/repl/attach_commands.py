@@ -6,6 +6,7 @@ in one line, not after the message is typed."""
 from __future__ import annotations
 
 from llmcli.errors import UsageError
+from llmcli.loader import ready_for_images
 from llmcli.repl.commands import Repl, command
 
 
@@ -14,16 +15,6 @@ def describe(image) -> str:
 
     kind = image.media_type.removeprefix("image/").upper()
     return f"{image.name} ({kind} {image.width} x {image.height}, {human_size(image.size)})"
-
-
-def ready_for_images(engine) -> None:
-    """Load a local model's projector now: one without is refused in one line naming --mmproj.
-    A served model's server says for itself."""
-    projector = getattr(engine, "projector", None)
-    if projector is not None:
-        projector()
-    elif engine.can.template:
-        raise UsageError("this model takes no images here (a model run by llama.cpp with a projector does)")
 
 
 def attach(repl: Repl, path: str) -> None:
@@ -35,7 +26,7 @@ def attach(repl: Repl, path: str) -> None:
     if any(p.sha256 == image.sha256 for p in s.pending):
         repl.info(f"{image.name} is already attached to the next message")
         return
-    ready_for_images(s.engine)
+    ready_for_images(s.engine)  # no projector: refused now, in one line naming --mmproj
     s.pending.append(image)
     repl.info(f"attached {describe(image)}: it goes with your next message")
 

@@ -17,6 +17,7 @@ def log_request(
     id (0: left for the database, `log.writer.defer`; None: not logged)."""
     from llmcli import record
     from llmcli.log import rows, writer
+    from llmcli.media.placed import placed_images
 
     if done is not None and done.finish_reason == "interrupted" and not done.text:
         return None  # stopped before its first token: the request did not happen (chat keeps nothing)
@@ -32,7 +33,7 @@ def log_request(
             rec, cid=log.cid, command=log.command, messages=request.messages, text=request.text,
             think=request.think, grammar=request.params.grammar,
             tokens=done.tokens if done is not None else None, session=log.session, kv_state=log.kv_state,
-            images=rows.attachments(request.placed_images(), done.stats.images if done is not None else []),
+            images=rows.attachments(placed_images(request), done.stats.images if done is not None else []),
         )  # fmt: skip
     except Exception as exc:  # a record that cannot be built is a bug, but never costs the answer
         render.warn(f"not logged: {exc}")
