@@ -169,7 +169,7 @@ def image_tokens(engine: Engine, request: Request) -> tuple[list[int], Prepared,
     assert request.messages is not None
     fmt = prompting.prompt_format(engine)
     messages = list(template_messages(request.messages, fmt.template))
-    images = []
+    images: list = []
     for i, placed in sorted(placed_images(request).items()):
         messages[i] = {**messages[i], "content": MARKER * len(placed) + str(messages[i].get("content") or "")}
         images += placed
