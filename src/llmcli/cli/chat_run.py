@@ -194,7 +194,8 @@ def _converse(chat_session, flags: o.RunFlags, c: Chat, toolset, name, saved, hi
         from llmcli.signals import sigint_held
 
         with sigint_held():  # a Ctrl-C now would only cut the save short
-            sessions.save(name, chat_session.to_record(), chat_session.images())
+            sessions.keep_images(chat_session.images())  # before the session that refers to them
+            sessions.save(name, chat_session.to_record())
     from llmcli.request.spec_notices import measure_spec_costs
 
     measure_spec_costs(chat_session.loaded.engine)  # the session's state is saved: the cache may go

@@ -277,7 +277,8 @@ class Repl:
     # -- sessions ----------------------------------------------------------------------------
 
     def save(self, name: str):
-        path = sessions.save(name, self.session.to_record(), self.session.images())
+        sessions.keep_images(self.session.images())  # before the session that refers to them
+        path = sessions.save(name, self.session.to_record())
         self.session.save_kv(name)  # after the session file: a state is only ever an optimisation
         return path
 

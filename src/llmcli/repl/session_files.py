@@ -74,9 +74,8 @@ def read_image(ref: dict[str, Any]) -> Image:
     return image
 
 
-def save(name: str, doc: dict[str, Any], images: Iterable[Image] = ()) -> Path:
-    """Write the session `name` (its images' bytes first, kept once by hash)."""
-    keep_images(images)
+def save(name: str, doc: dict[str, Any]) -> Path:
+    """Write the session `name` (its images' bytes are kept first: `keep_images`)."""
     path = session_path(name)
     doc = dict(doc, format=FORMAT, name=name, updated=time.time())
     doc.setdefault("created", doc["updated"])
