@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_images import png
 
 from llmcli.contract import PrefillProgress, Stats
 from llmcli.conversation import Conversation, Message
@@ -23,7 +24,6 @@ from llmcli.log.cap import prune
 from llmcli.media import image as media
 from llmcli.render.stats import stats_line
 from llmcli.repl.readout import LiveReadout
-from test_images import png
 
 RED = png(64, 64, (255, 0, 0))
 BLUE = png(64, 64, (0, 0, 255))
@@ -81,9 +81,9 @@ def test_a_saved_message_refers_to_its_images_and_needs_them_back():
 def _row(cid: str, text: str, placed: dict) -> dict:
     rec = {"text": "answer", "model": {"ref": "m"}, "params": {}, "usage": {}, "timings": {}}
     messages = [{"role": "user", "content": text}]
-    return rows.row_values(rec, cid=cid, command="chat", messages=messages,
-                           images=rows.attachments(placed, [{"sha256": img.sha256, "tokens": 16}
-                                                            for imgs in placed.values() for img in imgs]))  # fmt: skip
+    encoded = [{"sha256": img.sha256, "tokens": 16} for imgs in placed.values() for img in imgs]
+    images = rows.attachments(placed, encoded)
+    return rows.row_values(rec, cid=cid, command="chat", messages=messages, images=images)
 
 
 def test_the_log_keeps_an_image_once_however_many_requests_hold_it(isolated):
@@ -203,7 +203,7 @@ def records(home: Path) -> list[dict]:
 @pytest.mark.model
 def test_attach_then_a_second_turn_about_the_same_image_encodes_nothing(vision, home):
     _, _, folder = vision
-    stdin = f"/attach\n/attach {folder}/red.png\n/attach\nDescribe the image.\nSay it again.\n"
+    stdin = f"/attach\n/attach {folder}/red.png\n/attach\nDescribe the image.\nSay it again.\n/context\n"
     result = chat(home, vision, stdin=stdin)
     assert result.returncode == 0, result.stderr
     assert "nothing attached" in result.stderr and "attached to the next message: " in result.stderr
@@ -213,11 +213,20 @@ def test_attach_then_a_second_turn_about_the_same_image_encodes_nothing(vision, 
     (a2,) = second["attachments"]  # the same image, held by the KV cache: not encoded again
     assert a2["cached"] is True and a2["encode_ms"] == 0 and second["timings"]["image_ms"] == 0
     assert second["usage"]["image_tokens"] == 16 and second["usage"]["cached_tokens"] > 16
+    # /context counts the image apart from the text, under its message
+    assert "16 of them image tokens" in result.stderr
+    rows = result.stderr.split("context: ", 1)[1].splitlines()
+    assert [r.split() for r in rows if r.split()[:1] == ["image"]] == [
+        ["image", "16", "tok", f"{folder}/red.png"]
+    ]
     lines = [line for line in result.stderr.splitlines() if line.startswith("prompt ")]
     assert "image 16 tok (16 reused)" in lines[1] and "image " in lines[0] and "reused)" not in lines[0]
     # the log holds the image once, linked to both requests
     assert logged(home, "SELECT count(*) FROM attachments") == [(1,)]
-    assert logged(home, "SELECT response_id, message FROM response_attachments ORDER BY 1") == [(1, 0), (2, 0)]
+    assert logged(home, "SELECT response_id, message FROM response_attachments ORDER BY 1") == [
+        (1, 0),
+        (2, 0),
+    ]
 
 
 @pytest.mark.model
@@ -230,7 +239,9 @@ def test_logs_show_rerun_and_continue_read_the_image_from_the_log(vision, home, 
     picture.unlink()  # from here on only the log has it
     shown = llmcli(home, "logs", "show", "1")
     sha = media.from_bytes("x", BLUE).sha256
-    assert shown.returncode == 0 and f"gone.png  image/png  {len(BLUE)} B, 16 tok  sha256 {sha}" in shown.stdout
+    assert (
+        shown.returncode == 0 and f"gone.png  image/png  {len(BLUE)} B, 16 tok  sha256 {sha}" in shown.stdout
+    )
     assert "## user [image: " in shown.stdout
     doc = json.loads(llmcli(home, "logs", "show", "1", "--json").stdout)
     assert [(a["sha256"], a["message"]) for a in doc["attachments"]] == [(sha, 1)]  # after the system prompt
@@ -244,8 +255,8 @@ def test_logs_show_rerun_and_continue_read_the_image_from_the_log(vision, home, 
     assert last["usage"]["image_tokens"] == 16 and [a["sha256"] for a in last["attachments"]] == [sha]
     assert logged(home, "SELECT count(*) FROM attachments") == [(1,)]
     # generate --continue goes on from the same conversation, its image too
-    again = llmcli(home, "generate", "-m", str(model), "--mmproj", str(mmproj), "--continue", "Why?", *SETTINGS,
-                   "--json")  # fmt: skip
+    again = llmcli(home, "generate", "-m", str(model), "--mmproj", str(mmproj), "--continue", "Why?",
+                   *SETTINGS, "--json")  # fmt: skip
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["usage"]["image_tokens"] == 16
 
@@ -298,5 +309,7 @@ def test_attach_refuses_in_one_line_and_the_chat_goes_on(vision, home, tmp_path)
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 2 and "cannot read image" in errors[0] and "--mmproj" in errors[1]
     assert "nothing attached" in result.stderr and result.stdout.strip()  # the message was answered
-    refused = llmcli(home, "chat", "-m", str(tmp_path / "model.gguf"), "-a", str(folder / "red.png"), stdin="hi\n")
+    refused = llmcli(
+        home, "chat", "-m", str(tmp_path / "model.gguf"), "-a", str(folder / "red.png"), stdin="hi\n"
+    )
     assert refused.returncode == 2 and "--mmproj" in refused.stderr and refused.stdout == ""

@@ -95,6 +95,7 @@ class ChatSession(SessionSettings):
     tool_loop: ToolLoop | None = None
     # images attached for the next message (`/attach`, `chat -a`): they join it when it is sent
     pending: list[Image] = field(default_factory=list)
+    image_tokens: dict[str, int] = field(default_factory=dict)  # sha256 -> positions, as the turns found
 
     def apply_recommended(self) -> dict[str, Any]:
         """Use the loaded model's recommended sampling where the user set nothing (again after a
@@ -269,6 +270,7 @@ class ChatSession(SessionSettings):
         self.last_reasoning = "" if recorded else done.reasoning.strip() and done.reasoning
         self.last = done.stats
         self.totals.add(done.stats)
+        self.image_tokens.update({a["sha256"]: a["tokens"] for a in done.stats.images if a.get("tokens")})
         return TurnResult(done, prepared.dropped_messages, prepared.dropped_tokens, recorded=recorded,
                           stopped_in_call=turn.interrupted, answer=turn.last_text,
                           calls=len(turn.calls))  # fmt: skip
@@ -352,6 +354,10 @@ class ChatSession(SessionSettings):
         old.engine.close()
         self.apply_recommended()
         return carried
+
+    def image_tokens_known(self) -> int:
+        """The conversation's image positions, as far as a turn has counted them (`/context`)."""
+        return sum(self.image_tokens.get(i.sha256, 0) for m in self.conversation.messages for i in m.images)
 
     def images(self) -> list[Image]:
         """The conversation's images, each once (a saved session keeps their bytes apart)."""

@@ -186,10 +186,8 @@ def _show(repl: Repl, arg: str) -> None:
 @command("/context", "/context", "Tokens used of the context window, per message.")
 def _context(repl: Repl, arg: str) -> None:
     s = repl.session
-    total, prompt = (
-        0,
-        "",
-    )  # as the template renders the conversation (a served model's server renders its own)
+    # as the template renders the conversation (a served model's server renders its own)
+    total, prompt, images = 0, "", 0
     if not s.engine.can.template:  # the server applies its own: its count of the last turn is the one known
         # the last answer's count, if this server gave it (not a local model's before /model, nor
         # a conversation /clear emptied since)
@@ -201,9 +199,11 @@ def _context(repl: Repl, arg: str) -> None:
             repl.info(f"context: {used}{share}, the server's count at the last answer")
     else:
         prompt = s.render_text(s.conversation.template_messages())
-        total = len(s.engine.tokenize(prompt, special=True, add_bos=False))
-        repl.info(f"context: {total} of {s.engine.n_ctx} tokens ({100 * total / s.engine.n_ctx:.0f}%)")
-    counted = 0
+        images = s.image_tokens_known()  # the images' positions, apart from the text's tokens
+        total = len(s.engine.tokenize(prompt, special=True, add_bos=False)) + images
+        apart = f"; {images} of them image tokens" if images else ""
+        repl.info(f"context: {total} of {s.engine.n_ctx} tokens ({100 * total / s.engine.n_ctx:.0f}%{apart})")
+    counted = images
 
     def count(text: str) -> str:
         nonlocal counted
@@ -223,6 +223,10 @@ def _context(repl: Repl, arg: str) -> None:
             preview = f"{preview} [calls {names}]".strip()
         mark = " [interrupted]" if m.interrupted else ""
         repl.info(f"  {i:>3} {m.role:<9} {count(m.content)}  {preview}{mark}")
+        for image in m.images:  # counted apart: the positions the projector gives it
+            n = s.image_tokens.get(image.sha256)
+            repl.info(f"  {'':>3} {'image':<9} {'?' if n is None else n:>6} tok  {image.name}"
+                      + (" (counted at the next turn)" if n is None else ""))  # fmt: skip
     answers = dropped = kept = 0
     if s.engine.can.template and any(m.reasoning for m in s.conversation.messages):
         answers, dropped, kept = s.reasoning_in(prompt)  # the rows count answers alone
