@@ -286,10 +286,12 @@ def rerun(
                          check_files=env.checks_model_files)  # fmt: skip
     messages = row.get("messages")
     think = None if row["think"] is None else bool(row["think"])
+    last = max((i for i, m in enumerate(messages or []) if m.get("role") == "user"), default=-1)
+    images = placed.pop(last, ())  # the last user message's, as generate sends them; the rest its history's
     request = (
         Request(params, text=row["prompt"])
         if row["raw"]
-        else Request(params, messages=messages, think=think, history_images=placed)
+        else Request(params, messages=messages, think=think, images=images, history_images=placed)
     )
     logged = rows.Logged(loaded.ref, "rerun") if log and writer.enabled() else None
     done, _, _ = consume(loaded.engine, request, stream_stdout=not as_json, log=logged)
