@@ -313,3 +313,18 @@ def test_attach_refuses_in_one_line_and_the_chat_goes_on(vision, home, tmp_path)
         home, "chat", "-m", str(tmp_path / "model.gguf"), "-a", str(folder / "red.png"), stdin="hi\n"
     )
     assert refused.returncode == 2 and "--mmproj" in refused.stderr and refused.stdout == ""
+
+
+@pytest.mark.model
+def test_a_conversation_with_images_past_the_window_is_refused_and_its_images_stay_attached(vision, home):
+    _, _, folder = vision
+    long = "word " * 200
+    stdin = f"/attach {folder}/red.png\n{long}\n/attach\n/detach\nhi\n"
+    result = chat(home, vision, "-c", "256", "--no-log", stdin=stdin)
+    assert result.returncode == 0, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "1 image(s)" in errors[0] and "context holds 256" in errors[0]
+    assert "still attached to the next message" in result.stderr
+    assert "attached to the next message: " in result.stderr and "detached 1 image(s)" in result.stderr
+    turns = [line for line in result.stderr.splitlines() if line.startswith("prompt ")]
+    assert len(turns) == 1 and "image" not in turns[0] and result.stdout.strip()  # "hi", answered alone

@@ -186,7 +186,7 @@ def image_tokens(engine: Engine, request: Request) -> tuple[list[int], Prepared,
         raise ContextOverflowError(
             f"the conversation with its {len(images)} image(s) is {len(media.tokens)} tokens and the answer "
             f"needs {request.fit.reserve} more, but the context holds {engine.n_ctx}",
-            hint="/clear or /undo, or raise --ctx-size (a conversation with images is not trimmed)",
+            hint="a conversation with images is not trimmed: /clear or /undo, or raise --ctx-size",
         )
     return media.tokens, Prepared(fmt.source), media
 
