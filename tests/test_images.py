@@ -228,3 +228,38 @@ def test_parity_with_llama_mtmd_cli(fixture):
         assert doc["text"].strip() and doc["text"].strip() == theirs.stdout.decode().strip()
         answers.append(doc["text"])
     assert answers[0] != answers[1]
+
+
+@pytest.mark.model
+def test_webp_and_gif_answer_as_the_png_of_their_pixels(fixture, tmp_path):
+    """WebP goes to llama.cpp's decoder as PNG (mtmd reads WebP only through an ffmpeg on PATH), a
+    GIF by its first frame: each answers exactly as the PNG of the same pixels."""
+    from PIL import Image as Picture
+
+    model, mmproj, paths = fixture
+    frames = [Picture.open(paths[name]).convert("RGB").resize((64, 64)) for name in ("noise", "red")]
+    frames[0].save(tmp_path / "a.webp", lossless=True)
+    frames[0].save(tmp_path / "a.gif", save_all=True, append_images=frames[1:])
+    Picture.open(tmp_path / "a.gif").convert("RGB").save(tmp_path / "gif-frame.png")
+    frames[0].save(tmp_path / "a.png")
+    answers = {}
+    for name in ("a.webp", "a.png", "a.gif", "gif-frame.png"):
+        result = answer(model, mmproj, tmp_path / name)
+        assert result.returncode == 0, (name, result.stderr.decode())
+        answers[name] = result.stdout
+    assert answers["a.webp"] == answers["a.png"] and answers["a.webp"].strip()
+    assert answers["a.gif"] == answers["gif-frame.png"]
+
+
+@pytest.mark.model
+def test_truncated_webp_body_is_one_line(fixture, tmp_path):
+    model, mmproj, paths = fixture
+    from PIL import Image as Picture
+
+    Picture.open(paths["noise"]).save(tmp_path / "good.webp")
+    data = (tmp_path / "good.webp").read_bytes()
+    (tmp_path / "bad.webp").write_bytes(data[: len(data) // 2])  # its header intact, the rest cut off
+    result = answer(model, mmproj, tmp_path / "bad.webp")
+    assert result.returncode == 2 and result.stdout == b""
+    lines = result.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and "webp" in lines[0], lines

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmcli.errors import LlmcliError, UsageError
-from llmcli.media import projector
+from llmcli.media import projector, webp
 from llmcli.media.image import Image
 
 
@@ -97,8 +97,9 @@ class Vision:
         bitmaps = (M.mtmd_bitmap_p_ctypes * len(images))()
         try:
             for i, image in enumerate(images):
-                buf = (ctypes.c_uint8 * image.size).from_buffer_copy(image.data)
-                bitmap = M.mtmd_helper_bitmap_init_from_buf(self.ctx, buf, image.size, False)
+                data = webp.as_png(image.name, image.data) if image.media_type == "image/webp" else image.data
+                buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+                bitmap = M.mtmd_helper_bitmap_init_from_buf(self.ctx, buf, len(data), False)
                 if not bitmap:
                     raise UsageError(f"{image.name}: the {image.media_type} could not be decoded (damaged?)")
                 M.mtmd_bitmap_set_id(bitmap, image.sha256.encode())
