@@ -263,7 +263,9 @@ class ServedEngine:
 
     # -- one request ------------------------------------------------------------------------
 
-    def _run(self, exchange: Exchange, params: SamplingParams, images: tuple[Image, ...] = ()) -> Iterator[Event]:
+    def _run(
+        self, exchange: Exchange, params: SamplingParams, images: tuple[Image, ...] = ()
+    ) -> Iterator[Event]:
         self._cancel.clear()
         with self._lock:
             self._exchange = exchange  # before it opens: an interrupt() then shuts it as it opens
