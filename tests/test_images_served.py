@@ -150,3 +150,33 @@ def test_raw_with_an_image_is_refused_before_sending(llama_server, tmp_path):
     result = run("generate", "-m", llama_server.ref, "--raw", "-a", str(image), "What is", "-n", "4")
     assert result.exit_code == 2 and result.stdout == ""
     assert len(result.stderr.strip().splitlines()) == 1 and "--raw" in result.stderr
+
+
+@pytest.mark.served
+@pytest.mark.model
+def test_an_image_by_url_is_the_same_question(vision):
+    """`-a http://...`: fetched here, sent as a data URI; the answer is the file's."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    server, _, _, paths = vision
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    handler = functools.partial(Quiet, directory=str(paths["red"].parent))
+    site = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=site.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{site.server_address[1]}/red.png"
+        by_url = served_answer(server, url, "--json")  # type: ignore[arg-type]
+        by_file = served_answer(server, paths["red"], "--json")
+    finally:
+        site.shutdown()
+        site.server_close()
+    assert by_url.exit_code == 0, by_url.stderr
+    got, want = json.loads(by_url.stdout), json.loads(by_file.stdout)
+    assert got["text"] == want["text"]
+    assert got["attachments"][0]["name"] == url
+    assert got["attachments"][0]["sha256"] == want["attachments"][0]["sha256"]
