@@ -161,6 +161,7 @@ def test_an_image_by_url_is_the_same_question(vision):
     from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
     server, _, _, paths = vision
+
     class Quiet(SimpleHTTPRequestHandler):
         def log_message(self, *args) -> None:
             pass

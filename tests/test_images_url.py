@@ -77,7 +77,9 @@ def site():
 def test_an_image_url_is_fetched_and_checked_like_a_file(site):
     for path in ("/red.png", "/red-as-text", "/moved"):
         image = media.load(site + path)
-        assert image.data == RED and image.media_type == "image/png" and (image.width, image.height) == (16, 16)
+        assert (
+            image.data == RED and image.media_type == "image/png" and (image.width, image.height) == (16, 16)
+        )
         assert image.name == site + path
 
 

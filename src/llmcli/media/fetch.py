@@ -7,7 +7,6 @@ header, pixel count). A failure is one line: a transport fault or an HTTP error 
 from __future__ import annotations
 
 import http.client
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -29,7 +28,9 @@ def fetch(url: str, limit: int, *, offline: bool = False, timeout: float | None 
     timeout = FETCH_TIMEOUT_S if timeout is None else timeout
     from llmcli import __version__
 
-    request = urllib.request.Request(url, headers={"User-Agent": f"llmcli/{__version__}", "Accept": "image/*"})
+    request = urllib.request.Request(
+        url, headers={"User-Agent": f"llmcli/{__version__}", "Accept": "image/*"}
+    )
     deadline = time.monotonic() + timeout
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -52,14 +53,16 @@ def fetch(url: str, limit: int, *, offline: bool = False, timeout: float | None 
         raise NetworkError(f"cannot fetch image {url}: HTTP {e.code} ({e.reason})") from None
     except urllib.error.URLError as e:
         reason = e.reason
-        if isinstance(reason, (TimeoutError, socket.timeout)):
+        if isinstance(reason, TimeoutError):
             raise NetworkError(f"cannot fetch image {url}: no answer within {timeout:g} s") from None
         said = reason.strerror if isinstance(reason, OSError) and reason.strerror else reason
         raise NetworkError(f"cannot fetch image {url}: {said}") from None
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:
         raise NetworkError(f"cannot fetch image {url}: no answer within {timeout:g} s") from None
     except http.client.IncompleteRead as e:
-        raise NetworkError(f"cannot fetch image {url}: the transfer broke off after {len(e.partial)} bytes") from None
+        raise NetworkError(
+            f"cannot fetch image {url}: the transfer broke off after {len(e.partial)} bytes"
+        ) from None
     except (http.client.HTTPException, OSError, ValueError) as e:
         text = (str(e) or type(e).__name__).splitlines()[0][:200]
         raise NetworkError(f"cannot fetch image {url}: {text}") from None
