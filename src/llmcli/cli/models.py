@@ -8,6 +8,7 @@ modules, inside the functions that talk to the network.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -167,6 +168,7 @@ def _show_rows(info: dict[str, Any]) -> list[tuple[str, Any]]:
         ("type", _type_row(info)),
         ("chat template", _template_row(info)),
         ("reasoning", _reasoning_row(info)),
+        ("vision", f"yes (projector {Path(info['projector']).name})" if info.get("projector") else "no"),
         ("license", info["license"]),
         ("size on disk", _size(info["size"])),
         ("files", len(info["files"])),
