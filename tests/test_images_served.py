@@ -181,3 +181,17 @@ def test_an_image_by_url_is_the_same_question(vision):
     assert got["text"] == want["text"]
     assert got["attachments"][0]["name"] == url
     assert got["attachments"][0]["sha256"] == want["attachments"][0]["sha256"]
+
+
+@pytest.mark.served
+def test_models_list_says_which_served_model_takes_images(vision, llama_server):
+    from documents import check
+
+    for server, takes in ((vision[0], True), (llama_server, False)):
+        result = run("models", "list", "--endpoint", server.url, "--json")
+        assert result.exit_code == 0, result.stderr
+        [listed] = check(json.loads(result.stdout), "models/served_list")
+        assert listed["vision"] is takes
+        table = run("models", "list", "--endpoint", server.url).stdout.splitlines()
+        assert table[0].split() == ["MODEL", "OWNED", "BY", "VISION", "CTX"]
+        assert table[1].split()[-2] == ("yes" if takes else "no")

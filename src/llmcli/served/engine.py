@@ -203,10 +203,7 @@ class ServedEngine:
     def vision(self) -> bool | None:
         """Whether the served model takes images, where the server says (llama-server's /props
         `modalities`, set by its --mmproj); None where it does not say (vLLM, others)."""
-        modalities = (self.props or {}).get("modalities")
-        if isinstance(modalities, dict) and isinstance(modalities.get("vision"), bool):
-            return modalities["vision"]
-        return None
+        return takes_images(self.props)
 
     def completion(
         self,
@@ -389,6 +386,15 @@ def probe(client: Client, endpoint: Endpoint) -> tuple[str, str, dict]:
         f"{endpoint.url} does not serve {wanted!r} (served: {shown})",
         hint=f"llmcli models list --endpoint {endpoint.name or endpoint.url}",
     )
+
+
+def takes_images(props: Any) -> bool | None:
+    """Whether a server's model takes images, as llama-server's /props says (`modalities.vision`,
+    true when it was started with --mmproj); None where the server does not say."""
+    modalities = props.get("modalities") if isinstance(props, dict) else None
+    if isinstance(modalities, dict) and isinstance(modalities.get("vision"), bool):
+        return modalities["vision"]
+    return None
 
 
 def served_context(listed: dict, props: dict | None) -> int | None:
