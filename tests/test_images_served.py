@@ -195,3 +195,15 @@ def test_models_list_says_which_served_model_takes_images(vision, llama_server):
         table = run("models", "list", "--endpoint", server.url).stdout.splitlines()
         assert table[0].split() == ["MODEL", "OWNED", "BY", "VISION", "CTX"]
         assert table[1].split()[-2] == ("yes" if takes else "no")
+
+
+@pytest.mark.vllm
+def test_an_image_to_vllms_text_only_model_is_its_own_error_in_one_line(vllm_server, tmp_path):
+    """vLLM takes the same content parts; its SmolLM2 (a text-only model) refuses the image in
+    its own words, one line, a non-zero exit, nothing on stdout."""
+    image = tmp_path / "red.png"
+    image.write_bytes(png(16, 16, (255, 0, 0)))
+    result = run("generate", "-m", vllm_server.ref, "-a", str(image), "What is this?", "-n", "4")
+    assert result.exit_code != 0 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "HTTP 400" in lines[0], lines
