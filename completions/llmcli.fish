@@ -153,7 +153,7 @@ complete -c llmcli -n '__llmcli_at "generate"' -l stats -d 'Print speed figures 
 complete -c llmcli -n '__llmcli_at "generate"' -l json -d 'Print one JSON document instead of the text'
 complete -c llmcli -n '__llmcli_at "generate"' -l prompt-cache -r -F -d 'Reuse the KV state saved in FILE for the longest common prompt prefix, and update FILE after the run'
 complete -c llmcli -n '__llmcli_at "generate"' -l prompt-cache-ro -d 'Use --prompt-cache FILE but never write it'
-complete -c llmcli -n '__llmcli_at "generate"' -o a -l attach -x -d 'An image (PNG, JPEG, WebP, GIF) for the prompt; repeatable; \'-\' reads it from stdin'
+complete -c llmcli -n '__llmcli_at "generate"' -o a -l attach -x -d 'An image (PNG, JPEG, WebP, GIF) for the prompt: a file, an http(s) URL, or \'-\' (stdin); repeatable'
 complete -c llmcli -n '__llmcli_at "generate"' -l mmproj -x -d 'The model\'s image projector (else an mmproj*.gguf beside the model)'
 complete -c llmcli -n '__llmcli_at "generate"' -l timeout -x -d 'A served model: seconds its server may stay silent (connecting, or mid-stream) before the request fails as stalled (default 120)'
 complete -c llmcli -n '__llmcli_at "generate"' -l offline -d 'Never touch the network; use only models already downloaded'

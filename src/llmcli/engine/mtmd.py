@@ -53,7 +53,8 @@ def load_vision(llama_cpp, model, model_path, mmproj: str | None, n_threads: int
     found = projector.find(str(model_path), mmproj)
     if found is None:
         raise projector.missing(Path(model_path).name)
-    return Vision(llama_cpp, model, str(found), n_threads, debug)
+    what = f"--mmproj {found}" if mmproj else f"the projector beside the model ({found})"
+    return Vision(llama_cpp, model, str(found), n_threads, debug, what)
 
 
 def placeholder(image: Image) -> int:
@@ -63,7 +64,7 @@ def placeholder(image: Image) -> int:
 class Vision:
     """The projector of one model: an mtmd context over the engine's model."""
 
-    def __init__(self, llama_cpp, model, path: str, n_threads: int, debug: bool) -> None:
+    def __init__(self, llama_cpp, model, path: str, n_threads: int, debug: bool, what: str = "") -> None:
         from llama_cpp import mtmd_cpp
 
         self.M = mtmd_cpp
@@ -83,12 +84,12 @@ class Vision:
         if not self.ctx:
             n_embd = llama_cpp.llama_model_n_embd(model)
             raise UsageError(
-                f"--mmproj {path}: not a projector for this model (llama.cpp refused it; "
+                f"{what or path}: not a projector for this model (llama.cpp refused it; "
                 f"the model's embedding width is {n_embd})"
             )
         if not mtmd_cpp.mtmd_support_vision(self.ctx):
             self.close()
-            raise UsageError(f"--mmproj {path}: this projector takes no images")
+            raise UsageError(f"{what or path}: this projector takes no images")
         self.marker = mtmd_cpp.mtmd_default_marker().decode()
 
     def prompt(self, text: str, images: list[Image]) -> MediaPrompt:
