@@ -10,7 +10,8 @@ Three figures per side, mean ± sd over the repetitions:
   of it (start-up and load), per repetition;
 - llmcli in process: `llmcli bench --scenario embed`'s measurement (`llmcli.bench.embed.measure`),
   load excluded, for reference.
-The ratio is llmcli's texts/s over llama-embedding's. Both sides' vectors are compared (cosine).
+The ratio is llmcli's texts/s over llama-embedding's (mean wall clocks). llama-embedding runs two
+ways (`LLAMA_EMBEDDING`). The vectors of llmcli and of the last llama-embedding are compared (cosine).
 
     python benchmarks/embed.py [--sentences 1000] [--threads 1] [--repetitions 3]
 """
@@ -31,7 +32,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "src"))
 
-LLAMA_EMBEDDING_ARGS = ["-b", "2048", "-ub", "2048", "-np", "256", "--embd-output-format", "array"]
+# llama-embedding two ways: as its README runs many prompts (batches of 2048 tokens, up to 256
+# sequences), and shaped as llmcli batches (the model's 512-token context, up to 64 sequences)
+LLAMA_EMBEDDING = {
+    "llama-embedding -b 2048 -np 256": ["-b", "2048", "-ub", "2048", "-np", "256"],
+    "llama-embedding -b 512 -np 64": ["-c", "512", "-b", "512", "-ub", "512", "-np", "64"],
+}
 
 
 def timed(cmd: list[str], stdin: Path | None = None, env: dict | None = None) -> tuple[float, bytes]:
@@ -66,27 +72,28 @@ def main() -> None:
     texts = sentences(args.sentences)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     t = str(args.threads)
-    walls: dict[str, list[float]] = {"llmcli": [], "llama-embedding": []}
-    alone: dict[str, list[float]] = {"llmcli": [], "llama-embedding": []}
+    sides = ["llmcli", *LLAMA_EMBEDDING]
+    walls: dict[str, list[float]] = {side: [] for side in sides}
+    alone: dict[str, list[float]] = {side: [] for side in sides}
     with tempfile.TemporaryDirectory() as tmp:
         file, one = Path(tmp) / "sentences.txt", Path(tmp) / "one.txt"
         file.write_text("\n".join(texts) + "\n")
         one.write_text(texts[0] + "\n")
         npy = Path(tmp) / "v.npy"
         ours = [sys.executable, "-m", "llmcli", "embed", "-m", str(model), "-t", t, "-o", str(npy)]
-        theirs = [str(tool), "-m", str(model), "-t", t, *LLAMA_EMBEDDING_ARGS]
-        theirs += llamacpp_tools.weights_args("llama-embedding")
+        commands = {"llmcli": ours}
+        for side, extra in LLAMA_EMBEDDING.items():
+            commands[side] = [str(tool), "-m", str(model), "-t", t, *extra, "--embd-output-format", "array",
+                              *llamacpp_tools.weights_args("llama-embedding")]  # fmt: skip
         for rep in range(args.repetitions):
             print(f"repetition {rep + 1}/{args.repetitions} ...", file=sys.stderr)
-            whole, _ = timed(ours, file, env)
-            start, _ = timed(ours, one, env)
-            walls["llmcli"].append(whole)
-            alone["llmcli"].append(whole - start)
-            whole, out = timed([*theirs, "-f", str(file)])
-            start, _ = timed([*theirs, "-f", str(one)])
-            walls["llama-embedding"].append(whole)
-            alone["llama-embedding"].append(whole - start)
-        timed(ours, file, env)
+            for side, cmd in commands.items():
+                mine = side == "llmcli"
+                whole, out = timed(cmd if mine else [*cmd, "-f", str(file)], file if mine else None, env)
+                start, _ = timed(cmd if mine else [*cmd, "-f", str(one)], one if mine else None, env)
+                walls[side].append(whole)
+                alone[side].append(whole - start)
+        timed(commands["llmcli"], file, env)
         a, b = np.load(npy), np.asarray(json.loads(out), dtype=np.float32)
     cosines = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
     inproc = measure(str(model), texts, threads=args.threads, batch_tokens=None, reps=args.repetitions,
@@ -94,16 +101,18 @@ def main() -> None:
     n = len(texts)
     tokens = inproc["n_tokens"]
     print(f"{n} sentences, {tokens} tokens, {args.threads} threads, {args.repetitions} repetitions "
-          f"(mean ± sd); llama-embedding {' '.join(LLAMA_EMBEDDING_ARGS)}")  # fmt: skip
-    print(f"{'':34}{'texts/s':>17}  {'tokens/s':>17}")
-    for side in walls:
+          "(mean ± sd)")  # fmt: skip
+    print(f"{'':50}{'texts/s':>17}  {'tokens/s':>17}")
+    for side in sides:
         for label, secs in ((f"{side}, end to end", walls[side]), (f"{side}, embedding alone", alone[side])):
-            print(f"{label:34}{spread([n / s for s in secs])}  {spread([tokens / s for s in secs])}")
+            print(f"{label:50}{spread([n / s for s in secs])}  {spread([tokens / s for s in secs])}")
     rate = f"{inproc['avg_texts_s']:8.1f} ± {inproc['stddev_texts_s']:6.1f}"
-    print(f"{'llmcli, in process (bench)':34}{rate}  {inproc['avg_ts']:8.1f} ± {inproc['stddev_ts']:6.1f}")
-    for label, d in (("end to end", walls), ("embedding alone", alone)):
-        ratio = statistics.mean(d["llama-embedding"]) / statistics.mean(d["llmcli"])
-        print(f"ratio llmcli / llama-embedding texts/s, {label}: {ratio:.2f}x")
+    print(f"{'llmcli, in process (bench --scenario embed)':50}{rate}  "
+          f"{inproc['avg_ts']:8.1f} ± {inproc['stddev_ts']:6.1f}")  # fmt: skip
+    for side in LLAMA_EMBEDDING:
+        for label, d in (("end to end", walls), ("embedding alone", alone)):
+            ratio = statistics.mean(d[side]) / statistics.mean(d["llmcli"])
+            print(f"ratio llmcli / {side}, texts/s, {label}: {ratio:.2f}x")
     print(f"vectors: cosine llmcli vs llama-embedding, min {cosines.min():.6f} over {n}")
 
 

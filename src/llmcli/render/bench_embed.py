@@ -15,13 +15,14 @@ def markdown(doc: dict[str, Any]) -> str:
         body.append([
             r["model_filename"], r["pooling"], str(r["n_threads"]),
             str(r["batch_tokens"]) if r["batch_tokens"] else "ctx", str(r["n_texts"]), str(r["n_tokens"]),
-            f"{r['avg_texts_s']:.1f} ± {r['stddev_texts_s']:.1f}", f"{r['avg_ts']:.1f} ± {r['stddev_ts']:.1f}",
-            f"{r['load_ms']:.0f}",
+            f"{r['avg_texts_s']:.1f} ± {r['stddev_texts_s']:.1f}",
+            f"{r['avg_ts']:.1f} ± {r['stddev_ts']:.1f}", f"{r['load_ms']:.0f}",
         ])  # fmt: skip
     right = [h not in ("model", "pooling") for h in head]
     table = tables.markdown(head, body, right) if body else "No test finished.\n"
     s = doc["settings"]
     env = doc["environment"]
     texts = "generated sentences" if s["texts"] == "generated" else s["texts"]
+    warmup = "" if s["warmup"] else ", no warm-up"
     return (f"{table}\nllmcli {env.get('llmcli_version')}, {s['n_texts']} texts ({texts}), "
-            f"{s['repetitions']} repetitions{'' if s['warmup'] else ', no warm-up'}; mean ± sd\n")  # fmt: skip
+            f"{s['repetitions']} repetitions{warmup}; mean ± sd\n")  # fmt: skip
