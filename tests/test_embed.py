@@ -201,10 +201,10 @@ def test_a_damaged_database_is_one_line(model, isolated):
 
 
 _WRITER = """
-import sys, time
+import struct, sys, time
 from llmcli.embed import collections as store
 with store.connect() as db:
-    vec = bytes(384 * 4)
+    vec = struct.pack("384f", *([0.0] * 383 + [1.0]))
     store.store(db, "big", "m.gguf", [(str(i), "h", None, vec) for i in range(10)], 384)
     db.execute("BEGIN IMMEDIATE")
     db.executemany("INSERT OR REPLACE INTO embeddings VALUES ('big', ?, 'h2', NULL, ?, 0)",
@@ -222,6 +222,9 @@ def test_a_killed_writer_leaves_what_was_stored_and_readers_read_on(model, isola
         # a concurrent reader, mid-write: sees the committed rows, never the open transaction's
         listed = json.loads(run("collections", "list", "--json").stdout)["collections"]
         assert listed == [{"name": "big", "model": "m.gguf", "dimensions": 384, "items": 10}]
+        found = run("similar", "big", "--id", "3", "-n", "100")
+        assert found.exit_code == 0, found.stderr
+        assert sorted(m["id"] for m in vectors(found)) == [str(i) for i in range(10) if i != 3]
     finally:
         writer.send_signal(signal.SIGKILL)
         writer.wait(timeout=60)

@@ -15,8 +15,8 @@ from llmcli.log import writer
 from llmcli.log.rows import new_cid, row_values
 
 TOPICS = [
-    ("How do I bake sourdough bread at home?", "Feed the starter, mix flour and water, proof overnight, bake hot."),
-    ("Which planets have rings?", "Saturn most famously, but Jupiter, Uranus and Neptune have faint rings too."),
+    ("How do I bake sourdough bread at home?", "Feed the starter, mix flour and water, proof, bake hot."),
+    ("Which planets have rings?", "Saturn most famously; Jupiter, Uranus and Neptune have faint ones."),
     ("How do I revert the last git commit?", "Use git revert HEAD, or git reset --hard HEAD~1 to drop it."),
     ("What is a good stretch for a sore back?", "Try the child's pose and knee-to-chest stretches, slowly."),
 ]
@@ -38,7 +38,8 @@ def log(entries: list[tuple[str, str]]) -> None:
                "usage": {"prompt_tokens": 10, "cached_tokens": 0, "completion_tokens": 5},
                "timings": {"prefill_ms": 1, "decode_ms": 1, "ttft_ms": 1, "total_ms": 2},
                "versions": {"llmcli": "x"}}  # fmt: skip
-        row = row_values(rec, cid=new_cid(), command="generate", messages=[{"role": "user", "content": prompt}])
+        messages = [{"role": "user", "content": prompt}]
+        row = row_values(rec, cid=new_cid(), command="generate", messages=messages)
         assert writer.write(row) is not None
 
 
@@ -96,3 +97,12 @@ def test_bad_like_is_one_line(model, isolated, args, says):
     result = run("logs", *args)
     assert result.exit_code != 0 and result.stdout == ""
     assert len(result.stderr.strip().splitlines()) == 1 and says in result.stderr
+
+
+def test_the_environment_variable_names_the_model_and_plain_logs_ignore_it(model, isolated, monkeypatch):
+    log(TOPICS)
+    monkeypatch.setenv("LLMCLI_EMBED_MODEL", str(model))
+    plain = run("logs", "--json")
+    assert plain.exit_code == 0 and len(json.loads(plain.stdout)) == 4  # set, and no --like: a listing
+    _, ids = like("a telescope pointed at Saturn")
+    assert ids[0] == 2

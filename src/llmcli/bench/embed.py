@@ -21,7 +21,6 @@ from typing import Any
 from llmcli.bench import stats
 from llmcli.errors import UsageError
 
-SCHEMA = "bench-embed"
 DEFAULT_TEXTS = 1000
 
 SUBJECTS = ("The cat", "A scientist", "My neighbour", "The old train", "A small bird", "The committee")
@@ -151,7 +150,7 @@ def run(request: Request, progress: Progress = lambda line: None, debug: bool = 
     from llmcli.bench.machine import collect
 
     started = _now_iso()
-    results = []
+    results: list[dict[str, Any]] = []
     for model in request.models:
         for threads in request.threads:
             for batch in request.batch_tokens:

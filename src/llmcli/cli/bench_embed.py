@@ -21,7 +21,7 @@ def run(f: BenchFlags) -> None:
         raise UsageError(f"--scenario embed writes -o md or json, not {f.output}")
     doc = embed.run(request, progress=lambda line: render.info(f"llmcli bench: {line}"), debug=render.debug())
     if f.output == "json":
-        render.out_json(doc, schema=embed.SCHEMA)
+        render.out_json(doc, schema="bench-embed")
     else:
         from llmcli.render.bench_embed import markdown
 

@@ -57,7 +57,7 @@ def logs(
                     help="Rank entries by meaning, the closest to TEXT first (an embedding model: "
                     "--embed-model or the embed_model setting).")] = None,
     embed_model: Annotated[str | None, typer.Option("--embed-model", metavar="MODEL", show_default=False,
-                           help="The embedding model of --like.")] = None,
+                           envvar="LLMCLI_EMBED_MODEL", help="The embedding model of --like.")] = None,
 ) -> None:
     """The conversation log: every generate and chat turn, with its settings and timings. Alone:
     the recent entries (the newest last); -q searches them, best match first.
@@ -71,7 +71,8 @@ def logs(
     if like is not None or embed_model is not None:
         from llmcli.cli.logs_like import check
 
-        check(like, embed_model)
+        source = ctx.get_parameter_source("embed_model")
+        check(like, embed_model, source is not None and source.name == "COMMANDLINE")  # not the env var
     db = queries.reader()
     try:
         if like is not None:

@@ -9,10 +9,13 @@ from llmcli import render
 from llmcli.errors import UsageError
 
 
-def check(like: str | None, embed_model: str | None) -> None:
-    """What can be refused before the log is opened or a model loaded."""
+def check(like: str | None, embed_model: str | None, given: bool) -> None:
+    """What can be refused before the log is opened or a model loaded (`given`: --embed-model was
+    typed, not taken from LLMCLI_EMBED_MODEL)."""
     if like is None:
-        raise UsageError("--embed-model is the model of --like TEXT: give --like too")
+        if given:
+            raise UsageError("--embed-model is the model of --like TEXT: give --like too")
+        return
     if not like.strip():
         raise UsageError("--like needs a text to compare the entries with")
     if not _model(embed_model):

@@ -59,7 +59,9 @@ def update(db: sqlite3.Connection, log: sqlite3.Connection, model) -> tuple[int,
     for start in range(0, len(todo), CHUNK):
         chunk = todo[start : start + CHUNK]
         result = model.embed([t for _, t, _ in chunk])
-        rows = [(i, h, None, row.tobytes()) for (i, _, h), row in zip(chunk, result.matrix, strict=True)]
+        rows: list[tuple[str, str, str | None, bytes]] = [
+            (i, h, None, row.tobytes()) for (i, _, h), row in zip(chunk, result.matrix, strict=True)
+        ]
         store.store(db, COLLECTION, model.name, rows, int(result.matrix.shape[1]))
     return len(todo), len(same)
 
