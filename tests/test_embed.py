@@ -4,6 +4,7 @@ against a plain mean pool of the same weights (tests/data/minilm_reference.json)
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -37,6 +38,11 @@ def reference() -> list[dict]:
 def cosine(a, b) -> float:
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+def sha(text: str) -> str:
+    """The id of an argument or stdin line: 16 hex digits of its content's SHA-256."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def vectors(result) -> list[list[float]]:
@@ -89,7 +95,8 @@ def test_batched_equals_one_at_a_time(model):
 def test_outputs_jsonl_and_npy(model, isolated, tmp_path):
     result = run("embed", "-m", str(model), "--jsonl", input="first line\nsecond line\n")
     lines = [check(d, "embed/line") for d in vectors(result)]
-    assert [d["id"] for d in lines] == ["1", "2"] and all(len(d["vector"]) == 384 for d in lines)
+    assert [d["id"] for d in lines] == [sha("first line"), sha("second line")]
+    assert all(len(d["vector"]) == 384 for d in lines)
     out = tmp_path / "v.npy"
     files = [tmp_path / "a.txt", tmp_path / "b.txt"]
     for f, text in zip(files, ["one file", "another file"], strict=True):
@@ -154,7 +161,7 @@ def test_collections_store_search_and_skip_unchanged(model, isolated):
     assert "0 embedded, 3 unchanged" in result.stderr
     result = run("similar", "notes", "Someone is strumming a guitar.", "-n", "2")
     matches = [check(m, "embed/match") for m in vectors(result)]
-    assert [m["id"] for m in matches][0] == "1" and len(matches) == 2
+    assert [m["id"] for m in matches][0] == sha("A man is playing a guitar.") and len(matches) == 2
     assert matches[0]["content"] == "A man is playing a guitar." and matches[0]["score"] > matches[1]["score"]
     listed = check(json.loads(run("collections", "list", "--json").stdout), "embed/collections")[
         "collections"
@@ -194,10 +201,10 @@ def test_a_damaged_database_is_one_line(model, isolated):
 
 
 _WRITER = """
-import sys, time
+import struct, sys, time
 from llmcli.embed import collections as store
 with store.connect() as db:
-    vec = bytes(384 * 4)
+    vec = struct.pack("384f", *([0.0] * 383 + [1.0]))
     store.store(db, "big", "m.gguf", [(str(i), "h", None, vec) for i in range(10)], 384)
     db.execute("BEGIN IMMEDIATE")
     db.executemany("INSERT OR REPLACE INTO embeddings VALUES ('big', ?, 'h2', NULL, ?, 0)",
@@ -215,6 +222,9 @@ def test_a_killed_writer_leaves_what_was_stored_and_readers_read_on(model, isola
         # a concurrent reader, mid-write: sees the committed rows, never the open transaction's
         listed = json.loads(run("collections", "list", "--json").stdout)["collections"]
         assert listed == [{"name": "big", "model": "m.gguf", "dimensions": 384, "items": 10}]
+        found = run("similar", "big", "--id", "3", "-n", "100")
+        assert found.exit_code == 0, found.stderr
+        assert sorted(m["id"] for m in vectors(found)) == [str(i) for i in range(10) if i != 3]
     finally:
         writer.send_signal(signal.SIGKILL)
         writer.wait(timeout=60)
@@ -224,3 +234,22 @@ def test_a_killed_writer_leaves_what_was_stored_and_readers_read_on(model, isola
     assert db.execute("SELECT count(*) FROM embeddings").fetchone() == (10,)
     db.close()
     assert run("embed", "-m", str(model), "-c", "more", "still writable").exit_code == 0
+
+
+def test_a_second_batch_of_stdin_lines_adds_to_a_collection(model, isolated):
+    first = "A man is playing a guitar.\nThe stock market fell sharply today.\n"
+    second = "Cats sleep most of the day.\nA man is playing a guitar.\nCats sleep most of the day.\n"
+    assert "2 embedded" in run("embed", "-m", str(model), "-c", "notes", "--store", input=first).stderr
+    result = run("embed", "-m", str(model), "-c", "notes", "--store", input=second)
+    # the guitar line is known by its content: unchanged; the repeated cat line is embedded once
+    assert result.exit_code == 0 and "1 embedded, 1 unchanged" in result.stderr
+    listed = json.loads(run("collections", "list", "--json").stdout)["collections"]
+    assert listed[0]["items"] == 3
+    matches = vectors(run("similar", "notes", "a sleepy kitten", "-n", "3"))
+    cat = "Cats sleep most of the day."
+    assert matches[0]["content"] == cat and matches[0]["id"] == sha(cat)
+    # --prefix keeps sources apart: the same line under another prefix is another item
+    result = run("embed", "-m", str(model), "-c", "notes", "--prefix", "mail/", input=cat + "\n")
+    assert "1 embedded, 0 unchanged" in result.stderr
+    found = vectors(run("similar", "notes", "--id", "mail/" + sha(cat), "-n", "1"))
+    assert found[0]["id"] == sha(cat) and found[0]["score"] > 0.999

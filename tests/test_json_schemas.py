@@ -26,6 +26,7 @@ PRINTED = {
     "bench": "bench -o json",
     "bench/line": "bench -o jsonl (a line)",
     "bench-compare": "bench compare -o json",
+    "bench-embed": "bench --scenario embed -o json (tests/test_bench_embed.py, on a real embedding model)",
     "logs/entries": "logs --json",
     "logs/entry": "logs show ID --json",
     "logs/rerun": "logs rerun ID --json",

@@ -164,7 +164,9 @@ def test_with_thinking_off_a_block_the_model_writes_anyway_stays_out_of_the_answ
     engine = engine_with(QWEN3)
     engine.info.chat_template = template("qwen3")
     engine.replies = ["<think>\n\n</think>\n\nParis."]
-    request = Request(SamplingParams(), messages=[{"role": "user", "content": "Capital of France?"}], think=False)
+    request = Request(
+        SamplingParams(), messages=[{"role": "user", "content": "Capital of France?"}], think=False
+    )
     done = list(engine.respond(request))[-1]
     assert engine.reasoning_state == "answer"  # the grammar, if any, applies from the first token
     assert (done.text, done.reasoning) == ("Paris.", "")

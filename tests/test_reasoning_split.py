@@ -84,7 +84,15 @@ def thinking(monkeypatch, tmp_path):
     return replies
 
 
-PIECES = [b"<th", b"ink>\nThe capital", b" of France.\n</th", b"ink>\n\n", b"Par", b"is \xc3", b"\xa9t\xc3\xa9."]
+PIECES = [
+    b"<th",
+    b"ink>\nThe capital",
+    b" of France.\n</th",
+    b"ink>\n\n",
+    b"Par",
+    b"is \xc3",
+    b"\xa9t\xc3\xa9.",
+]
 
 
 def test_generate_prints_the_answer_alone_on_stdout_and_the_reasoning_on_stderr(thinking):

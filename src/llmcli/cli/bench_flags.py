@@ -104,7 +104,8 @@ Scenario = Annotated[
         help="tests: llama-bench's pp/tg/pg tests; chat: a scripted conversation through the chat "
         "template, time to first token and decode speed per turn, KV cache reused and not; spec: "
         "speculative decoding of a prompt (greedy, as generate), effective decode speed against "
-        "plain decoding, tokens drafted and accepted, for every --spec-* setting.",
+        "plain decoding, tokens drafted and accepted, for every --spec-* setting; embed: an embedding "
+        "model's texts/s and tokens/s over --texts generated sentences or -f FILE's lines.",
         rich_help_panel=RUN_PANEL,
     ),
 ]  # fmt: skip
@@ -230,7 +231,15 @@ SpecPrompt = Annotated[
 SpecPromptFile = Annotated[
     Path | None,
     typer.Option("--file", "-f", "--prompt-file", metavar="FILE", show_default=False,
-                 rich_help_panel=SPEC_PANEL, help="Read the prompt from FILE (UTF-8), as generate -f."),
+                 rich_help_panel=SPEC_PANEL, help="Read the prompt from FILE (UTF-8), as generate -f; "
+                 "--scenario embed: the texts to embed, one per line."),
+]  # fmt: skip
+
+Texts = Annotated[
+    int | None,
+    typer.Option("--texts", min=1, metavar="N", show_default=False, rich_help_panel=RUN_PANEL,
+                 help="--scenario embed: embed N generated sentences (default 1000; -f FILE embeds its "
+                 "lines instead)."),
 ]  # fmt: skip
 
 SERVE_PANEL = "Served model (bench -m URL#MODEL or NAME/MODEL: the serving benchmark)"
@@ -348,6 +357,7 @@ class BenchFlags:
     delay: Delay = 0.0
     seed: Seed = 1234
     busy: Busy = 0
+    texts: Texts = None
     concurrency: Concurrency = None
     requests: Requests = None
     request_rate: RequestRate = None

@@ -20,7 +20,13 @@ def run(f: BenchFlags) -> None:
     from llmcli.render import bench as formats
 
     check_choice("--output", f.output, formats.FORMATS)
-    check_choice("--scenario", f.scenario, tuple(session.SCENARIOS))
+    if f.scenario == "embed":  # an embedding model's throughput: its own flags and records
+        from llmcli.cli import bench_embed
+
+        return bench_embed.run(f)
+    check_choice("--scenario", f.scenario, (*session.SCENARIOS, "embed"))
+    if f.texts is not None:
+        raise UsageError("--texts: only for --scenario embed")
     served = serve.served_endpoints(s.parse_models(f.model), f.timeout)
     if served:
         return _run_served(f, served)

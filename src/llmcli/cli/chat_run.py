@@ -43,7 +43,7 @@ def run(ctx: typer.Context, flags: o.RunFlags, c: Chat) -> None:
     if policy not in OVERFLOW_POLICIES:
         raise UsageError(f"--on-overflow must be one of {', '.join(OVERFLOW_POLICIES)}, got {policy!r}")
     params = flags.sampling()
-    images = _first_images(c.attach)  # checked before anything loads
+    images = _first_images(c.attach, c.offline)  # checked (or fetched) before anything loads
     history = flags.continued()  # --continue / --cid: a logged conversation
     if history is not None and (c.session or c.resume):
         raise UsageError("--continue/--cid and --session/--resume both name a conversation: give one")
@@ -100,14 +100,15 @@ def run(ctx: typer.Context, flags: o.RunFlags, c: Chat) -> None:
     _converse(chat_session, flags, c, toolset, name, saved, history)
 
 
-def _first_images(names: list[str]) -> list:
-    """`chat -a`'s images, checked (one line each for a bad one); stdin holds the conversation."""
+def _first_images(names: list[str], offline: bool) -> list:
+    """`chat -a`'s images (files or http(s) URLs), checked (one line each for a bad one); stdin
+    holds the conversation."""
     from llmcli.errors import UsageError
     from llmcli.media.image import load
 
     if "-" in names:
         raise UsageError("chat reads the conversation from stdin: give --attach a file, not '-'")
-    return [load(name) for name in names]
+    return [load(name, offline=offline) for name in names]
 
 
 def _engine_options(ctx: typer.Context, flags: o.RunFlags, saved: dict | None):

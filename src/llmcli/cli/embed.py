@@ -15,14 +15,24 @@ from llmcli.errors import UsageError
 
 POOLINGS = ("mean", "cls", "last")
 MAX_LINE_BYTES = 64 << 20  # one text on stdin longer than this is refused rather than held in memory
+ID_HEX = 16  # an argument's or stdin line's id: this many hex digits of its content's SHA-256
+
+
+def text_id(text: str) -> str:
+    """The id of a text given as an argument or a stdin line: its content's hash, so the same text
+    has the same id in every run and a second batch adds to a collection instead of replacing."""
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:ID_HEX]
 
 
 def _stdin_texts(whole: bool) -> list[tuple[str, str]]:
-    """(id, text) from stdin: one text per line (ids are line numbers), or all of it as one."""
+    """(id, text) from stdin: one text per line, or all of it as one; ids are content hashes."""
     data = sys.stdin.buffer.read()
     if whole:
         try:
-            return [("1", data.decode("utf-8"))]
+            text = data.decode("utf-8")
+            return [(text_id(text), text)]
         except UnicodeDecodeError as exc:
             raise UsageError(f"stdin is not valid UTF-8 (byte {exc.start})") from None
     out = []
@@ -35,7 +45,7 @@ def _stdin_texts(whole: bool) -> list[tuple[str, str]]:
             raise UsageError(f"stdin line {n} is not valid UTF-8 (byte {exc.start})") from None
         if not text.strip():
             raise UsageError(f"stdin line {n} is empty: there is nothing to embed")
-        out.append((str(n), text))
+        out.append((text_id(text), text))
     return out
 
 
@@ -56,8 +66,10 @@ def _file_texts(patterns: list[str]) -> list[tuple[str, str]]:
     return out
 
 
-def gather(texts: list[str], files: list[str], whole: bool) -> list[tuple[str, str]]:
-    items = [(str(i), t) for i, t in enumerate(texts, 1)] + _file_texts(files)
+def gather(texts: list[str], files: list[str], whole: bool, prefix: str = "") -> list[tuple[str, str]]:
+    """(id, text) of every text: arguments and stdin lines by their content's hash, files by path;
+    `prefix` before every id."""
+    items = [(text_id(t), t) for t in texts] + _file_texts(files)
     if not texts and not files:
         if sys.stdin.isatty():
             raise UsageError("no text to embed: give TEXT arguments, -i FILE, or lines on stdin")
@@ -67,7 +79,7 @@ def gather(texts: list[str], files: list[str], whole: bool) -> list[tuple[str, s
     for i, (id_, text) in enumerate(items):
         if not text.strip():
             raise UsageError(f"text {id_ if files else i + 1} is empty: there is nothing to embed")
-    return items
+    return [(prefix + id_, text) for id_, text in items]
 
 
 def embed(
@@ -90,6 +102,9 @@ def embed(
     keep: Annotated[
         bool, typer.Option("--store", help="With -c: keep each text's content beside its vector.")
     ] = False,
+    prefix: Annotated[
+        str, typer.Option("--prefix", help="Put this before every id (a text's id is its content's hash).")
+    ] = "",
     pooling: Annotated[
         str | None, typer.Option("--pooling", help="Override the model's pooling: mean, cls or last.")
     ] = None,
@@ -122,7 +137,7 @@ def embed(
     Example: llmcli embed -m all-minilm.gguf "A man is playing a guitar."
     """
     _check(model, pooling, output)
-    items = gather(texts or [], inputs or [], whole)
+    items = gather(texts or [], inputs or [], whole, prefix)
     from llmcli.embed.runs import Model
 
     engine = Model(model, pooling=pooling, threads=threads, batch_tokens=batch_tokens, debug=render.debug())

@@ -31,7 +31,8 @@ def embed_into(engine: Model, name: str, items: list[tuple[str, str]], *, keep: 
         found = store.get(db, name)
         if found is not None:
             store.check_model(found, engine.name)
-        hashed = [(id_, text, content_hash(text)) for id_, text in items]
+        # one row per id: a text given twice (the same hash, so the same id) is embedded once
+        hashed = list({id_: (id_, text, content_hash(text)) for id_, text in items}.values())
         same = store.unchanged(db, name, [(i, h) for i, _, h in hashed]) if found else set()
         todo = [(i, t, h) for i, t, h in hashed if i not in same]
         if todo:

@@ -47,7 +47,7 @@ def run(ctx: typer.Context, flags: o.RunFlags, g: Generate) -> None:
 
     if g.attach.count("-") > 1:
         raise UsageError("stdin holds one image: give '-' to --attach once")
-    images = tuple(load(name) for name in g.attach)  # checked before anything loads
+    images = tuple(load(name, offline=g.offline) for name in g.attach)  # checked before anything loads
     text = read_prompt(g.prompt, g.file, stdin_text="-" not in g.attach)
     params = flags.sampling()
     history = flags.continued()  # --continue / --cid: the logged conversation

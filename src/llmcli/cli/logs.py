@@ -53,6 +53,11 @@ def logs(
     ] = None,
     count: Annotated[int, typer.Option("--count", "-n", help="Show at most N entries (0: all).", min=0)] = 10,
     as_json: AsJson = False,
+    like: Annotated[str | None, typer.Option("--like", metavar="TEXT", show_default=False,
+                    help="Rank entries by meaning, the closest to TEXT first (an embedding model: "
+                    "--embed-model or the embed_model setting).")] = None,
+    embed_model: Annotated[str | None, typer.Option("--embed-model", metavar="MODEL", show_default=False,
+                           envvar="LLMCLI_EMBED_MODEL", help="The embedding model of --like.")] = None,
 ) -> None:
     """The conversation log: every generate and chat turn, with its settings and timings. Alone:
     the recent entries (the newest last); -q searches them, best match first.
@@ -63,10 +68,21 @@ def logs(
         return
     from llmcli.log import queries
 
+    if like is not None or embed_model is not None:
+        from llmcli.cli.logs_like import check
+
+        source = ctx.get_parameter_source("embed_model")
+        check(like, embed_model, source is not None and source.name == "COMMANDLINE")  # not the env var
     db = queries.reader()
     try:
-        rows = queries.select(db, query=query, model=model, since=parse_since(since), cid=cid,
-                              limit=count or None)  # fmt: skip
+        if like is not None:
+            from llmcli.cli.logs_like import search
+
+            rows = search(db, like, embed_model, query=query, model=model, since=parse_since(since), cid=cid,
+                          limit=count or None)  # fmt: skip
+        else:
+            rows = queries.select(db, query=query, model=model, since=parse_since(since), cid=cid,
+                                  limit=count or None)  # fmt: skip
     except Exception as exc:
         import sqlite3
 
@@ -81,7 +97,7 @@ def logs(
         render.out_json([queries.as_json(r) for r in rows], schema="logs/entries")
         return
     if not rows:
-        render.info("no log entries" + (" match" if query or model or since or cid else " yet"))
+        render.info("no log entries" + (" match" if query or model or since or cid or like else " yet"))
         return
     render.out_text("".join(_entry(r) for r in reversed(rows)))  # oldest first: the newest ends on screen
 
@@ -353,6 +369,8 @@ def stats(
         render.info("no timed entries" + (" match" if model or since else " yet"))
         return
     if plot != "-":
+        from llmcli.render.log_stats import speed_table
+
         render.out_text(speed_table(groups))
 
 
@@ -368,30 +386,6 @@ def _plot_speeds(groups: list[dict[str, Any]], where: str) -> None:
         sys.stdout.write(draw.terminal(chart, colour=render.color_enabled(sys.stdout)))
     else:
         draw.save(chart, Path(where))
-
-
-def speed_table(groups: list[dict[str, Any]], width: int = 24) -> str:
-    """A table per model: each prompt-length bucket's requests, median prefill and decode speed with
-    their quartiles, and a bar of the decode median (scaled to the fastest), in plain text."""
-    from llmcli.render.tables import plain
-
-    top = max((g["decode_tokens_per_s"] or {}).get("median", 0) for g in groups) or 1
-    out: list[str] = []
-    for name in dict.fromkeys(g["model"] for g in groups):
-        rows = []
-        for g in (g for g in groups if g["model"] == name):
-            p, d = g["prefill_tokens_per_s"], g["decode_tokens_per_s"]
-            bar = "█" * max(1, round(width * d["median"] / top)) if d else ""
-            rows.append([g["prompt_tokens"], g["requests"], _spread(p), _spread(d), bar])
-        head = ["PROMPT TOK", "N", "PREFILL TOK/S (p25-p75)", "DECODE TOK/S (p25-p75)", "DECODE"]
-        out.append(f"{name}\n" + plain(head, rows))
-    return "\n".join(out)
-
-
-def _spread(s: dict | None) -> str:
-    if not s:
-        return "-"
-    return f"{s['median']:.1f} ({s['p25']:.1f}-{s['p75']:.1f})"
 
 
 @logs_app.command("import")

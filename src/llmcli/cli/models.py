@@ -8,6 +8,7 @@ modules, inside the functions that talk to the network.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -98,18 +99,22 @@ def _list_served(text: str, as_json: bool) -> None:
         props = client.get_json("/props", root=True, quiet=True) if models else None
     finally:
         client.close()
+    from llmcli.served.engine import takes_images
+
     contexts = [_served_ctx(m, props if len(models) == 1 else None) for m in models]
+    vision = takes_images(props) if len(models) == 1 else None  # llama-server's one model
     if as_json:
         listing = [{"id": m["id"], "owned_by": m.get("owned_by"), "ref": endpoint.with_model(m["id"]).ref,
-                    "context": ctx, "n_ctx_train": (m.get("meta") or {}).get("n_ctx_train")}
+                    "context": ctx, "n_ctx_train": (m.get("meta") or {}).get("n_ctx_train"), "vision": vision}
                    for m, ctx in zip(models, contexts, strict=True)]  # fmt: skip
         return render.out_json(listing, schema="models/served_list")
     if not models:
         render.info(f"{endpoint.url} serves no models")
         return
-    rows = [[endpoint.with_model(m["id"]).ref, str(m.get("owned_by") or ""), _count(ctx, plain=True)]
+    shown = {True: "yes", False: "no", None: "-"}[vision]
+    rows = [[endpoint.with_model(m["id"]).ref, str(m.get("owned_by") or ""), shown, _count(ctx, plain=True)]
             for m, ctx in zip(models, contexts, strict=True)]  # fmt: skip
-    _table(["MODEL", "OWNED BY", "CTX"], rows)
+    _table(["MODEL", "OWNED BY", "VISION", "CTX"], rows)
 
 
 def _served_ctx(model: dict[str, Any], props: Any) -> int | None:
@@ -167,6 +172,7 @@ def _show_rows(info: dict[str, Any]) -> list[tuple[str, Any]]:
         ("type", _type_row(info)),
         ("chat template", _template_row(info)),
         ("reasoning", _reasoning_row(info)),
+        ("vision", f"yes (projector {Path(info['projector']).name})" if info.get("projector") else "no"),
         ("license", info["license"]),
         ("size on disk", _size(info["size"])),
         ("files", len(info["files"])),

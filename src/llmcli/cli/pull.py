@@ -66,10 +66,13 @@ def pull(
     pulled = hub_pull.pull(hub_ref, force=force)
     files = len(pulled.paths)
     what = f"{pulled.ref} ({_size(pulled.size)}{f' in {files} files' if files > 1 else ''})"
+    if pulled.projector is not None:
+        what += f" with its image projector {pulled.projector.name}"
     render.info(f"pulled {what}" if pulled.fetched else f"{what} is up to date")
     if as_json:
         files_ = [str(p) for p in pulled.paths]
-        doc = {"ref": str(pulled.ref), "commit": pulled.commit, "files": files_, "size": pulled.size}
+        doc = {"ref": str(pulled.ref), "commit": pulled.commit, "files": files_, "size": pulled.size,
+               "projector": str(pulled.projector) if pulled.projector is not None else None}  # fmt: skip
         render.out_json({**doc, "downloaded": pulled.fetched}, schema="pull/pulled")
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmcli.errors import LlmcliError, UsageError
-from llmcli.media import projector
+from llmcli.media import projector, webp
 from llmcli.media.image import Image
 
 
@@ -53,7 +53,8 @@ def load_vision(llama_cpp, model, model_path, mmproj: str | None, n_threads: int
     found = projector.find(str(model_path), mmproj)
     if found is None:
         raise projector.missing(Path(model_path).name)
-    return Vision(llama_cpp, model, str(found), n_threads, debug)
+    what = f"--mmproj {found}" if mmproj else f"the projector beside the model ({found})"
+    return Vision(llama_cpp, model, str(found), n_threads, debug, what)
 
 
 def placeholder(image: Image) -> int:
@@ -63,7 +64,7 @@ def placeholder(image: Image) -> int:
 class Vision:
     """The projector of one model: an mtmd context over the engine's model."""
 
-    def __init__(self, llama_cpp, model, path: str, n_threads: int, debug: bool) -> None:
+    def __init__(self, llama_cpp, model, path: str, n_threads: int, debug: bool, what: str = "") -> None:
         from llama_cpp import mtmd_cpp
 
         self.M = mtmd_cpp
@@ -83,12 +84,12 @@ class Vision:
         if not self.ctx:
             n_embd = llama_cpp.llama_model_n_embd(model)
             raise UsageError(
-                f"--mmproj {path}: not a projector for this model (llama.cpp refused it; "
+                f"{what or path}: not a projector for this model (llama.cpp refused it; "
                 f"the model's embedding width is {n_embd})"
             )
         if not mtmd_cpp.mtmd_support_vision(self.ctx):
             self.close()
-            raise UsageError(f"--mmproj {path}: this projector takes no images")
+            raise UsageError(f"{what or path}: this projector takes no images")
         self.marker = mtmd_cpp.mtmd_default_marker().decode()
 
     def prompt(self, text: str, images: list[Image]) -> MediaPrompt:
@@ -97,8 +98,9 @@ class Vision:
         bitmaps = (M.mtmd_bitmap_p_ctypes * len(images))()
         try:
             for i, image in enumerate(images):
-                buf = (ctypes.c_uint8 * image.size).from_buffer_copy(image.data)
-                bitmap = M.mtmd_helper_bitmap_init_from_buf(self.ctx, buf, image.size, False)
+                data = webp.as_png(image.name, image.data) if image.media_type == "image/webp" else image.data
+                buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+                bitmap = M.mtmd_helper_bitmap_init_from_buf(self.ctx, buf, len(data), False)
                 if not bitmap:
                     raise UsageError(f"{image.name}: the {image.media_type} could not be decoded (damaged?)")
                 M.mtmd_bitmap_set_id(bitmap, image.sha256.encode())

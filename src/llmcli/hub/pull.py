@@ -1,7 +1,8 @@
 """`pull`: from a hub reference to verified files in the cache, and the `--list` preview.
 
 The hub is asked which commit the revision points to and what files it holds; the reference
-chooses one model (a quantization, a file, or the default); every shard of it that is not
+chooses one model (a quantization, a file, or the default) and, where the repository has one
+beside it, its image projector (`quants.choose_projector`); every file of them that is not
 already present and verified is downloaded; snapshot links and refs/<revision> are written
 last, so a model is visible in the cache only once all of it is there.
 """
@@ -24,8 +25,9 @@ class Pulled:
     commit: str
     group: Group
     paths: list[Path]  # snapshot entries, in shard order (the first one is what llama.cpp opens)
-    size: int
+    size: int  # the model's (its projector's apart)
     fetched: bool  # False when everything was already there
+    projector: Path | None = None  # its image projector (mmproj*.gguf), beside it in the snapshot
 
 
 @dataclass
@@ -43,7 +45,8 @@ def pull(ref: HubRef, *, force: bool = False) -> Pulled:
     """Download what `ref` names (unless already present and verified); returns where it is."""
     repo = remote.fetch_repo(ref)
     group = choose(ref, repo)
-    files = [repo.files[name] for name in group.files]
+    projector = quants.choose_projector(repo.files, group)
+    files = [repo.files[name] for name in (*group.files, *([projector] if projector else []))]
     linked = {f.path: not force and _linked(ref.repo_id, repo.commit, f) for f in files}
     if not all(linked.values()):
         cache.ensure_writable(ref.repo_id)
@@ -65,7 +68,9 @@ def pull(ref: HubRef, *, force: bool = False) -> Pulled:
             fetched = True
     _write_ref(ref, repo.commit)
     paths = [cache.pointer_path(ref.repo_id, repo.commit, name) for name in group.files]
-    return Pulled(pinned(ref, group), repo.commit, group, paths, sum(f.size for f in files), fetched)
+    beside = cache.pointer_path(ref.repo_id, repo.commit, projector) if projector else None
+    size = sum(repo.files[name].size for name in group.files)
+    return Pulled(pinned(ref, group), repo.commit, group, paths, size, fetched, beside)
 
 
 def choose(ref: HubRef, repo: remote.RemoteRepo) -> Group:

@@ -3,7 +3,8 @@
 A repository's GGUF files are grouped into models: a single file, or the shards of a split
 model (`name-00001-of-00003.gguf` ...), which are always fetched and removed together. Each
 group is labelled with the quantization found in its file name (Q4_K_M, IQ4_XS, UD-Q4_K_XL,
-F16...). Vision projectors (`mmproj`) and importance matrices (`imatrix`) are not models.
+F16...). Vision projectors (`mmproj`) and importance matrices (`imatrix`) are not models; a
+model's projector is fetched with it (`choose_projector`).
 
 With no quantization asked for, the first label present in `PREFERENCE` is chosen: the
 4-5 bit K-quants that are the usual best trade of size for quality, then larger ones, then
@@ -156,6 +157,29 @@ def _by_file(groups: list[Group], repo: str, filename: str) -> Group:
             return group
     names = ", ".join(g.first for g in groups[:8]) + (" ..." if len(groups) > 8 else "")
     raise ModelNotFoundError(f"{repo} has no model file {filename}", hint=f"it has: {names}")
+
+
+def is_projector(path: str) -> bool:
+    """An image projector, by llama.cpp's naming (`mmproj*.gguf`)."""
+    return is_gguf(path) and posixpath.basename(path).lower().startswith("mmproj")
+
+
+def choose_projector(paths: Iterable[str], group: Group) -> str | None:
+    """The projector to fetch with `group`: an `mmproj*.gguf` in the same folder (where llama.cpp
+    and llmcli look for it), of the model's own quantization, else F16, else the one whose bits
+    per weight are nearest the model's (the larger on a tie). None where the folder has none."""
+    folder = posixpath.dirname(group.first)
+    found = sorted(p for p in paths if is_projector(p) and posixpath.dirname(p) == folder)
+    if not found:
+        return None
+    labels = {p: label_of(p) for p in found}
+    for wanted in (group.label, "F16"):
+        for p in found:
+            if wanted is not None and labels[p] == wanted:
+                return p
+    bits = BITS_PER_WEIGHT.get((group.label or "").removeprefix("UD-"), 16.0)
+    return min(found, key=lambda p: (abs(BITS_PER_WEIGHT.get(labels[p] or "F16", 16.0) - bits),
+                                     -BITS_PER_WEIGHT.get(labels[p] or "F16", 16.0), p))  # fmt: skip
 
 
 def estimated_params(size_bytes: int, label: str | None) -> float:

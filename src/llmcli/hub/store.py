@@ -185,6 +185,7 @@ def describe(model: LocalModel, *, keys: bool = False) -> dict[str, Any]:
         "commit": model.commit,
         "revisions": model.revisions,
         "aliases": aliases_of(model),
+        "projector": _projector(model),
     }
     try:
         headers = [read_header(p) for p in model.paths]
@@ -211,6 +212,14 @@ def describe(model: LocalModel, *, keys: bool = False) -> dict[str, Any]:
     if keys:
         info["metadata"] = {k: _short(v) for k, v in head.metadata.items()}
     return info
+
+
+def _projector(model: LocalModel) -> str | None:
+    """The image projector llmcli would load with the model (an mmproj*.gguf beside it), or None."""
+    from llmcli.media import projector
+
+    found = projector.find(str(model.path), None)
+    return str(found) if found is not None else None
 
 
 def _template_problem(template: str | None) -> str | None:
@@ -313,6 +322,7 @@ def remove(model: LocalModel) -> int:
     repo_id, blobs = model.repo_id, model.blobs
     for pointer in model.paths:
         pointer.unlink(missing_ok=True)
+    blobs += _orphan_projectors(repo_id, model.commit)
     still_used = _blobs_in_use(repo_id)
     freed = 0
     for blob in blobs:
@@ -326,6 +336,20 @@ def remove(model: LocalModel) -> int:
             freed += partial.stat().st_size
             partial.unlink()
     return freed + _prune(repo_id, model.commit)
+
+
+def _orphan_projectors(repo_id: str, commit: str) -> list[Path]:
+    """The image projectors no model left in the snapshot would be pulled with go too: their
+    entries are unlinked and their blobs returned (deleted where no other snapshot uses them)."""
+    files = cache.snapshot_files(repo_id, commit)
+    kept = {quants.choose_projector(files, group) for group in quants.group_files(files)}
+    blobs = []
+    for name in files:
+        if quants.is_projector(name) and name not in kept:
+            pointer = cache.snapshot_dir(repo_id, commit) / name
+            blobs.append(cache.blob_of(pointer))
+            pointer.unlink(missing_ok=True)
+    return blobs
 
 
 def _blobs_in_use(repo_id: str) -> set[Path]:

@@ -147,10 +147,14 @@ def select(
     since: float | None = None,
     cid: str | None = None,
     limit: int | None = 20,
+    ids: list[int] | None = None,
 ) -> list[sqlite3.Row]:
-    """Rows, newest first (with `query`: best match first, by FTS5's bm25 rank)."""
+    """Rows, newest first (with `query`: best match first, by FTS5's bm25 rank); `ids`: only those."""
     where: list[str] = []
     args: list[Any] = []
+    if ids is not None:
+        where.append("r.id IN (SELECT value FROM json_each(?))")
+        args.append(json.dumps(ids))
     if model:
         where.append("(r.model = ? OR r.model LIKE ? OR r.model_name = ?)")
         args += [model, f"%{model}%", model]

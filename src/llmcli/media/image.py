@@ -21,7 +21,7 @@ MAX_BYTES = 64 * 1024 * 1024
 
 @dataclass(frozen=True)
 class Image:
-    name: str  # the path as given, or "-" (stdin)
+    name: str  # the path or URL as given, or "-" (stdin)
     media_type: str  # image/png, image/jpeg, image/webp, image/gif
     data: bytes
     sha256: str
@@ -38,9 +38,17 @@ class Image:
         return f"data:{self.media_type};base64,{base64.b64encode(self.data).decode('ascii')}"
 
 
-def load(name: str) -> Image:
-    """The image at path `name` ("-": stdin), checked; a bad one raises UsageError in one line."""
-    data = _read(name)
+def load(name: str, *, offline: bool = False) -> Image:
+    """The image at path `name` ("-": stdin; an http(s) URL: fetched into memory, `media/fetch.py`),
+    checked; a bad one raises UsageError (a URL that cannot be fetched NetworkError) in one line."""
+    from llmcli.media import fetch
+
+    if fetch.is_url(name):
+        data = fetch.fetch(name, MAX_BYTES, offline=offline)
+        if not data:
+            raise UsageError(f"{name}: empty, not an image")
+    else:
+        data = _read(name)
     return from_bytes(name, data)
 
 

@@ -25,6 +25,7 @@ VERSIONS: dict[str, int | None] = {
     "record": record.SCHEMA_VERSION,
     "bench": results.SCHEMA_VERSION,
     "bench-compare": 1,
+    "bench-embed": 1,
     "logs": 1,
     "models": 1,
     "aliases": None,

@@ -226,4 +226,18 @@ def _loggable(body: dict) -> dict:
     shown = dict(body)
     if isinstance(shown.get("prompt"), list) and len(shown["prompt"]) > 16:
         shown["prompt"] = f"[{len(shown['prompt'])} token ids]"
+    if isinstance(shown.get("messages"), list):  # an image's data URI: its length, not its bytes
+        shown["messages"] = [_shortened(m) for m in shown["messages"]]
     return shown
+
+
+def _shortened(message: Any) -> Any:
+    if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+        return message
+    parts = []
+    for part in message["content"]:
+        url = part.get("image_url", {}).get("url") if isinstance(part, dict) else None
+        if isinstance(url, str) and url.startswith("data:") and len(url) > 64:
+            part = {**part, "image_url": {**part["image_url"], "url": f"{url[:32]}... ({len(url)} chars)"}}
+        parts.append(part)
+    return {**message, "content": parts}

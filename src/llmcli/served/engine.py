@@ -50,6 +50,7 @@ from llmcli.contract import (
 )
 from llmcli.engine.local import Clock, split_calls
 from llmcli.errors import ModelNotFoundError, NetworkError, StreamBrokenError, UsageError
+from llmcli.media.image import Image
 from llmcli.served.client import Client
 from llmcli.served.endpoints import Endpoint
 from llmcli.served.reply import Exchange, Reply
@@ -151,13 +152,15 @@ class ServedEngine:
         report, exit 4); plain text to `/completions`. `request.fit` and `before_prefill` are
         the server's business: there is no client-side fitting and no cache here to load."""
         if request.text is not None:
+            if request.images:
+                raise UsageError("an image needs a chat prompt: --raw cannot take one")
             yield Prepared("raw")
             yield from self.stream(request.text, request.params)
             return
         assert request.messages is not None
         yield Prepared("server")
         events = self.stream_messages(request.messages, request.params, think=request.think,
-                                      tools=request.tools)  # fmt: skip
+                                      tools=request.tools, images=request.images)  # fmt: skip
         if request.reads_calls:  # calls the server left in the text (a small model that drops the tags)
             events = split_calls(events, Parser(self.call_format()))
         yield from events
@@ -177,13 +180,16 @@ class ServedEngine:
         *,
         think: bool | None = None,
         tools: list[dict] | None = None,
+        images: tuple[Image, ...] = (),
     ) -> Iterator[Event]:
         """A chat completion of `messages` (`/chat/completions`): Token..., the model's ToolCalls,
         one Done. `think`: a reasoning model's switch, as llama-server and vLLM take it
         (`chat_template_kwargs`). `tools`: OpenAI tool definitions (the server renders them with its
-        template and parses the calls: llama-server with `--jinja`, vLLM with a tool parser)."""
+        template and parses the calls: llama-server with `--jinja`, vLLM with a tool parser).
+        `images`: for the last user message, sent as content parts; a server whose model takes
+        none refuses them in its own words (`faults.refusal`)."""
         body = request_body(params, self.model, self.flavour, chat=True)
-        body["messages"] = openai_messages(messages)
+        body["messages"] = openai_messages(messages, images)
         if tools:
             body["tools"] = tools
         if params.reasoning_budget == 0 and think is None:
@@ -191,7 +197,13 @@ class ServedEngine:
         if think is not None:
             body["chat_template_kwargs"] = {"enable_thinking": think}
         body.update(budget_fields(params, self.flavour))
-        return self._run(Exchange(self.client, "/chat/completions", body, chat=True), params)
+        return self._run(Exchange(self.client, "/chat/completions", body, chat=True), params, images)
+
+    @property
+    def vision(self) -> bool | None:
+        """Whether the served model takes images, where the server says (llama-server's /props
+        `modalities`, set by its --mmproj); None where it does not say (vLLM, others)."""
+        return takes_images(self.props)
 
     def completion(
         self,
@@ -248,7 +260,9 @@ class ServedEngine:
 
     # -- one request ------------------------------------------------------------------------
 
-    def _run(self, exchange: Exchange, params: SamplingParams) -> Iterator[Event]:
+    def _run(
+        self, exchange: Exchange, params: SamplingParams, images: tuple[Image, ...] = ()
+    ) -> Iterator[Event]:
         self._cancel.clear()
         with self._lock:
             self._exchange = exchange  # before it opens: an interrupt() then shuts it as it opens
@@ -297,6 +311,9 @@ class ServedEngine:
             self._forget()
             exchange.close()
         stats = reply.stats(self.n_ctx)
+        if images:  # the server counts their tokens inside prompt_tokens and times them in its prefill
+            stats.images = [_attachment(image) for image in images]
+            stats.sources["image_tokens"] = "unknown"
         reasoning = "".join(reply.reasoning)
         if reasoning:
             clock.timings(stats)
@@ -316,6 +333,14 @@ class ServedEngine:
     def _forget(self) -> None:
         with self._lock:
             self._exchange = None
+
+
+def _attachment(image: Image) -> dict:
+    """An image sent to a server, as the record lists it: what it was; its tokens and encode time
+    are the server's and not reported (null)."""
+    return {"name": image.name, "media_type": image.media_type, "bytes": image.size,
+            "sha256": image.sha256, "width": image.width, "height": image.height,
+            "tokens": None, "encode_ms": None, "cached": None}  # fmt: skip
 
 
 def _constraint_complete(reply: Reply, params: SamplingParams) -> bool | None:
@@ -361,6 +386,15 @@ def probe(client: Client, endpoint: Endpoint) -> tuple[str, str, dict]:
         f"{endpoint.url} does not serve {wanted!r} (served: {shown})",
         hint=f"llmcli models list --endpoint {endpoint.name or endpoint.url}",
     )
+
+
+def takes_images(props: Any) -> bool | None:
+    """Whether a server's model takes images, as llama-server's /props says (`modalities.vision`,
+    true when it was started with --mmproj); None where the server does not say."""
+    modalities = props.get("modalities") if isinstance(props, dict) else None
+    if isinstance(modalities, dict) and isinstance(modalities.get("vision"), bool):
+        return modalities["vision"]
+    return None
 
 
 def served_context(listed: dict, props: dict | None) -> int | None:

@@ -80,6 +80,11 @@ _CONTEXT_WORDS = (
 )
 
 
+# what a server says when its model takes no images (llama-server without --mmproj answers 500)
+_NO_IMAGES_WORDS = ("image input is not supported", "not a multimodal model", "does not support image",
+                    "mmproj")  # fmt: skip
+
+
 def refusal(status: int, message: str, url: str, key_source: str, *, retried: int = 0) -> LlmcliError:
     """The one error for an HTTP error status (the key is never part of it: only where it came from)."""
     said = f": {message}" if message else ""
@@ -102,6 +107,8 @@ def refusal(status: int, message: str, url: str, key_source: str, *, retried: in
         return ContextOverflowError(
             f"the server refused the prompt{said}", hint="shorten the prompt or the history"
         )
+    if any(w in message.lower() for w in _NO_IMAGES_WORDS):  # the server's own words, whatever its status
+        return RequestRefusedError(f"{url}: HTTP {status} ({reason(status)}){said}")
     if 400 <= status < 500:
         return RequestRefusedError(f"{url}: HTTP {status} ({reason(status)}){said}")
     return NetworkError(f"{url}: HTTP {status} ({reason(status)}){said}")

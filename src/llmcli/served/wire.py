@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from typing import Any
 
 from llmcli.contract import SamplingParams
 from llmcli.errors import UsageError
+from llmcli.media.image import Image
 
 
-def openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def openai_messages(messages: list[dict[str, Any]], images: Sequence[Image] = ()) -> list[dict[str, Any]]:
     """The conversation as the OpenAI API takes it. An earlier answer's reasoning is not sent back:
     the server's template would drop it or, worse, put it before the answer again (what llama-server
     and vLLM ask of their clients). A call's arguments go as a JSON string; a tool result as a
-    "tool" message with its `tool_call_id`."""
+    "tool" message with its `tool_call_id`. `images` join the last user message as content parts
+    (`image_url` with a data URI), before its text, where a local model's prompt has them too."""
     from llmcli.conversation import REASONING_FIELD
 
     out = []
@@ -25,7 +28,25 @@ def openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if m.get("tool_calls"):
             m["tool_calls"] = [_openai_call(call) for call in m["tool_calls"]]
         out.append(m)
+    if images:
+        last = max((i for i, m in enumerate(out) if m.get("role") == "user"), default=None)
+        if last is None:
+            raise UsageError("an image goes with a user message, and this conversation has none")
+        out[last] = {**out[last], "content": image_parts(images, out[last].get("content"))}
     return out
+
+
+def image_parts(images: Sequence[Image], text: Any) -> list[dict[str, Any]]:
+    """A message's content as OpenAI content parts: one `image_url` part a picture (its bytes as a
+    data URI: the server never fetches anything), then the text."""
+    parts: list[dict[str, Any]] = [
+        {"type": "image_url", "image_url": {"url": image.data_uri()}} for image in images
+    ]
+    if isinstance(text, list):  # parts already
+        return parts + text
+    if text:
+        parts.append({"type": "text", "text": str(text)})
+    return parts
 
 
 def _openai_call(call: dict[str, Any]) -> dict[str, Any]:
