@@ -44,6 +44,21 @@ def test_images_join_the_last_user_message_as_content_parts():
     assert openai_messages(messages) == [sent[0], sent[1], sent[2], messages[3]]  # no image: as before
 
 
+def test_an_earlier_messages_images_go_again_with_that_message():
+    red = media.from_bytes("red.png", png(8, 8, (255, 0, 0)))
+    blue = media.from_bytes("blue.png", png(8, 8, (0, 0, 255)))
+    messages = [
+        {"role": "user", "content": "what is this?"},
+        {"role": "assistant", "content": "red"},
+        {"role": "user", "content": "and this?"},
+    ]
+    sent = openai_messages(messages, (blue,), {0: (red,)})
+    assert [part["type"] for part in sent[0]["content"]] == ["image_url", "text"]
+    assert base64.b64decode(sent[0]["content"][0]["image_url"]["url"].partition(",")[2]) == red.data
+    assert sent[1] == messages[1]
+    assert base64.b64decode(sent[2]["content"][0]["image_url"]["url"].partition(",")[2]) == blue.data
+
+
 def test_debug_log_shows_an_image_by_its_length():
     from llmcli.served.client import _loggable
 
@@ -131,6 +146,23 @@ def test_served_greedy_answer_equals_the_local_one(vision):
         assert served.stdout.strip() == local.stdout.decode().strip()
         answers.append(served.stdout)
     assert answers[0] != answers[1]
+
+
+@pytest.mark.served
+@pytest.mark.model
+def test_a_second_turn_sends_the_first_turns_image_again(vision):
+    """--continue against a server: the whole conversation goes every turn, the first message's
+    image with it (the server has no conversation of its own to keep it in)."""
+    server, _, _, paths = vision
+    first = served_answer(server, paths["red"], "--json")
+    assert first.exit_code == 0, first.stderr
+    before = json.loads(first.stdout)["usage"]
+    second = run("generate", "-m", server.ref, "--continue", "Why?", "--temp", "0", "-n", "8", "--json")
+    assert second.exit_code == 0, second.stderr
+    after = json.loads(second.stdout)["usage"]
+    # the first prompt (16 of its tokens the image's) and its answer are all in the second prompt;
+    # without the image it would be 16 shorter, more than "Why?" and its turn markers add
+    assert after["prompt_tokens"] >= before["prompt_tokens"] + before["completion_tokens"]
 
 
 @pytest.mark.served

@@ -160,7 +160,8 @@ class ServedEngine:
         assert request.messages is not None
         yield Prepared("server")
         events = self.stream_messages(request.messages, request.params, think=request.think,
-                                      tools=request.tools, images=request.images)  # fmt: skip
+                                      tools=request.tools, images=request.images,
+                                      earlier_images=request.history_images)  # fmt: skip
         if request.reads_calls:  # calls the server left in the text (a small model that drops the tags)
             events = split_calls(events, Parser(self.call_format()))
         yield from events
@@ -169,9 +170,7 @@ class ServedEngine:
         """How the model writes a call the server did not parse: from its template where the server
         shows it (llama-server's /props), else the Hermes/Qwen format, the most common one."""
         template = (self.props or {}).get("chat_template")
-        return detect(template if isinstance(template, str) else None) or CallFormat(
-            "hermes"
-        )
+        return detect(template if isinstance(template, str) else None) or CallFormat("hermes")
 
     def stream_messages(
         self,
@@ -181,15 +180,17 @@ class ServedEngine:
         think: bool | None = None,
         tools: list[dict] | None = None,
         images: tuple[Image, ...] = (),
+        earlier_images: dict[int, tuple[Image, ...]] | None = None,
     ) -> Iterator[Event]:
         """A chat completion of `messages` (`/chat/completions`): Token..., the model's ToolCalls,
         one Done. `think`: a reasoning model's switch, as llama-server and vLLM take it
         (`chat_template_kwargs`). `tools`: OpenAI tool definitions (the server renders them with its
         template and parses the calls: llama-server with `--jinja`, vLLM with a tool parser).
         `images`: for the last user message, sent as content parts; a server whose model takes
-        none refuses them in its own words (`faults.refusal`)."""
+        none refuses them in its own words (`faults.refusal`). `earlier_images`: those of earlier
+        user messages, by message index, sent again with their messages every turn."""
         body = request_body(params, self.model, self.flavour, chat=True)
-        body["messages"] = openai_messages(messages, images)
+        body["messages"] = openai_messages(messages, images, earlier_images)
         if tools:
             body["tools"] = tools
         if params.reasoning_budget == 0 and think is None:

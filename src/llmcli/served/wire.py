@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llmcli.contract import SamplingParams
@@ -14,12 +14,18 @@ from llmcli.errors import UsageError
 from llmcli.media.image import Image
 
 
-def openai_messages(messages: list[dict[str, Any]], images: Sequence[Image] = ()) -> list[dict[str, Any]]:
+def openai_messages(
+    messages: list[dict[str, Any]],
+    images: Sequence[Image] = (),
+    earlier: Mapping[int, Sequence[Image]] | None = None,
+) -> list[dict[str, Any]]:
     """The conversation as the OpenAI API takes it. An earlier answer's reasoning is not sent back:
     the server's template would drop it or, worse, put it before the answer again (what llama-server
     and vLLM ask of their clients). A call's arguments go as a JSON string; a tool result as a
     "tool" message with its `tool_call_id`. `images` join the last user message as content parts
-    (`image_url` with a data URI), before its text, where a local model's prompt has them too."""
+    (`image_url` with a data URI), before its text, where a local model's prompt has them too;
+    `earlier` (message index -> images) puts an earlier user message's images back at that message
+    on every later turn, as the conversation had them."""
     from llmcli.conversation import REASONING_FIELD
 
     out = []
@@ -28,6 +34,9 @@ def openai_messages(messages: list[dict[str, Any]], images: Sequence[Image] = ()
         if m.get("tool_calls"):
             m["tool_calls"] = [_openai_call(call) for call in m["tool_calls"]]
         out.append(m)
+    for index, pictures in (earlier or {}).items():
+        if pictures and 0 <= index < len(out) and out[index].get("role") == "user":
+            out[index] = {**out[index], "content": image_parts(pictures, out[index].get("content"))}
     if images:
         last = max((i for i, m in enumerate(out) if m.get("role") == "user"), default=None)
         if last is None:
