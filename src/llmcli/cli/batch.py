@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -271,7 +271,9 @@ def _answer(b, run: Run, plan, written, sink) -> None:
                 bar.update(tally.done, tally.failed, tally.tok_s())
                 if logged is not None:
                     prepared = Prepared(fmt) if fmt is not None else None
-                    log_request(loaded.engine, request, logged, done, prepared, error=error)
+                    kind = b.constraint(request.params)  # each item's own
+                    log_request(loaded.engine, request, replace(logged, constraint=kind), done, prepared,
+                                error=error)  # fmt: skip
 
             if decoder is not None:
                 b.answer_local(decoder, loaded, work, params, system, finished)

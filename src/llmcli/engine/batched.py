@@ -303,14 +303,15 @@ def decoder_for(engine: object, parallel: int | None, items: int, *,
             shown = ", ".join(f"{n}: {v:.0f}" for n, v in speeds.items())
             how = f"auto: measured tok/s by N {shown}"
     else:
-        how = "set"
+        how, asked = "set", parallel
         if parallel > max(1, items):  # no more sequences than items: a context sized for those
             parallel, how = max(1, items), f"set, at most the {items} items"
         if room is not None and parallel > room and isinstance(engine, LlamaEngine):
-            reporting.warn(f"--parallel {parallel}: the free memory holds the KV cache of {room} "
-                           f"sequence(s) of {engine.n_ctx} tokens: {room} decode together "
-                           "(a smaller --ctx-size leaves room for more)")  # fmt: skip
-            parallel, how = room, f"{how}; reduced from {parallel} to fit the memory"
+            reporting.warn(
+                f"--parallel {asked}: the free memory holds the KV cache of {room} sequence(s) of "
+                f"{engine.n_ctx} tokens: {room} decode together (a smaller --ctx-size leaves room for more)"
+            )
+            parallel, how = room, f"{how}; reduced to fit the memory"
     if not isinstance(engine, LlamaEngine):
         return None, parallel, how
     return _made(engine, parallel, how)
