@@ -58,8 +58,8 @@ def test_template_applies_to_lines_and_json_items(fake, tmp_path):
     lines = _lines(run("batch", str(tmp_path / "p.txt"), "--template", "Q: {content}?").stdout)
     assert [d["record"]["text"] for d in lines] == ["echo: Q: one?", "echo: Q: two?"]
     src = tmp_path / "in.jsonl"
-    src.write_text(json.dumps({"id": "p", "prompt": "three"}) + "\n"
-                   + json.dumps({"id": "m", "messages": [{"role": "user", "content": "four"}]}) + "\n")  # fmt: skip
+    items = [{"id": "p", "prompt": "three"}, {"id": "m", "messages": [{"role": "user", "content": "four"}]}]
+    src.write_text("".join(json.dumps(d) + "\n" for d in items))
     lines = _lines(run("batch", str(src), "--template", "{{{content}}}").stdout)
     assert [d["record"]["text"] for d in lines] == ["echo: {three}", "echo: {four}"]
 
@@ -76,9 +76,10 @@ def test_a_bad_template_is_one_usage_line(fake, tmp_path):
 
 def test_stop_strings_from_the_command_and_per_item(fake, tmp_path):
     src = tmp_path / "in.jsonl"
-    src.write_text(json.dumps({"id": "cmd", "prompt": "alpha beta gamma"}) + "\n"
-                   + json.dumps({"id": "own", "prompt": "alpha beta gamma", "stop": "gamma"}) + "\n"
-                   + json.dumps({"id": "list", "prompt": "alpha beta gamma", "stop": ["nope", "alpha"]}) + "\n")  # fmt: skip
+    text = "alpha beta gamma"
+    items = [{"id": "cmd", "prompt": text}, {"id": "own", "prompt": text, "stop": "gamma"},
+             {"id": "list", "prompt": text, "stop": ["nope", "alpha"]}]  # fmt: skip
+    src.write_text("".join(json.dumps(d) + "\n" for d in items))
     lines = {d["id"]: d["record"] for d in _lines(run("batch", str(src), "--stop", " beta").stdout)}
     assert lines["cmd"]["text"] == "echo: alpha" and lines["cmd"]["finish_reason"] == "stop"
     assert lines["own"]["text"] == "echo: alpha beta " and lines["own"]["params"]["stop"] == ["gamma"]
@@ -88,13 +89,14 @@ def test_stop_strings_from_the_command_and_per_item(fake, tmp_path):
 def test_per_item_json_schema_and_grammar_are_the_records_constraint(fake, tmp_path):
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
     src = tmp_path / "in.jsonl"
+    as_schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    body = {"messages": [{"role": "user", "content": "e"}], "response_format": as_schema}
     src.write_text("\n".join(json.dumps(d) for d in [
-        {"id": "s", "prompt": "a", "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}},
+        {"id": "s", "prompt": "a", "response_format": as_schema},
         {"id": "o", "prompt": "b", "response_format": {"type": "json_object"}},
         {"id": "g", "prompt": "c", "grammar": 'root ::= "yes" | "no"'},
         {"id": "t", "prompt": "d", "response_format": {"type": "text"}},
-        {"custom_id": "openai", "body": {"messages": [{"role": "user", "content": "e"}],
-                                         "response_format": {"type": "json_schema", "json_schema": {"schema": schema}}}},
+        {"custom_id": "openai", "body": body},
     ]) + "\n")  # fmt: skip
     lines = {d["id"]: d["record"] for d in _lines(run("batch", str(src)).stdout)}
     kinds = {k: (r["constraint"] or {}).get("kind") for k, r in lines.items()}
@@ -112,13 +114,13 @@ def test_per_item_json_schema_and_grammar_are_the_records_constraint(fake, tmp_p
 
 
 def test_bad_constraints_are_bad_lines(fake, tmp_path):
+    unconvertible = {"type": "json_schema", "json_schema": {"schema": {"type": "no"}}}
     cases = [
         ({"prompt": "a", "stop": ""}, "`stop`"),
         ({"prompt": "a", "stop": [1]}, "`stop`"),
         ({"prompt": "a", "response_format": {"type": "xml"}}, "response_format"),
         ({"prompt": "a", "response_format": {"type": "json_schema"}}, "schema"),
-        ({"prompt": "a", "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "nope"}}}},
-         "could not be converted"),
+        ({"prompt": "a", "response_format": unconvertible}, "could not be converted"),
         ({"prompt": "a", "grammar": "root ::= x", "response_format": {"type": "json_object"}}, "not both"),
     ]  # fmt: skip
     for doc, said in cases:
