@@ -24,6 +24,7 @@ class Item:
     prompt: str | None = None
     options: dict = field(default_factory=dict)  # per-item max_tokens, temperature, seed, stop, ...
     path: str | None = None  # --each: the file the prompt is
+    keyed: bool = False  # the id is the input's own (JSON lines), not a line number or a path
 
 
 class BadLine(UsageError):
@@ -69,7 +70,7 @@ def _json_item(name: str, n: int, line: str) -> Item | BadLine:
         key, source = doc.get("id", n), doc
     if not isinstance(key, (str, int)) or isinstance(key, bool):
         return BadLine(name, n, "the id must be a string or an integer")
-    item = Item(str(key), n)
+    item = Item(str(key), n, keyed=True)
     messages, prompt = source.get("messages"), source.get("prompt")
     if (messages is None) == (prompt is None):
         return BadLine(name, n, "give exactly one of `prompt` and `messages`")

@@ -72,7 +72,8 @@ class Source:
 
 def check(source: Source, *, skip_bad: bool, written: set[str]) -> Plan:
     """Read the whole input once (streamed) before anything is generated: a bad line stops the
-    run here unless `skip_bad`; count what is to do."""
+    run here unless `skip_bad`; count what is to do. The ids the input gives itself (JSON lines)
+    are kept to refuse one used twice; line numbers and --each's paths are unique already."""
     plan = Plan()
     seen: set[str] = set()
     for item in source.read():
@@ -83,10 +84,11 @@ def check(source: Source, *, skip_bad: bool, written: set[str]) -> Plan:
                 raise item
             plan.bad += 1
             continue
-        if item.id in seen:
-            raise UsageError(f"{source.label} line {item.line}: the id {item.id!r} is used twice",
-                             hint="each item needs its own id for -o to resume by")  # fmt: skip
-        seen.add(item.id)
+        if item.keyed:
+            if item.id in seen:
+                raise UsageError(f"{source.label} line {item.line}: the id {item.id!r} is used twice",
+                                 hint="each item needs its own id for -o to resume by")  # fmt: skip
+            seen.add(item.id)
         plan.total += 1
         if item.id in written:
             plan.done_before += 1

@@ -18,16 +18,39 @@ if TYPE_CHECKING:  # the command's module loads with `llmcli --help`: the contra
 SERVED_PARALLEL = 4  # requests at once to a server with --parallel auto (the server decides how it batches)
 
 
+# the options of what each item is and how it is answered (an item of JSON lines may say its own)
+Inputs = Annotated[
+    list[str],
+    typer.Argument(help="Prompts: a text file (one per line) or JSON lines; with --each, files (or globs), "
+                   "one prompt each.", metavar="INPUT", show_default=False),
+]  # fmt: skip
+Each = Annotated[
+    bool, typer.Option("--each", help="Each INPUT file (or glob) is one prompt; its id is its path.")
+]
+Template = Annotated[
+    str | None,
+    typer.Option("--template", help='Put each prompt into this text: {content}, and with --each {name} and '
+                 '{path}, e.g. "Summarise: {content}".', show_default=False),
+]  # fmt: skip
+Stop = Annotated[
+    list[str] | None,
+    typer.Option("--stop", help="Stop an answer where this text appears (repeatable; an item may say).",
+                 show_default=False),
+]  # fmt: skip
+GrammarFile = Annotated[
+    Path | None,
+    typer.Option("--grammar-file", help="Constrain every answer with a GBNF grammar (an item may say).",
+                 dir_okay=False, show_default=False),
+]  # fmt: skip
+JsonSchema = Annotated[
+    str | None,
+    typer.Option("--json-schema", help="Every answer JSON matching this schema, a file or inline JSON (an "
+                 "item's response_format may say).", show_default=False),
+]  # fmt: skip
+
+
 def batch(
-    inputs: Annotated[
-        list[str],
-        typer.Argument(
-            help="Prompts: a text file (one per line) or JSON lines; with --each, files "
-            "(or globs), one prompt each.",
-            metavar="INPUT...",
-            show_default=False,
-        ),
-    ],
+    inputs: Inputs,
     model: Annotated[
         str, typer.Option("--model", "-m", help="A GGUF model, or a served model (URL, NAME/MODEL).")
     ] = "",
@@ -46,44 +69,12 @@ def batch(
     skip_bad: Annotated[
         bool, typer.Option("--skip-bad", help="Skip input lines that cannot be read.")
     ] = False,
-    each: Annotated[
-        bool, typer.Option("--each", help="Each INPUT file (or glob) is one prompt; its id is its path.")
-    ] = False,
-    template: Annotated[
-        str | None,
-        typer.Option(
-            "--template",
-            help="Put each prompt into this text: {content}, and with --each "
-            '{name} and {path}, e.g. "Summarise: {content}".',
-        ),
-    ] = None,  # fmt: skip
+    each: Each = False,
+    template: Template = None,
     system: Annotated[str | None, typer.Option("--system", help="System prompt for every item.")] = None,
-    stop: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--stop",
-            help="Stop an answer where this text appears (repeatable; an item may say).",
-            show_default=False,
-        ),
-    ] = None,  # fmt: skip
-    grammar_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--grammar-file",
-            help="Constrain every answer with a GBNF grammar (an item may say).",
-            dir_okay=False,
-            show_default=False,
-        ),
-    ] = None,  # fmt: skip
-    json_schema: Annotated[
-        str | None,
-        typer.Option(
-            "--json-schema",
-            help="Every answer JSON matching this schema, a file or inline JSON "
-            "(an item's response_format may say).",
-            show_default=False,
-        ),
-    ] = None,  # fmt: skip
+    stop: Stop = None,
+    grammar_file: GrammarFile = None,
+    json_schema: JsonSchema = None,
     max_tokens: Annotated[
         int | None, typer.Option("--max-tokens", min=1, help="Tokens per answer at most (an item may say).")
     ] = None,
