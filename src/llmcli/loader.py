@@ -156,12 +156,12 @@ def batch_room(path: Path, options: EngineOptions, ctx_per_seq: int) -> int | No
     from llmcli import gguf_file
     from llmcli.hub import fit
 
-    mem = fit.memory()
-    if mem is None or (options.gpu_layers != 0 and _gpu_offload_supported()):
-        return None
     try:
         header = gguf_file.read_header(path)
     except Exception:  # checked at load already; here only an estimate is lost
+        return None
+    mem = fit.memory()
+    if mem is None or (options.gpu_layers != 0 and _gpu_offload_supported()):
         return None
     from llmcli.gguf_file import KV_TYPE_BYTES
 
