@@ -49,6 +49,8 @@ def test_each_bad_files_are_refused_in_one_line(fake, tmp_path):
     assert empty.exit_code == 2 and "empty.txt: is empty" in empty.stderr and empty.stdout == ""
     skipped = run("batch", "--each", str(tmp_path / "ok.txt"), str(tmp_path / "empty.txt"), "--skip-bad")
     assert skipped.exit_code == 0 and [d["id"] for d in _lines(skipped.stdout)] == [str(tmp_path / "ok.txt")]
+    none_left = run("batch", "--each", str(tmp_path / "empty.txt"), "--skip-bad")
+    assert none_left.exit_code == 2 and "none is left" in none_left.stderr and none_left.stdout == ""
     two = run("batch", str(tmp_path / "ok.txt"), str(tmp_path / "empty.txt"))
     assert two.exit_code == 2 and "--each" in two.stderr
 

@@ -96,6 +96,8 @@ def check(source: Source, *, skip_bad: bool, written: set[str]) -> Plan:
             plan.todo += 1
     if plan.total == 0 and plan.bad == 0:
         raise UsageError(f"{source.label} holds no prompt: it is empty")
+    if plan.total == 0:
+        raise UsageError(f"{source.label}: all {plan.bad} item(s) are bad, none is left to answer")
     return plan
 
 
