@@ -149,6 +149,30 @@ def check_memory(path: Path, header, options: EngineOptions, draft=None) -> None
         )
 
 
+def batch_room(path: Path, options: EngineOptions, ctx_per_seq: int) -> int | None:
+    """How many sequences of `ctx_per_seq` tokens `llmcli batch` can decode together in the free
+    memory: the weights, their KV cache and the same margin `check_memory` counts must fit (None:
+    unknown, or a GPU build, whose memory this does not see)."""
+    from llmcli import gguf_file
+    from llmcli.hub import fit
+
+    try:
+        header = gguf_file.read_header(path)
+    except Exception:  # checked at load already; here only an estimate is lost
+        return None
+    mem = fit.memory()
+    if mem is None or (options.gpu_layers != 0 and _gpu_offload_supported()):
+        return None
+    from llmcli.gguf_file import KV_TYPE_BYTES
+
+    k_bytes = KV_TYPE_BYTES.get((options.type_k or "f16").lower(), 2.0)
+    v_bytes = KV_TYPE_BYTES.get((options.type_v or "f16").lower(), 2.0)
+    per_seq = header.kv_cache_bytes(ctx_per_seq, k_bytes, v_bytes)
+    if per_seq <= 0:
+        return None
+    return max(0, (mem.available - header.tensor_bytes - (128 << 20)) // per_seq)
+
+
 def _gpu_offload_supported() -> bool:
     from llmcli.engine.backend import gpu_offload
 

@@ -1,7 +1,8 @@
 """A batch's input, read line by line: plain text (one prompt per line), JSON lines (`id` and a
-`prompt` or `messages`, with per-item `max_tokens`, `temperature`, `seed`), or the OpenAI batch
-format `vllm run-batch` reads (`custom_id`, `body` with `messages`, `max_tokens`, ...). The format
-is the first non-blank line's: a JSON object makes the file JSON lines, anything else plain text."""
+`prompt` or `messages`, with per-item `max_tokens`, `temperature`, `seed`, `stop`, `grammar`,
+`response_format`), or the OpenAI batch format `vllm run-batch` reads (`custom_id`, `body` with
+`messages`, `max_tokens`, ...). The format is the first non-blank line's: a JSON object makes the
+file JSON lines, anything else plain text. (`--each`'s files, one prompt each: batch/each.py.)"""
 
 from __future__ import annotations
 
@@ -21,12 +22,15 @@ class Item:
     line: int
     messages: list[dict] | None = None
     prompt: str | None = None
-    options: dict = field(default_factory=dict)  # per-item max_tokens, temperature, seed
+    options: dict = field(default_factory=dict)  # per-item max_tokens, temperature, seed, stop, ...
+    path: str | None = None  # --each: the file the prompt is
+    keyed: bool = False  # the id is the input's own (JSON lines), not a line number or a path
 
 
 class BadLine(UsageError):
-    def __init__(self, path: str, line: int, why: str) -> None:
-        super().__init__(f"{path} line {line}: {why}", hint="--skip-bad skips such lines")
+    def __init__(self, path: str, line: int, why: str, *, whole_file: bool = False) -> None:
+        where = path if whole_file else f"{path} line {line}"  # --each: the file is the item
+        super().__init__(f"{where}: {why}", hint="--skip-bad skips such items")
         self.line = line
 
 
@@ -66,7 +70,7 @@ def _json_item(name: str, n: int, line: str) -> Item | BadLine:
         key, source = doc.get("id", n), doc
     if not isinstance(key, (str, int)) or isinstance(key, bool):
         return BadLine(name, n, "the id must be a string or an integer")
-    item = Item(str(key), n)
+    item = Item(str(key), n, keyed=True)
     messages, prompt = source.get("messages"), source.get("prompt")
     if (messages is None) == (prompt is None):
         return BadLine(name, n, "give exactly one of `prompt` and `messages`")
@@ -89,7 +93,41 @@ def _json_item(name: str, n: int, line: str) -> Item | BadLine:
         if (key_ == "max_tokens" and number < 1) or (key_ == "temperature" and number < 0):
             return BadLine(name, n, f"`{key_}` is out of range: {value}")
         item.options[key_] = value
-    return item
+    why = _constraints(source, item.options)
+    return BadLine(name, n, why) if why else item
+
+
+def _constraints(source: dict, options: dict) -> str | None:
+    """An item's `stop` (a string or a list of them), `grammar` (GBNF text) and `response_format`
+    (OpenAI's: `json_schema` with its `schema`, or `json_object`; `text` is none) into `options`
+    (`stop`, `grammar`, `json_schema`); what is wrong with them, if anything."""
+    stop = source.get("stop")
+    if stop is not None:
+        stops = [stop] if isinstance(stop, str) else stop
+        if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
+            return "`stop` must be a non-empty string or a list of them"
+        options["stop"] = list(stops)
+    grammar, fmt = source.get("grammar"), source.get("response_format")
+    if grammar is not None and fmt is not None:
+        return "give `grammar` or `response_format`, not both"
+    if grammar is not None:
+        if not isinstance(grammar, str) or not grammar.strip():
+            return "`grammar` must be GBNF text"
+        options["grammar"] = grammar
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "json_object":
+        options["json_schema"] = {"type": "object"}
+    elif kind == "json_schema":
+        spec = fmt.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if not isinstance(schema, (dict, bool)):
+            return "`response_format` json_schema needs a `json_schema` object with a `schema`"
+        options["json_schema"] = schema
+    elif kind != "text":
+        return "`response_format` must have type json_schema, json_object or text"
+    return None
 
 
 def _messages_error(messages: object) -> str | None:

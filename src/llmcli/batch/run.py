@@ -5,14 +5,16 @@ batches them); each finished item is one line of `{"id", "record"}` (docs/batch.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
-from pathlib import Path
+from functools import lru_cache
 
 from llmcli import record
-from llmcli.batch.inputs import BadLine, Item, read
+from llmcli.batch import each, inputs
+from llmcli.batch.inputs import BadLine, Item
 from llmcli.batch.output import Sink
 from llmcli.contract import Done, Prepared, Request, SamplingParams
 from llmcli.errors import LlmcliError, UsageError
@@ -36,6 +38,8 @@ class Tally:
     done: int = 0
     failed: int = 0
     tokens: int = 0
+    prompt_tokens: int = 0  # of the items answered
+    reused: int = 0  # of those, the tokens a shared prefix's cells gave (not prefilled again)
     started: float = 0.0
 
     def wall_s(self) -> float:
@@ -46,46 +50,108 @@ class Tally:
         return self.tokens / wall if wall > 0 else 0.0
 
 
-def check(path: Path | str, *, skip_bad: bool, written: set[str]) -> Plan:
+@dataclass
+class Source:
+    """Where a run's items come from: one input file, or `--each`'s files (one item each); and the
+    template each prompt is put into, if any."""
+
+    path: str | None = None
+    files: list[str] | None = None
+    template: each.Template | None = None
+
+    @property
+    def label(self) -> str:
+        return self.path if self.path is not None else "--each"
+
+    def read(self) -> Iterator[Item | BadLine]:
+        if self.files is not None:
+            return each.read(self.files)
+        assert self.path is not None
+        return inputs.read(self.path)
+
+
+def check(source: Source, *, skip_bad: bool, written: set[str]) -> Plan:
     """Read the whole input once (streamed) before anything is generated: a bad line stops the
-    run here unless `skip_bad`; count what is to do."""
+    run here unless `skip_bad`; count what is to do. The ids the input gives itself (JSON lines)
+    are kept to refuse one used twice; line numbers and --each's paths are unique already."""
     plan = Plan()
     seen: set[str] = set()
-    for item in read(path):
+    for item in source.read():
+        if isinstance(item, Item) and (why := _constraint_error(item)):
+            item = BadLine(source.label, item.line, why, whole_file=source.files is not None)
         if isinstance(item, BadLine):
             if not skip_bad:
                 raise item
             plan.bad += 1
             continue
-        if item.id in seen:
-            raise UsageError(f"{path} line {item.line}: the id {item.id!r} is used twice",
-                             hint="each item needs its own id for -o to resume by")  # fmt: skip
-        seen.add(item.id)
+        if item.keyed:
+            if item.id in seen:
+                raise UsageError(f"{source.label} line {item.line}: the id {item.id!r} is used twice",
+                                 hint="each item needs its own id for -o to resume by")  # fmt: skip
+            seen.add(item.id)
         plan.total += 1
         if item.id in written:
             plan.done_before += 1
         else:
             plan.todo += 1
     if plan.total == 0 and plan.bad == 0:
-        raise UsageError(f"{path} holds no prompt: it is empty")
+        raise UsageError(f"{source.label} holds no prompt: it is empty")
+    if plan.total == 0:
+        raise UsageError(f"{source.label}: all {plan.bad} item(s) are bad, none is left to answer")
     return plan
 
 
-def items_to_do(path: Path | str, written: set[str], sink: Sink) -> Iterator[tuple[int, Item]]:
-    """(order, item) of each item to answer; the others are passed to `sink` as skipped."""
+def items_to_do(source: Source, written: set[str], sink: Sink) -> Iterator[tuple[int, Item]]:
+    """(order, item) of each item to answer, in the template if any; the others are passed to
+    `sink` as skipped."""
     order = 0
-    for item in read(path):
-        if isinstance(item, BadLine):
+    for item in source.read():
+        if isinstance(item, BadLine) or _constraint_error(item):
             continue
         if item.id in written:
             sink.skip(order)
         else:
-            yield order, item
+            yield order, source.template.apply_to(item) if source.template is not None else item
         order += 1
 
 
+def _constraint_error(item: Item) -> str | None:
+    """Why an item's JSON schema cannot be used (the converter refuses it), else None."""
+    schema = item.options.get("json_schema")
+    if schema is None:
+        return None
+    try:
+        schema_grammar(schema)
+    except UsageError as exc:
+        return exc.message
+    return None
+
+
+def schema_grammar(schema: dict | bool) -> str:
+    """GBNF for a JSON schema (the engine's converter, the one `--json-schema` uses); the same
+    schema on many items is converted once."""
+    try:
+        return _converted(json.dumps(schema, sort_keys=True))
+    except Exception as exc:  # the converter raises plain exceptions on schemas it does not support
+        raise UsageError(f"the JSON schema could not be converted to a grammar: {exc}") from None
+
+
+@lru_cache(maxsize=64)
+def _converted(text: str) -> str:
+    from llmcli.engine.grammar import json_schema_to_gbnf
+
+    return json_schema_to_gbnf(text)
+
+
 def request_for(item: Item, params: SamplingParams, system: str | None) -> Request:
+    """The item's request: the run's settings with the item's own over them (its `stop`, its
+    grammar or JSON schema replace the command's)."""
     options = dict(item.options)
+    schema = options.pop("json_schema", None)
+    if schema is not None:
+        options["grammar"], options["json_schema"] = schema_grammar(schema), schema
+    elif "grammar" in options:
+        options["json_schema"] = None
     item_params = replace(params, **options) if options else params
     if item.messages is not None:
         messages = list(item.messages)
@@ -96,10 +162,17 @@ def request_for(item: Item, params: SamplingParams, system: str | None) -> Reque
     return Request(item_params, messages=messages)
 
 
+def constraint(params: SamplingParams) -> str | None:
+    """The kind of constraint an item's answer was written under, as its record says."""
+    return "json_schema" if params.json_schema is not None else "grammar" if params.grammar else None
+
+
 def line(item: Item, loaded: Loaded, params: SamplingParams, done: Done | None, fmt: str | None,
          error: str | None = None) -> dict:  # fmt: skip
-    rec = record.build(ref=loaded.ref, info=loaded.engine.info, params=params, done=done,
-                       prompt_format=fmt, error=error)  # fmt: skip
+    kind = constraint(params)
+    complete = done is not None and done.constraint_complete is not False
+    rec = record.build(ref=loaded.ref, info=loaded.engine.info, params=params, done=done, prompt_format=fmt,
+                       constraint=kind, constraint_complete=complete, error=error)  # fmt: skip
     return {"id": item.id, "record": rec}
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -18,8 +18,39 @@ if TYPE_CHECKING:  # the command's module loads with `llmcli --help`: the contra
 SERVED_PARALLEL = 4  # requests at once to a server with --parallel auto (the server decides how it batches)
 
 
+# the options of what each item is and how it is answered (an item of JSON lines may say its own)
+Inputs = Annotated[
+    list[str],
+    typer.Argument(help="Prompts: a text file (one per line) or JSON lines; with --each, files (or globs), "
+                   "one prompt each.", metavar="INPUT", show_default=False),
+]  # fmt: skip
+Each = Annotated[
+    bool, typer.Option("--each", help="Each INPUT file (or glob) is one prompt; its id is its path.")
+]
+Template = Annotated[
+    str | None,
+    typer.Option("--template", help='Put each prompt into this text: {content}, and with --each {name} and '
+                 '{path}, e.g. "Summarise: {content}".', show_default=False),
+]  # fmt: skip
+Stop = Annotated[
+    list[str] | None,
+    typer.Option("--stop", help="Stop an answer where this text appears (repeatable; an item may say).",
+                 show_default=False),
+]  # fmt: skip
+GrammarFile = Annotated[
+    Path | None,
+    typer.Option("--grammar-file", help="Constrain every answer with a GBNF grammar (an item may say).",
+                 dir_okay=False, show_default=False),
+]  # fmt: skip
+JsonSchema = Annotated[
+    str | None,
+    typer.Option("--json-schema", help="Every answer JSON matching this schema, a file or inline JSON (an "
+                 "item's response_format may say).", show_default=False),
+]  # fmt: skip
+
+
 def batch(
-    input: Annotated[str, typer.Argument(help="Prompts: a text file (one per line) or JSON lines.")],
+    inputs: Inputs,
     model: Annotated[
         str, typer.Option("--model", "-m", help="A GGUF model, or a served model (URL, NAME/MODEL).")
     ] = "",
@@ -38,7 +69,12 @@ def batch(
     skip_bad: Annotated[
         bool, typer.Option("--skip-bad", help="Skip input lines that cannot be read.")
     ] = False,
+    each: Each = False,
+    template: Template = None,
     system: Annotated[str | None, typer.Option("--system", help="System prompt for every item.")] = None,
+    stop: Stop = None,
+    grammar_file: GrammarFile = None,
+    json_schema: JsonSchema = None,
     max_tokens: Annotated[
         int | None, typer.Option("--max-tokens", min=1, help="Tokens per answer at most (an item may say).")
     ] = None,
@@ -69,25 +105,41 @@ def batch(
     n = _parallel(parallel)
     if text and output is not None:
         raise UsageError("--text prints to stdout; -o FILE keeps JSON lines to resume by")
-    if input == "-":
-        raise UsageError("batch reads a file: its lines are checked before anything is generated",
-                         hint="write the prompts to a file first")  # fmt: skip
-    if not Path(input).is_file():
-        raise UsageError(f"no input file {input}")
+    source = _source(inputs, each, template)
     written = set() if output is None or overwrite else done_ids(output)
-    plan = b.check(input, skip_bad=skip_bad, written=written)
+    plan = b.check(source, skip_bad=skip_bad, written=written)
     if plan.bad:
         render.warn(f"{plan.bad} bad line(s) skipped")
     if plan.todo == 0 and plan.done_before:
         render.info(f"batch: all {plan.done_before} items are already in {output} (--overwrite starts again)")
         return
-    params = _params(max_tokens, temperature, seed)
+    params = _params(max_tokens, temperature, seed, stop, grammar_file, json_schema)
     sink = Sink(output, overwrite=overwrite, unordered=unordered or text)
     try:
-        run = Run(model, input, params, system, n, ctx_size, threads, text, log)
+        run = Run(model, source, params, system, n, ctx_size, threads, text, log)
         _answer(b, run, plan, written, sink)
     finally:
         sink.close()
+
+
+def _source(inputs: list[str], each: bool, template: str | None):
+    """Where the items come from: one input file, or --each's files; the template checked."""
+    from llmcli.batch.each import Template, expand
+    from llmcli.batch.run import Source
+
+    shaped = Template(template, each=each) if template is not None else None
+    if each:
+        return Source(files=expand(inputs), template=shaped)
+    if len(inputs) != 1:
+        raise UsageError(f"batch reads one input file, not {len(inputs)}",
+                         hint="--each makes each file one prompt")  # fmt: skip
+    path = inputs[0]
+    if path == "-":
+        raise UsageError("batch reads a file: its lines are checked before anything is generated",
+                         hint="write the prompts to a file first")  # fmt: skip
+    if not Path(path).is_file():
+        raise UsageError(f"no input file {path}")
+    return Source(path=path, template=shaped)
 
 
 def _parallel(text: str) -> int | None:
@@ -107,7 +159,7 @@ def _open(model: str, parallel: int | None, todo: int, ctx_size: int | None, thr
     """The model, the batch decoder of a local one (None: requests side by side), N and how it was
     chosen."""
     from llmcli.contract import EngineOptions
-    from llmcli.loader import load_engine, load_served, served_endpoint
+    from llmcli.loader import batch_room, load_engine, load_served, served_endpoint
 
     endpoint = served_endpoint(model or None)
     if endpoint is not None:
@@ -122,24 +174,32 @@ def _open(model: str, parallel: int | None, todo: int, ctx_size: int | None, thr
                          factory=env.engine_factory, check_files=env.checks_model_files)  # fmt: skip
     from llmcli.engine.batched import decoder_for
 
-    decoder, n, how = decoder_for(loaded.engine, parallel, todo)
+    room = batch_room(loaded.path, opts, loaded.engine.n_ctx) if loaded.path is not None else None
+    decoder, n, how = decoder_for(loaded.engine, parallel, todo, room=room)
     if parallel is None:
         render.info(f"batch: parallel {n} ({how})")
     return loaded, decoder, n, how
 
 
-def _params(max_tokens: int | None, temperature: float | None, seed: int | None):
+def _params(max_tokens: int | None, temperature: float | None, seed: int | None, stop: list[str] | None,
+            grammar_file: Path | None, json_schema: str | None):  # fmt: skip
+    """The run's sampling settings: those given, the others left for the model's recommendation;
+    the stop strings, the grammar or the JSON schema (converted as `generate` converts it)."""
     from dataclasses import fields, replace
 
+    from llmcli.cli.resolve import load_grammar, read_schema
     from llmcli.contract import SamplingParams
 
-    params = SamplingParams()
+    params = SamplingParams(stop=list(stop or []))
+    params.grammar = load_grammar(grammar_file, json_schema)
+    if json_schema is not None:
+        params.json_schema = read_schema(json_schema)
     given = set()
     for name, value in (("max_tokens", max_tokens), ("temperature", temperature), ("seed", seed)):
         if value is not None:
             setattr(params, name, value)
             given.add(name)
-    left = frozenset(f.name for f in fields(SamplingParams)) - given  # the model may recommend these
+    left = frozenset(f.name for f in fields(SamplingParams)) - given - {"stop", "grammar", "json_schema"}
     params = replace(params, defaulted=left)
     params.validate()
     return params
@@ -148,7 +208,7 @@ def _params(max_tokens: int | None, temperature: float | None, seed: int | None)
 @dataclass
 class Run:
     model: str
-    input: str
+    source: object  # batch.run.Source
     params: SamplingParams
     system: str | None
     parallel: int | None
@@ -174,7 +234,7 @@ def _answer(b, run: Run, plan, written, sink) -> None:
     from llmcli.render.batch import progress, summary
     from llmcli.request.log import log_request
 
-    model, input, params, system, text = run.model, run.input, run.params, run.system, run.text
+    model, source, params, system, text = run.model, run.source, run.params, run.system, run.text
     loaded, decoder, parallel, how = _open(model, run.parallel, plan.todo, run.ctx_size, run.threads)
     logged = _logged(run, loaded.ref)
     from llmcli.sampling import apply_recommended
@@ -182,7 +242,7 @@ def _answer(b, run: Run, plan, written, sink) -> None:
     if applied := apply_recommended(params, loaded.engine.info, loaded.ref):  # as generate does
         render.debug_log(f"the model's recommended sampling: {applied}")
     tally = b.Tally(started=time.perf_counter())
-    work = b.items_to_do(input, written, sink)
+    work = b.items_to_do(source, written, sink)
     try:
         with progress(plan.todo) as bar:
 
@@ -193,6 +253,8 @@ def _answer(b, run: Run, plan, written, sink) -> None:
                 else:
                     tally.done += 1
                     tally.tokens += done.stats.completion_tokens
+                    tally.prompt_tokens += done.stats.prompt_tokens
+                    tally.reused += done.stats.cached_tokens
                 if text:
                     sink.put(order, done.text if done is not None else None)
                 else:
@@ -200,7 +262,9 @@ def _answer(b, run: Run, plan, written, sink) -> None:
                 bar.update(tally.done, tally.failed, tally.tok_s())
                 if logged is not None:
                     prepared = Prepared(fmt) if fmt is not None else None
-                    log_request(loaded.engine, request, logged, done, prepared, error=error)
+                    kind = b.constraint(request.params)  # each item's own
+                    log_request(loaded.engine, request, replace(logged, constraint=kind), done, prepared,
+                                error=error)  # fmt: skip
 
             if decoder is not None:
                 b.answer_local(decoder, loaded, work, params, system, finished)
@@ -211,7 +275,8 @@ def _answer(b, run: Run, plan, written, sink) -> None:
             decoder.close()
         loaded.engine.close()
     summary(items=tally.done, failed=tally.failed, skipped=plan.done_before, tokens=tally.tokens,
-            wall_s=tally.wall_s(), parallel=parallel, how=how.split(":")[0])  # fmt: skip
+            wall_s=tally.wall_s(), parallel=parallel, how=how.split(":")[0],
+            prompt_tokens=tally.prompt_tokens, reused=tally.reused)  # fmt: skip
     if tally.failed:
         raise LlmcliError(f"{tally.failed} of {tally.done + tally.failed} items failed (their lines say why)")
 

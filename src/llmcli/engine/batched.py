@@ -4,9 +4,16 @@ A second context on a `LlamaEngine`'s model holds up to `parallel` sequences (n_
 cache shared by all of them). Each step is one `llama_batch`: the next token of every sequence
 that is decoding, and as much of the waiting prompts as the batch has room for, each token with
 its sequence's id. Each sequence samples from its own logits with its own sampler chain (its
-temperature, its seed, a grammar if it has one) and stops at an end-of-generation token, its
-`max_tokens` or its share of the context; its slot then takes the next item at once, its cache
-cleared with `llama_memory_seq_rm`.
+temperature, its seed, a grammar or JSON schema if it has one) and goes through `generate`'s
+per-token step (engine/batch_seq.py: stop strings, the grammar's completeness); it ends at an
+end-of-generation token, a stop string, its `max_tokens` or its share of the context, and its slot
+takes the next item at once.
+
+A prompt prefix that sequences share (the chat template's system prompt, a --template's head) is
+prefilled once: a new sequence takes the cells of the longest prefix it shares with a sequence that
+holds it (`llama_memory_seq_cp`; in a unified cache the cells are shared, not copied), or keeps
+that much of what its slot held before (`llama_memory_seq_rm` of the rest), and prefills only its
+own suffix. A sequence admitted beside one still prefilling the same long prefix waits a step for it.
 
 At temperature 0 a sequence picks the highest logit, as `generate` does; the logits come from
 batched matrix products whose rounding can differ from one sequence's, so two texts agree as long
@@ -15,49 +22,24 @@ as no two candidate tokens are within that rounding of each other (docs/BATCH.md
 
 from __future__ import annotations
 
+import ctypes
 import secrets
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from llmcli import reporting
-from llmcli.contract import Done, SamplingParams, Stats
-from llmcli.engine.sampler import build_chain, pick
-from llmcli.errors import LlmcliError
+from llmcli.engine.batch_seq import BatchItem, BatchResult, Seq, common_prefix
+from llmcli.engine.sampler import GrammarProbe, build_chain, pick
+from llmcli.engine.text import TextStream
+from llmcli.errors import LlmcliError, UsageError
 
 if TYPE_CHECKING:
     from llmcli.engine.llama import LlamaEngine
 
+__all__ = ["BatchDecoder", "BatchItem", "BatchResult", "decoder_for", "measure_knee"]
 
-@dataclass
-class BatchItem:
-    """One prompt to answer: `key` is the caller's, handed back with its result."""
-
-    key: object
-    tokens: list[int]
-    params: SamplingParams
-
-
-@dataclass
-class BatchResult:
-    key: object
-    done: Done | None
-    error: str | None = None
-
-
-@dataclass
-class _Seq:
-    item: BatchItem
-    seq_id: int
-    seed: int
-    chain: object
-    greedy: bool
-    pending: list[int]
-    admitted: float
-    n_past: int = 0
-    out: list[int] = field(default_factory=list)
-    first: float | None = None
+WAIT_FOR_PREFIX = 16  # a new sequence waits a step for a sibling prefilling at least this much of its prompt
 
 
 class BatchDecoder:
@@ -87,14 +69,18 @@ class BatchDecoder:
             )
         self.n_batch = L.llama_n_batch(self._ctx)
         self._memory = L.llama_get_memory(self._ctx)
+        self._buf = ctypes.create_string_buffer(64)
+        self._left: dict[int, list[int]] = {}  # a free slot's cells: the tokens its last sequence left
         self.steps = 0
         self.step_ms = 0.0
+        self.prompt_tokens = 0  # prompt tokens of the sequences admitted
+        self.reused_tokens = 0  # of those, the ones whose cells came from a shared prefix
 
     def run(self, items: Iterable[BatchItem]) -> Iterator[BatchResult]:
         """Answer `items` (read lazily, as slots free up); each result as its sequence ends."""
         source = iter(items)
         free = list(range(self.parallel - 1, -1, -1))
-        active: dict[int, _Seq] = {}
+        active: dict[int, Seq] = {}
         exhausted = False
         try:
             while True:
@@ -103,12 +89,11 @@ class BatchDecoder:
                     if item is None:
                         exhausted = True
                         break
-                    refused = self._refusal(item)
-                    if refused is not None:
+                    seq, refused = self._admit(item, free[-1], active)
+                    if seq is None:
                         yield BatchResult(item.key, None, refused)
                         continue
-                    seq_id = free.pop()
-                    active[seq_id] = self._admit(item, seq_id)
+                    active[free.pop()] = seq
                 if not active:
                     return
                 for seq in self._step(active):
@@ -117,7 +102,7 @@ class BatchDecoder:
                     yield self._finish(seq)
         finally:
             for seq in active.values():
-                self._release(seq)
+                self._release(seq, keep=False)
 
     def _decode(self, tokens: list[tuple[int, int, int]]) -> None:
         """Decode (sequence, position, token) triples in batches of n_batch, no logits (the probe)."""
@@ -144,24 +129,65 @@ class BatchDecoder:
                     "a sequence's context leaves room for")  # fmt: skip
         return None
 
-    def _admit(self, item: BatchItem, seq_id: int) -> _Seq:
+    def _admit(self, item: BatchItem, seq_id: int, active: dict[int, Seq]) -> tuple[Seq | None, str | None]:
+        """A sequence for `item` in slot `seq_id`, its prompt's shared prefix taken (`_share`); or
+        None and why the item cannot be answered (its prompt, or a grammar llama.cpp refuses)."""
+        refused = self._refusal(item)
+        if refused is not None:
+            return None, refused
         params = item.params
         seed = params.seed if params.seed is not None else secrets.randbelow(2**32 - 1)
         e = self.engine
-        chain = build_chain(self._L, e.tokenizer, e.n_vocab, params, seed, debug=e._debug)
+        try:
+            chain = build_chain(self._L, e.tokenizer, e.n_vocab, params, seed, debug=e._debug)
+        except UsageError as exc:
+            return None, exc.message
         greedy = params.temperature <= 0 and not params.grammar and params.repeat_penalty == 1.0
-        return _Seq(item, seq_id, seed, chain, greedy, list(item.tokens), time.perf_counter())
+        probe = GrammarProbe(e.tokenizer, chain) if params.grammar else None
+        seq = Seq(item, seq_id, seed, chain, greedy, time.perf_counter(), TextStream(params.stop), probe)
+        self._share(seq, active)
+        self.prompt_tokens += len(item.tokens)
+        return seq, None
 
-    def _step(self, active: dict[int, _Seq]) -> list[_Seq]:
+    def _share(self, seq: Seq, active: dict[int, Seq]) -> None:
+        """Give `seq` the longest prefix of its prompt already in the cache: its slot's own cells,
+        or another sequence's (copied now, or once that one has prefilled it); at least the last
+        prompt token is prefilled, for its logits."""
+        L, mem, tokens = self._L, self._memory, seq.item.tokens
+        limit = len(tokens) - 1
+        own = common_prefix(self._left.pop(seq.seq_id, []), tokens, limit)
+        best, source = own, None
+        for other in active.values():
+            if other.waiting is None and (n := common_prefix(other.item.tokens, tokens, limit)) > best:
+                best, source = n, other
+        if source is not None and (source.n_past >= best or best >= WAIT_FOR_PREFIX):
+            L.llama_memory_seq_rm(mem, seq.seq_id, -1, -1)
+            if source.n_past >= best:
+                self._copy(source, seq, best)
+            else:
+                seq.waiting, seq.share = source, best
+            return
+        if not L.llama_memory_seq_rm(mem, seq.seq_id, own, -1):  # a cache that cannot cut a sequence
+            L.llama_memory_seq_rm(mem, seq.seq_id, -1, -1)
+            own = 0
+        seq.start_at(own)
+        self.reused_tokens += own
+
+    def _copy(self, source: Seq, seq: Seq, n: int) -> None:
+        self._L.llama_memory_seq_cp(self._memory, source.seq_id, seq.seq_id, 0, n)
+        seq.start_at(n)
+        self.reused_tokens += n
+
+    def _step(self, active: dict[int, Seq]) -> list[Seq]:
         """One decode of every active sequence's next tokens; the sequences that ended."""
         L = self._L
         batch = L.llama_batch_init(self.n_batch, 0, 1)
         try:
-            rows: list[tuple[_Seq, int]] = []
+            rows: list[tuple[Seq, int]] = []
             k = 0
             for seq in sorted(active.values(), key=lambda s: len(s.pending)):  # decoding ones first
                 take = min(len(seq.pending), self.n_batch - k)
-                if take <= 0:
+                if take <= 0 or seq.waiting is not None:
                     continue
                 for j, token in enumerate(seq.pending[:take]):
                     batch.token[k] = token
@@ -173,62 +199,42 @@ class BatchDecoder:
                     if last:
                         rows.append((seq, k))
                     k += 1
-                seq.n_past += take
+                seq.cached.extend(seq.pending[:take])
                 del seq.pending[:take]
             batch.n_tokens = k
             started = time.perf_counter()
-            status = L.llama_decode(self._ctx, batch)
+            status = L.llama_decode(self._ctx, batch) if k else 0
             self.step_ms += (time.perf_counter() - started) * 1000
             self.steps += 1
             if status != 0:
                 raise LlmcliError(f"llama.cpp could not decode a batch of {k} tokens (status {status})",
                                   hint="try a smaller --parallel")  # fmt: skip
+            for seq in active.values():  # a shared prefix prefilled this step: copied before anything ends
+                if seq.waiting is not None and seq.waiting.n_past >= seq.share:
+                    self._copy(seq.waiting, seq, seq.share)
             return [seq for seq, row in rows if self._sample(seq, row)]
         finally:
             L.llama_batch_free(batch)
 
-    def _sample(self, seq: _Seq, row: int) -> bool:
+    def _sample(self, seq: Seq, row: int) -> bool:
         """Sample `seq`'s next token from batch row `row`; whether the sequence has ended."""
         e = self.engine
         token = pick(self._L, self._ctx, seq.chain, e.n_vocab, seq.greedy)(row)
-        if seq.first is None:
-            seq.first = time.perf_counter()
-        if self._L.llama_vocab_is_eog(e._vocab, token):
-            seq.out.append(-1)  # the end token is not part of the answer
-            return True
-        seq.out.append(token)
-        cap = seq.item.params.max_tokens
-        if (cap and len(seq.out) >= cap) or seq.n_past + 1 >= self.ctx_per_seq:
-            return True
-        seq.pending.append(token)
-        return False
+        return seq.take(token, e.tokenizer, self._buf, self.ctx_per_seq)
 
-    def _finish(self, seq: _Seq) -> BatchResult:
-        ended = time.perf_counter()
-        stopped = bool(seq.out) and seq.out[-1] == -1
-        tokens = [t for t in seq.out if t >= 0]
-        first = seq.first or ended
-        stats = Stats(
-            prompt_tokens=len(seq.item.tokens),
-            prefill_tokens=len(seq.item.tokens),
-            prefill_ms=(first - seq.admitted) * 1000,
-            completion_tokens=len(seq.out),  # the end token counted, as `generate` counts it
-            decode_tokens=len(seq.out),
-            decode_ms=(ended - first) * 1000,
-            ttft_ms=(first - seq.admitted) * 1000,
-            total_ms=(ended - seq.admitted) * 1000,
-            context_size=self.ctx_per_seq,
-            context_used=seq.n_past + 1,
-        )
-        self._release(seq)
-        text = self.engine.detokenize(tokens)
-        return BatchResult(seq.item.key, Done(text, "stop" if stopped else "length", stats, seq.seed, tokens))
+    def _finish(self, seq: Seq) -> BatchResult:
+        done = seq.done(self.ctx_per_seq)
+        self._release(seq, keep=True)
+        return BatchResult(seq.item.key, done)
 
-    def _release(self, seq: _Seq) -> None:
+    def _release(self, seq: Seq, *, keep: bool) -> None:
+        """Free `seq`'s sampler; its cells stay for the slot's next sequence (`keep`) or go."""
         if seq.chain is not None:
             self._L.llama_sampler_free(seq.chain)
             seq.chain = None
-        if self._memory:
+        if keep:
+            self._left[seq.seq_id] = seq.cached
+        elif self._memory:
             self._L.llama_memory_seq_rm(self._memory, seq.seq_id, -1, -1)
 
     def close(self) -> None:
@@ -276,28 +282,44 @@ def measure_knee(engine: LlamaEngine, sizes: tuple[int, ...] = PROBE_SIZES) -> t
     return chosen, speeds
 
 
-def decoder_for(engine: object, parallel: int | None, items: int) -> tuple[BatchDecoder | None, int, str]:
+def decoder_for(engine: object, parallel: int | None, items: int, *,
+                room: int | None = None) -> tuple[BatchDecoder | None, int, str]:  # fmt: skip
     """A batch decoder on `engine`'s model for `items` prompts, the N it runs and how N was chosen
-    (`parallel` None: the knee, `measure_knee`, among sizes up to `items`). None where `engine` is
-    not a llama.cpp engine (a test's fake): the caller then sends requests side by side."""
+    (`parallel` None: the knee, `measure_knee`, among sizes up to `items`). `room`: how many
+    sequences' KV cache the free memory holds (None: unknown); a set N above it is reduced, said
+    once. None where `engine` is not a llama.cpp engine (a test's fake): the caller then sends
+    requests side by side."""
     from llmcli.engine.llama import LlamaEngine
 
+    room = max(1, room) if room is not None else None
     if parallel is None:
-        sizes = tuple(n for n in PROBE_SIZES if n <= max(1, items))
+        sizes = tuple(n for n in PROBE_SIZES if n <= max(1, items) and (room is None or n <= room))
         if not isinstance(engine, LlamaEngine):
             parallel, how = PROBE_SIZES[2], "auto: requests at once"
-        elif len(sizes) == 1:
-            parallel, how = 1, "auto: one item"
+        elif len(sizes) <= 1:
+            parallel, how = 1, "auto: one item" if items <= 1 else "auto: memory for one sequence"
         else:
             parallel, speeds = measure_knee(engine, sizes)
             shown = ", ".join(f"{n}: {v:.0f}" for n, v in speeds.items())
             how = f"auto: measured tok/s by N {shown}"
     else:
-        how = "set"
+        how, asked = "set", parallel
         if parallel > max(1, items):  # no more sequences than items: a context sized for those
             parallel, how = max(1, items), f"set, at most the {items} items"
+        if room is not None and parallel > room and isinstance(engine, LlamaEngine):
+            reporting.warn(
+                f"--parallel {asked}: the free memory holds the KV cache of {room} sequence(s) of "
+                f"{engine.n_ctx} tokens: {room} decode together (a smaller --ctx-size leaves room for more)"
+            )
+            parallel, how = room, f"{how}; reduced to fit the memory"
     if not isinstance(engine, LlamaEngine):
         return None, parallel, how
+    return _made(engine, parallel, how)
+
+
+def _made(engine: LlamaEngine, parallel: int, how: str) -> tuple[BatchDecoder, int, str]:
+    """The decoder of `parallel` sequences, or of fewer where llama.cpp cannot make that context
+    (halved until it can, said once)."""
     asked = parallel
     while True:
         try:

@@ -44,12 +44,15 @@ def progress(total: int) -> Iterator[BatchBar]:
 
 
 def summary(*, items: int, failed: int, skipped: int, tokens: int, wall_s: float, parallel: int,
-            how: str) -> None:  # fmt: skip
-    """The line at the end, on stderr (shown unless --quiet)."""
+            how: str, prompt_tokens: int = 0, reused: int = 0) -> None:  # fmt: skip
+    """The line at the end, on stderr (shown unless --quiet): `prompt_tokens` of the items, `reused`
+    of them taken from a shared prefix's cells rather than prefilled."""
     rate = tokens / wall_s if wall_s > 0 else 0.0
     parts = [f"{items} items", f"{failed} failed"] if failed else [f"{items} items"]
     if skipped:
         parts.append(f"{skipped} already done")
+    if prompt_tokens:
+        parts.append(f"{prompt_tokens} prompt tokens ({reused} from a shared prefix)")
     parts += [
         f"{tokens} tokens",
         f"{wall_s:.1f} s",
