@@ -6,16 +6,16 @@ are answered greedily, -n tokens at most, by the batch decoder `llmcli batch` us
 (`llmcli.engine.batched.BatchDecoder`: one llama.cpp context, one `llama_batch` per step, a
 sequence id each). Per repetition:
 
-- aggregate decode tokens/s: the tokens each sequence generated after its first, over the time
-  from the first sequence's first token to the last sequence's end (what llama-batched-bench calls
-  S_TG: decode only, prefill excluded);
+- aggregate decode tokens/s: N times the decode speed of the sequence that ended first (all N
+  decoded together throughout its decode): the speed of steps of N sequences, decode only, as
+  llama-batched-bench's S_TG (N x tg over the tg steps' time);
 - per-sequence decode tokens/s: each sequence's tokens after its first over its own first->last
   time, averaged over the N sequences (what one user of a batch sees);
 - aggregate prefill tokens/s: the N prompts' tokens over the time to the last sequence's first token.
 
 Each N's aggregate is also shown as a ratio to N = 1's with the same model, context and sizes. A
 sequence that reaches an end-of-generation token stops early (random prompts rarely lead there);
-the tokens counted are the ones generated, and `ended_early` says how many stopped short.
+`ended_early` says how many stopped short; the aggregate is taken while all N still decode.
 
 One engine is loaded per model and context setting; one batch decoder per N, kept for its
 repetitions (each sequence's cache is cleared as it ends). Ctrl-C stops after the repetition in
@@ -290,14 +290,18 @@ def once(decoder, engine, case: BatchCase, rng: random.Random, clock: Callable[[
 
 
 def sample(start: int, ends: list[tuple[int, float, int]], case: BatchCase, early: int) -> BatchSample:
-    """The speeds of one repetition from each sequence's end (clock ns), own decode time and tokens."""
+    """The speeds of one repetition from each sequence's end (clock ns), own decode time and tokens.
+
+    The aggregate is N times the speed of the sequence that ended first: all N sequences decoded
+    together throughout its decode, so it is the speed of steps of N (llama-batched-bench's S_TG),
+    where a sequence stopping early would leave later steps smaller. Where none stops early they
+    end in the same step, and it is every sequence's tokens after its first over the decode time."""
     firsts = [end - ms * 1e6 for end, ms, _ in ends]
-    after_first = sum(max(0, n - 1) for _, _, n in ends)
-    wall_ns = max(end for end, _, _ in ends) - min(firsts)
+    _, first_ms, first_n = min(ends, key=lambda e: e[0])
     own = [(n - 1) * 1000 / ms for _, ms, n in ends if n > 1 and ms > 0]
     prefill_ns = max(firsts) - start
     return BatchSample(
-        decode_ts=after_first * 1e9 / wall_ns if after_first and wall_ns > 0 else None,
+        decode_ts=len(ends) * (first_n - 1) * 1000 / first_ms if first_n > 1 and first_ms > 0 else None,
         seq_decode_ts=stats.mean(own) if own else None,
         prefill_ts=case.n_prompt * len(ends) * 1e9 / prefill_ns if prefill_ns > 0 else None,
         completion_tokens=sum(n for _, _, n in ends), ended_early=early,

@@ -29,14 +29,14 @@ def notes(records: list[dict]) -> list[str]:
     if not rows:
         return []
     lines = ["batch: N prompts of pp random tokens answered together by llmcli batch's decoder, greedy, "
-             "tg tokens each; t/s (all) = tokens after each sequence's first / first token to last end "
-             "(decode only, as llama-batched-bench's S_TG); t/s (each) = one sequence's own decode speed, "
-             "averaged; pp t/s = all prompts' tokens / time to the last first token"]  # fmt: skip
+             "tg tokens each; t/s (all) = N x the decode speed of the first sequence to end, while all N "
+             "decode (decode only, as llama-batched-bench's S_TG); t/s (each) = one sequence's own decode "
+             "speed, averaged; pp t/s = all prompts' tokens / time to the last first token"]  # fmt: skip
     early = [r for r in rows if any(r["ended_early"])]
     if early:
         lines.append("ended early: some sequences reached an end-of-generation token before tg ("
                      + ", ".join(f"N={r['n_parallel']}: {max(r['ended_early'])}" for r in early)
-                     + "); the tokens counted are the ones generated")  # fmt: skip
+                     + "); t/s (all) is taken while all N still decode")  # fmt: skip
     return lines
 
 
