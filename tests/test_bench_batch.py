@@ -107,3 +107,20 @@ def test_bad_flags_are_refused_before_anything_loads(tmp_path, monkeypatch, args
     assert result.exit_code == 2, result.stdout
     assert said in result.stderr and len(result.stderr.strip().splitlines()) <= 2
     assert fake.engines == [] and fake.runs == 0
+
+
+def test_the_aggregate_is_taken_while_all_n_decode():
+    """N x the speed of the first sequence to end: a sequence stopping early does not lower it, one
+    that ended at its first token never decoded and is not counted."""
+    from llmcli.bench.batch import BatchCase, sample
+
+    case = BatchCase("m", 0, None, 32, 32, 3)  # type: ignore[arg-type]
+    s = 1_000_000_000
+    together = sample(0, [(2 * s, 1000.0, 32)] * 3, case, 0)
+    assert together.decode_ts == pytest.approx(93.0) and together.seq_decode_ts == pytest.approx(31.0)
+    # one stopped after 11 tokens (in 500 ms, in steps of 3): the steps of 3 ran at 20 tok/s each
+    early = sample(0, [(s, 500.0, 11), (2 * s, 1000.0, 32), (2 * s, 1000.0, 32)], case, 1)
+    assert early.decode_ts == pytest.approx(60.0) and early.completion_tokens == 75
+    at_first = sample(0, [(s, 0.0, 1), (2 * s, 1000.0, 32), (2 * s, 1000.0, 32)], case, 1)
+    assert at_first.decode_ts == pytest.approx(62.0)
+    assert sample(0, [(s, 0.0, 1)], case, 1).decode_ts is None

@@ -295,13 +295,18 @@ def sample(start: int, ends: list[tuple[int, float, int]], case: BatchCase, earl
     The aggregate is N times the speed of the sequence that ended first: all N sequences decoded
     together throughout its decode, so it is the speed of steps of N (llama-batched-bench's S_TG),
     where a sequence stopping early would leave later steps smaller. Where none stops early they
-    end in the same step, and it is every sequence's tokens after its first over the decode time."""
+    end in the same step, and it is every sequence's tokens after its first over the decode time.
+    A sequence that ended at its first token never decoded: N counts the others."""
     firsts = [end - ms * 1e6 for end, ms, _ in ends]
-    _, first_ms, first_n = min(ends, key=lambda e: e[0])
-    own = [(n - 1) * 1000 / ms for _, ms, n in ends if n > 1 and ms > 0]
+    decoding = [e for e in ends if e[2] > 1 and e[1] > 0]  # one that ended at its first token never decoded
+    agg = None
+    if decoding:
+        _, first_ms, first_n = min(decoding, key=lambda e: e[0])
+        agg = len(decoding) * (first_n - 1) * 1000 / first_ms
+    own = [(n - 1) * 1000 / ms for _, ms, n in decoding]
     prefill_ns = max(firsts) - start
     return BatchSample(
-        decode_ts=len(ends) * (first_n - 1) * 1000 / first_ms if first_n > 1 and first_ms > 0 else None,
+        decode_ts=agg,
         seq_decode_ts=stats.mean(own) if own else None,
         prefill_ts=case.n_prompt * len(ends) * 1e9 / prefill_ns if prefill_ns > 0 else None,
         completion_tokens=sum(n for _, _, n in ends), ended_early=early,
