@@ -19,7 +19,8 @@ import sys
 import tarfile
 from pathlib import Path
 
-TOOLS = ("llama-server", "llama-lookup", "llama-speculative-simple", "llama-bench", "llama-completion")
+TOOLS = ("llama-server", "llama-lookup", "llama-speculative-simple", "llama-bench", "llama-completion",
+         "llama-batched-bench")
 
 
 class ToolsUnavailable(RuntimeError):

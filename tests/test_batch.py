@@ -11,17 +11,12 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
-from documents import check
+from batchtools import PROMPTS, SRC, served_batch_resumes
+from batchtools import cli as _cli
+from batchtools import lines as _lines
 from helpers import run
-
-SRC = Path(__file__).resolve().parents[1] / "src"
-
-
-def _lines(text: str) -> list[dict]:
-    return [check(json.loads(line), "batch/line") for line in text.splitlines() if line.strip()]
 
 
 def test_plain_text_one_line_per_item_in_order(fake, tmp_path):
@@ -104,16 +99,6 @@ def test_unordered_writes_every_item(fake, tmp_path):
 
 # -- for real, on SmolLM2 -------------------------------------------------------------------
 
-PROMPTS = ["What is 2+2?", "Name three colors.", "Tell me a joke.", "Why is the sky blue?",
-           "List the planets.", "Write a haiku about the sea."]  # fmt: skip
-
-
-def _cli(*args: str, **kw) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
-    return subprocess.run([sys.executable, "-m", "llmcli", *args], capture_output=True, text=True,
-                          env=env, timeout=900, **kw)  # fmt: skip
-
-
 @pytest.mark.model
 def test_batched_text_equals_generate_at_parallel_1_and_is_stable_at_4(tmp_path):
     src = tmp_path / "p.txt"
@@ -161,19 +146,9 @@ def test_a_killed_run_loses_only_the_items_in_flight(tmp_path):
 @pytest.mark.served
 def test_served_batch_sends_requests_side_by_side_and_resumes(llama_server, tmp_path):
     """Against a real llama-server (-np 4): every item answered through the served engine, records
-    that say so, the same resume by id."""
-    src, out = tmp_path / "p.txt", tmp_path / "out.jsonl"
-    src.write_text("\n".join(PROMPTS[:4]) + "\n")
-    first = _cli("batch", str(src), "-m", llama_server.ref, "--temperature", "0", "--max-tokens", "12",
-                 "-n", "4", "-o", str(out))  # fmt: skip
-    assert first.returncode == 0, first.stderr
-    lines = _lines(out.read_text())
-    assert [d["id"] for d in lines] == ["1", "2", "3", "4"]
-    assert all(d["record"]["model"]["endpoint"] and d["record"]["text"] for d in lines)
-    src.write_text("\n".join(PROMPTS[:5]) + "\n")
-    again = _cli("batch", str(src), "-m", llama_server.ref, "--max-tokens", "12", "-o", str(out))
-    assert again.returncode == 0 and "4 already done" in again.stderr
-    assert [d["id"] for d in _lines(out.read_text())] == ["1", "2", "3", "4", "5"]
+    that say so, the same resume by id (tests/batchtools.py; tests/test_vllm.py runs it on vLLM)."""
+    every = served_batch_resumes(llama_server.ref, tmp_path)
+    assert all(d["record"]["model"]["server"] == "llama-server" for d in every)
 
 
 @pytest.mark.model

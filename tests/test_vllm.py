@@ -150,3 +150,13 @@ def test_open_loop_goodput_and_random_lengths_against_vllm(vllm_server):
     again = run(*args)
     assert again.exit_code == 0, again.stderr
     assert json.loads(again.stdout)["results"][0]["total_input_tokens"] == row["total_input_tokens"]  # seeded
+
+
+def test_batch_sends_four_at_once_and_resumes_by_id(vllm_server, tmp_path):
+    """`llmcli batch --parallel 4` against vLLM: one line per item with vLLM's answer, and a rerun
+    with the same -o answers only the item not already there (tests/batchtools.py, as against
+    llama-server in tests/test_batch.py)."""
+    from batchtools import served_batch_resumes
+
+    every = served_batch_resumes(vllm_server.ref, tmp_path)
+    assert all(d["record"]["model"]["server"] == "vllm" for d in every)

@@ -11,11 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from llmcli.bench import batch as batched
 from llmcli.bench import chat, runner
 from llmcli.bench import spec as speculative
 from llmcli.bench.results import BenchRun, ModelSummary
 from llmcli.bench.sweep import ContextSpec, Sweep, drop_unsupported, expand
 from llmcli.contract import EngineOptions
+from llmcli.errors import UsageError
 
 DEFAULT_SCENARIO = "tests"
 
@@ -36,6 +38,7 @@ class Request:
     spec: speculative.SpecSweep = field(default_factory=speculative.SpecSweep)  # --scenario spec
     prompt: str = speculative.DEFAULT_PROMPT  # --scenario spec
     prompt_source: str = "default"
+    parallel: list[int] = field(default_factory=lambda: list(batched.DEFAULT_PARALLEL))  # --scenario batch
 
 
 @dataclass
@@ -315,4 +318,30 @@ class Spec(_Base):
         return speculative.run_spec(the_plan.cases, the_plan.models, backend, run, options, progress, stop)
 
 
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (Tests(), Chat(), Spec())}
+class Batch(_Base):
+    """N sequences decoded together by `llmcli batch`'s decoder, against N (`batch.py`)."""
+
+    name = "batch"
+
+    def expand(self, request: Request, models: dict[str, ModelSummary], backend: runner.Backend) -> list:
+        if request.sweep.pg or any(request.sweep.depth):
+            raise UsageError("-pg and -d do not apply to --scenario batch (each sequence has -p and -n)")
+        return batched.expand(request.sweep, request.parallel)
+
+    def loads(
+        self, request: Request, cases: list, models: dict[str, ModelSummary]
+    ) -> list[tuple[str, EngineOptions]]:
+        return [(case.model, batched.memory_options(case)) for case in cases]
+
+    def memory_hint(self, request: Request) -> str | None:
+        return "use a smaller --parallel, -p or -n, or --force to load anyway"
+
+    def settings(self, request: Request, settings: dict[str, Any]) -> None:
+        settings["sweep"]["n_parallel"] = list(request.parallel)
+
+    def run(self, request, the_plan, backend, run, progress, stop) -> BenchRun:
+        options = batched.BatchOptions(request.reps, request.warmup, request.seed)
+        return batched.run_batch(the_plan.cases, the_plan.models, backend, run, options, progress, stop)
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (Tests(), Chat(), Spec(), Batch())}

@@ -105,7 +105,9 @@ Scenario = Annotated[
         "template, time to first token and decode speed per turn, KV cache reused and not; spec: "
         "speculative decoding of a prompt (greedy, as generate), effective decode speed against "
         "plain decoding, tokens drafted and accepted, for every --spec-* setting; embed: an embedding "
-        "model's texts/s and tokens/s over --texts generated sentences or -f FILE's lines.",
+        "model's texts/s and tokens/s over --texts generated sentences or -f FILE's lines; batch: N "
+        "sequences decoded together as llmcli batch does, aggregate and per-sequence decode speed "
+        "against N (--parallel).",
         rich_help_panel=RUN_PANEL,
     ),
 ]  # fmt: skip
@@ -138,6 +140,12 @@ Busy = Annotated[
         help="Start N busy processes (each keeps a core busy) for the run and stop them after: decode "
         "and prefill next to other work, at the thread counts given.",
     ),
+]  # fmt: skip
+Parallel = Annotated[
+    list[str] | None,
+    _list_option("--parallel", "-np", panel=RUN_PANEL,
+                 help="--scenario batch: sequences decoded together, swept (default 1,2,4,8,16); each has "
+                 "a prompt of -p random tokens (default 32) and answers -n."),
 ]  # fmt: skip
 Seed = Annotated[
     int,
@@ -356,6 +364,7 @@ class BenchFlags:
     ctx_size: CtxSize = None
     delay: Delay = 0.0
     seed: Seed = 1234
+    parallel: Parallel = None
     busy: Busy = 0
     texts: Texts = None
     concurrency: Concurrency = None

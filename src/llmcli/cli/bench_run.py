@@ -54,7 +54,8 @@ def _run_served(f: BenchFlags, served) -> None:
                   "-ub": f.ubatch_size, "-fa": f.flash_attn, "-ctk": f.cache_type_k, "-ctv": f.cache_type_v,
                   "--repack": f.repack, "--no-repack": f.no_repack or None, "--roofline": f.roofline or None,
                   "--busy": f.busy or None, "--ctx-size": f.ctx_size,
-                  "--scenario": None if f.scenario == session.DEFAULT_SCENARIO else f.scenario}  # fmt: skip
+                  "--scenario": None if f.scenario == session.DEFAULT_SCENARIO else f.scenario,
+                  "--parallel": f.parallel}  # fmt: skip
     given = [flag for flag, value in local_only.items() if value] + f.spec_given
     if given:
         raise UsageError(f"{', '.join(given)}: not for a served model (the serving benchmark takes "
@@ -84,6 +85,8 @@ def _local_request(f: BenchFlags):
         raise UsageError(f"-p, -pg and -d do not apply to --scenario {f.scenario} ({kind.own_prompts})")
     if not kind.takes_spec and f.spec_given:
         raise UsageError(f"{', '.join(f.spec_given)}: only for --scenario spec (speculative decoding)")
+    if f.parallel and f.scenario != "batch":
+        raise UsageError("--parallel is for --scenario batch (sequences decoded together)")
     request = session.Request(
         sweep, f.scenario, f.repetitions, not f.no_warmup, f.roofline, f.ctx_size, f.delay, f.seed, f.offline,
         f.busy, force=f.force,
@@ -99,6 +102,12 @@ def _local_request(f: BenchFlags):
         if False in sweep.flash_attn and v_cache_refused(draft_v, False):
             raise UsageError(f"-ctvd {draft_v}: {QUANTIZED_V}, and -fa lists 0")
         request.prompt, request.prompt_source = spec_prompt(f.prompt, f.prompt_file)
+    if f.scenario == "batch":
+        from llmcli.bench import batch
+
+        request.parallel = batch.parse_parallel(f.parallel)
+        if not f.n_prompt:
+            sweep.n_prompt = [batch.DEFAULT_N_PROMPT]
     return request
 
 

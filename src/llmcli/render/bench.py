@@ -22,7 +22,7 @@ from llmcli import defaults
 from llmcli.bench import stats, sweep
 from llmcli.bench.cpu_load import NOISY
 from llmcli.bench.results import SCHEMA_VERSION, BenchRun, SpecResult
-from llmcli.render import tables
+from llmcli.render import bench_batch, tables
 from llmcli.units import human_size
 
 if TYPE_CHECKING:
@@ -93,6 +93,7 @@ def markdown(run: BenchRun) -> str:
     tests = [r for r in records if r["scenario"] == "tests"]
     chats = [r for r in records if r["scenario"] == "chat"]
     specs = [r for r in records if r["scenario"] == "spec"]
+    batches = [r for r in records if r["scenario"] == "batch"]
     if run.settings.get("scenario") == "serve":
         serves = [r for r in records if r["scenario"] == "serve"]
         body = tables.markdown(*_serve_table(serves)) if serves else "No test finished.\n"
@@ -106,6 +107,8 @@ def markdown(run: BenchRun) -> str:
         parts.append(tables.markdown(*_chat_table(chats, roofline)))
     if specs:
         parts.append(tables.markdown(*_spec_table(specs, roofline)))
+    if batches:
+        parts.append(bench_batch.table(batches, roofline))
     if not records:
         parts.append("No test finished.\n")
     parts.append(footer(run))
@@ -347,6 +350,7 @@ def footer(run: BenchRun) -> str:
             "compare with llama-bench --repack 0"
         )
     lines += spec_notes(run)
+    lines += bench_batch.notes(run.records())
     bw = run.bandwidth
     if bw is not None:
         lines.append(
@@ -473,6 +477,8 @@ class Progress:
                 share = f" ({accepted / drafted:.0%})" if drafted else ""
                 line += f", accepted {accepted}/{drafted}{share}"
             return line + note
+        if getattr(result, "case", None) is not None and not hasattr(result, "timing"):  # --scenario batch
+            return bench_batch.finished(result.record()) + note
         t = result.timing
         return f"{t.avg_ts:.2f} ± {t.stddev_ts:.2f} t/s{note}"
 

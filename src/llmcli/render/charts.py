@@ -5,7 +5,8 @@ of a chart, chosen from benchmark result files or the log's speed figures. Drawi
 Serving runs (`bench -m ENDPOINT`): a latency metric's median and chosen percentiles against output
 throughput, one point per case (concurrency or rate), each file's series overlaid; the SLO of that
 metric as a horizontal line, and each file's goodput knee (the highest rate, or failing that the
-highest throughput, whose cases met the goodput target) marked. Local runs (`bench`): one line per
+highest throughput, whose cases met the goodput target) marked. Batch runs (`--scenario batch`):
+aggregate and per-sequence decode speed against N. Local runs (`bench`): one line per
 test kind (pp, tg, pg) against the setting the run swept (depth, batch, threads, ...), or against
 the test's size when only the sizes were swept (`-p 16,32,64,128 -n 16`), the standard deviation
 over the repetitions as error bars, the model and the machine in the title.
@@ -99,6 +100,9 @@ def bench_chart(files: list[tuple[str, list[dict], dict, dict]], metric: str = "
     local = [(name, [r for r in rows if _number(r.get("avg_ts"))], s, e) for name, rows, s, e in files]
     if not any(rows for _, rows, _, _ in local):
         raise UsageError("no results to draw in these files")
+    batches = [(name, [r for r in rows if r.get("scenario") == "batch"], s, e) for name, rows, s, e in local]
+    if any(rows for _, rows, _, _ in batches):
+        return _batch([f for f in batches if f[1]])
     return _local([f for f in local if f[1]])
 
 
@@ -198,6 +202,39 @@ def _local(files) -> Chart:
     machines = _join(_machine(env or rows[0]) for _, rows, _, env in files)
     threads = {r.get("n_threads") for r in every}
     if machines and len(threads) == 1 and axis != "n_threads" and _number(t := threads.pop()):
+        machines += f", {t} thread{'s' if t != 1 else ''}"
+    return Chart(f"{_models(every)} on {machines}" if machines else _models(every), [panel])
+
+
+def _batch(files) -> Chart:
+    """--scenario batch: aggregate and per-sequence decode speed against N, one line each (per
+    file, model and sizes), the spread of the repetitions as error bars."""
+    every = [r for _, rows, _, _ in files for r in rows]
+    several_models = len({_model(r) for r in every}) > 1
+    sizes = len({(r.get("n_prompt"), r.get("n_gen")) for r in every}) > 1
+    reps = sorted({r.get("repetitions") for r in every if r.get("repetitions")})
+    y_label = f"decode tokens/s (mean ± sd of {_join(map(str, reps), ', ')} runs)"
+    panel = Panel("", "sequences decoded together (N)", y_label)
+    xs_seen: list[Any] = []
+    for file, rows, _, _ in files:
+        lines: dict[str, list[dict]] = {}
+        for r in rows:
+            size = f"pp{r.get('n_prompt')} tg{r.get('n_gen')}" if sizes else ""
+            parts = [file if len(files) > 1 else "", _model(r) if several_models else "", size]
+            lines.setdefault(" ".join(p for p in parts if p), []).append(r)
+        for prefix, members in lines.items():
+            members.sort(key=lambda r: r["n_parallel"])
+            xs = [float(r["n_parallel"]) for r in members]
+            xs_seen += xs
+            for kind, label in (("", "aggregate"), ("seq_", "per sequence")):
+                ys = [float(r.get(f"avg_{kind}ts") or 0) for r in members]
+                sd = [float(r.get(f"stddev_{kind}ts") or 0) for r in members]
+                bars = [(y - d, y + d) for y, d in zip(ys, sd, strict=True)]
+                panel.series.append(Series(f"{prefix} {label}".strip(), xs, ys, bars))
+    _ticks(panel, xs_seen)
+    machines = _join(_machine(env or rows[0]) for _, rows, _, env in files)
+    threads = {r.get("n_threads") for r in every}
+    if machines and len(threads) == 1 and _number(t := threads.pop()):
         machines += f", {t} thread{'s' if t != 1 else ''}"
     return Chart(f"{_models(every)} on {machines}" if machines else _models(every), [panel])
 
