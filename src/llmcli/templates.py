@@ -18,6 +18,7 @@ Fallbacks (used when a model carries no `tokenizer.chat_template`, as the defaul
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from dataclasses import dataclass
@@ -226,6 +227,25 @@ def probe(template: str) -> None:
     render(PromptFormat(template, "model"), sample)
 
 
+@functools.lru_cache(maxsize=8)
+def _compiled(source: str):
+    """`source` compiled once in its own sandbox (a batch renders one template per item, a chat
+    one per turn): the sandbox and the capped joins hold no state between renders."""
+    from jinja2 import TemplateError
+
+    env = _sandbox()
+
+    def raise_exception(message: str) -> None:
+        raise TemplateError(message)
+
+    env.globals["raise_exception"] = raise_exception
+    template = env.from_string(source)
+    namespace = template.root_render_func.__globals__  # the compiled template's module
+    for name in ("str_join", "markup_join"):
+        namespace[name] = _capped_join(namespace[name])
+    return template
+
+
 def render(
     fmt: PromptFormat,
     messages: list[dict],
@@ -241,17 +261,8 @@ def render(
     from jinja2 import TemplateError
     from jinja2.sandbox import SecurityError
 
-    env = _sandbox()
-
-    def raise_exception(message: str) -> None:
-        raise TemplateError(message)
-
-    env.globals["raise_exception"] = raise_exception
     try:
-        template = env.from_string(fmt.template)
-        namespace = template.root_render_func.__globals__  # the compiled template's module
-        for name in ("str_join", "markup_join"):
-            namespace[name] = _capped_join(namespace[name])
+        template = _compiled(fmt.template)
         with _RenderBudget():
             return template.render(
                 messages=[dict(m) for m in messages],

@@ -104,8 +104,9 @@ class BatchDecoder:
             for seq in active.values():
                 self._release(seq, keep=False)
 
-    def _decode(self, tokens: list[tuple[int, int, int]]) -> None:
-        """Decode (sequence, position, token) triples in batches of n_batch, no logits (the probe)."""
+    def _decode(self, tokens: list[tuple[int, int, int]], logits_all: bool = False) -> None:
+        """Decode (sequence, position, token) triples in batches of n_batch (the probe): logits for
+        the last token only, or for every token (`logits_all`: a decode step's row per sequence)."""
         L = self._L
         for start in range(0, len(tokens), self.n_batch):
             chunk = tokens[start : start + self.n_batch]
@@ -114,7 +115,7 @@ class BatchDecoder:
                 for k, (seq, pos, token) in enumerate(chunk):
                     batch.token[k], batch.pos[k], batch.n_seq_id[k] = token, pos, 1
                     batch.seq_id[k][0] = seq
-                    batch.logits[k] = 1 if k == len(chunk) - 1 else 0
+                    batch.logits[k] = 1 if logits_all or k == len(chunk) - 1 else 0
                 batch.n_tokens = len(chunk)
                 if L.llama_decode(self._ctx, batch) != 0:
                     raise LlmcliError("llama.cpp could not decode the probe's batch")
@@ -251,32 +252,42 @@ class BatchDecoder:
 
 PROBE_SIZES = (1, 2, 4, 8, 16)
 PROBE_PREFIX = 16  # tokens each probe sequence holds before its timed steps
-PROBE_STEPS = 3  # decode steps timed per size (the fastest kept: the least disturbed by other work)
+PROBE_STEPS = 2  # decode steps timed per size and round
+PROBE_ROUNDS = 2  # rounds over all sizes, interleaved: a burst of other work hits every size alike
 KNEE = 0.9  # the smallest N whose aggregate speed is within this share of the best measured
 
 
 def measure_knee(engine: LlamaEngine, sizes: tuple[int, ...] = PROBE_SIZES) -> tuple[int, dict[int, float]]:
     """The number of sequences past which decoding together stops paying, from measured steps:
-    for each size N, the aggregate tokens/s of a decode step of N sequences (each `PROBE_PREFIX`
-    tokens in); the smallest N within `KNEE` of the best. Returns N and {N: tokens/s}."""
-    probe = BatchDecoder(engine, max(sizes), ctx_per_seq=PROBE_PREFIX + PROBE_STEPS + 8)
+    for each size N, the aggregate tokens/s of a decode step of N sequences (each at least
+    `PROBE_PREFIX` tokens in, a row of logits per sequence as a real step asks), the fastest of
+    `PROBE_STEPS` x `PROBE_ROUNDS` steps, the sizes taken in turn each round; the smallest N within
+    `KNEE` of the best. Returns N and {N: tokens/s}."""
+    per_seq = PROBE_PREFIX + PROBE_ROUNDS * len(sizes) * PROBE_STEPS + 8
+    probe = BatchDecoder(engine, max(sizes), ctx_per_seq=per_seq)
     L = probe._L
-    speeds: dict[int, float] = {}
     bos = L.llama_vocab_bos(engine._vocab)
     token = bos if bos >= 0 else 0
+    fastest = dict.fromkeys(sizes, float("inf"))
     try:
-        for n in sizes:
-            if probe._memory:
-                L.llama_memory_clear(probe._memory, True)
-            probe._decode([(s, p, token) for s in range(n) for p in range(PROBE_PREFIX)])
-            best = float("inf")
-            for step in range(PROBE_STEPS):
-                started = time.perf_counter()
-                probe._decode([(s, PROBE_PREFIX + step, token) for s in range(n)])
-                best = min(best, time.perf_counter() - started)
-            speeds[n] = n / best if best > 0 else 0.0
+        if probe._memory:
+            L.llama_memory_clear(probe._memory, True)
+        probe._decode([(0, p, token) for p in range(PROBE_PREFIX)])
+        for s in range(1, max(sizes)):  # the others share its cells (a unified cache copies none)
+            L.llama_memory_seq_cp(probe._memory, 0, s, 0, PROBE_PREFIX)
+        position = dict.fromkeys(range(max(sizes)), PROBE_PREFIX)
+        for _ in range(PROBE_ROUNDS):
+            for n in sizes:
+                for _ in range(PROBE_STEPS):
+                    step = [(s, position[s], token) for s in range(n)]
+                    started = time.perf_counter()
+                    probe._decode(step, logits_all=True)
+                    fastest[n] = min(fastest[n], time.perf_counter() - started)
+                    for s in range(n):
+                        position[s] += 1
     finally:
         probe.close()
+    speeds = {n: (n / t if 0 < t < float("inf") else 0.0) for n, t in fastest.items()}
     top = max(speeds.values())
     chosen = min(n for n, v in speeds.items() if v >= KNEE * top)
     return chosen, speeds
