@@ -79,3 +79,16 @@ def test_no_model_or_the_wrong_kind_is_one_line(model, isolated):
     assert len(result.stderr.strip().splitlines()) == 1
     result = run("bench", "--texts", "3", "-m", str(model))
     assert result.exit_code == 2 and "--texts: only for --scenario embed" in result.stderr
+
+
+def test_llmcli_model_in_the_environment_gives_way_to_embed_model(model, isolated):
+    """LLMCLI_MODEL names the generative model generate and chat use: without -m, the embed
+    scenario measures the `embed_model` setting instead; a -m given still wins."""
+    from servers import smollm2_path
+
+    env = {"LLMCLI_MODEL": str(smollm2_path()), "LLMCLI_EMBED_MODEL": str(model)}
+    result = run("bench", "--scenario", "embed", "--texts", "4", "-r", "1", "-o", "json", env=env)
+    assert result.exit_code == 0, result.stderr
+    assert Path(json.loads(result.stdout)["results"][0]["model"]).name == model.name
+    result = run("bench", "--scenario", "embed", "-m", str(smollm2_path()), "--texts", "3", env=env)
+    assert result.exit_code == 2 and "generative model" in result.stderr

@@ -40,6 +40,9 @@ def bench(ctx: typer.Context, flags: BenchFlags = None) -> None:  # type: ignore
     """
     if ctx.invoked_subcommand is not None:
         return
+    source = ctx.get_parameter_source("model")  # an enum of the click Typer bundles: by its name
+    if flags.scenario == "embed" and getattr(source, "name", None) == "ENVIRONMENT":
+        flags.model = None  # LLMCLI_MODEL names a generative model: embed's default is embed_model
     from llmcli.cli.bench_run import run
 
     run(flags)
