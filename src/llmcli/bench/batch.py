@@ -13,9 +13,9 @@ sequence id each). Per repetition:
   time, averaged over the N sequences (what one user of a batch sees);
 - aggregate prefill tokens/s: the N prompts' tokens over the time to the last sequence's first token.
 
-Each N's aggregate is also shown as a ratio to N = 1's with the same model, context and sizes. A
-sequence that reaches an end-of-generation token stops early (random prompts rarely lead there);
-`ended_early` says how many stopped short; the aggregate is taken while all N still decode.
+Each N's aggregate is also shown as a ratio to N = 1's with the same model, context and sizes. An
+end-of-generation token does not stop a sequence (`BatchItem.past_eog`): every one decodes -n
+tokens, as llama-batched-bench's do; `ended_early` says how many stopped short all the same.
 
 One engine is loaded per model and context setting; one batch decoder per N, kept for its
 repetitions (each sequence's cache is cleared as it ends). Ctrl-C stops after the repetition in
@@ -275,7 +275,9 @@ def once(decoder, engine, case: BatchCase, rng: random.Random, clock: Callable[[
     if stop is not None and stop.is_set():
         raise Interrupted
     params = SamplingParams(temperature=0.0, seed=0, max_tokens=case.n_gen)
-    items = [BatchItem(i, tokens, params) for i, tokens in enumerate(prompts(engine, case, rng))]
+    items = [
+        BatchItem(i, tokens, params, past_eog=True) for i, tokens in enumerate(prompts(engine, case, rng))
+    ]
     start = clock()
     ends: list[tuple[int, float, int]] = []  # (end ns, decode ms, tokens) per sequence
     early = 0

@@ -24,6 +24,9 @@ class BatchItem:
     key: object
     tokens: list[int]
     params: SamplingParams
+    # a benchmark's item: an end-of-generation token does not end it, so every sequence decodes
+    # max_tokens, as llama-batched-bench's do (it never samples)
+    past_eog: bool = False
 
 
 @dataclass
@@ -68,7 +71,7 @@ class Seq:
         self.out.append(token)
         if self.first is None:
             self.first = time.perf_counter()
-        if tokenizer.L.llama_vocab_is_eog(tokenizer.handle, token):
+        if not self.item.past_eog and tokenizer.L.llama_vocab_is_eog(tokenizer.handle, token):
             self.ended_by_eog = True  # the end token is not part of the answer
             return True
         text = self.text
