@@ -30,6 +30,10 @@ class _Boundary(TyperGroup):
     print as a three-line box."""
 
     def make_context(self, info_name, args, parent=None, **extra):
+        if parent is None:  # old spellings of short flags, for one release (cli/vocabulary.py)
+            from llmcli.cli.vocabulary import translate
+
+            args = translate(list(args))
         try:  # the root's own flags: `llmcli --bogus`
             ctx = super().make_context(info_name, list(args), parent=parent, **extra)
             ctx.meta["llmcli.argv"] = list(args)  # shared by the subcommand's context: for its errors
