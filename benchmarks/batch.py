@@ -88,7 +88,7 @@ def summary_line(stderr: str) -> dict:
 
 def batch(model: str, path: str, tokens: int, parallel: str) -> dict:
     done, wall = cli("batch", path, "-m", model, "--temperature", "0", "--max-tokens", str(tokens),
-                     "-n", parallel)  # fmt: skip
+                     "-np", parallel)  # fmt: skip
     total = sum(json.loads(line)["record"]["usage"]["completion_tokens"] for line in done.stdout.splitlines())
     said = {f"run_{k}": v for k, v in summary_line(done.stderr).items()}
     return {"tokens": total, "e2e_wall": wall, **said}

@@ -93,7 +93,7 @@ def test_output_file_resumes_and_overwrite_starts_again(fake, tmp_path):
 
 def test_unordered_writes_every_item(fake, tmp_path):
     (tmp_path / "p.txt").write_text("".join(f"prompt {i}\n" for i in range(9)))
-    lines = _lines(run("batch", str(tmp_path / "p.txt"), "--unordered", "-n", "3").stdout)
+    lines = _lines(run("batch", str(tmp_path / "p.txt"), "--unordered", "-np", "3").stdout)
     assert sorted(int(d["id"]) for d in lines) == list(range(1, 10))
 
 
@@ -104,14 +104,14 @@ def test_batched_text_equals_generate_at_parallel_1_and_is_stable_at_4(tmp_path)
     src = tmp_path / "p.txt"
     src.write_text("\n".join(PROMPTS) + "\n")
     common = ["-m", "smollm2-135m", "--temperature", "0", "--max-tokens", "24"]
-    one = _cli("batch", str(src), *common, "-n", "1")
+    one = _cli("batch", str(src), *common, "-np", "1")
     assert one.returncode == 0, one.stderr
     batched = [d["record"] for d in _lines(one.stdout)]
     for prompt, rec in zip(PROMPTS, batched, strict=True):
         gen = _cli("generate", prompt, *common, "--json")
         assert gen.returncode == 0, gen.stderr
         assert rec["text"] == json.loads(gen.stdout)["text"], prompt
-    four = [_cli("batch", str(src), *common, "-n", "4") for _ in range(2)]
+    four = [_cli("batch", str(src), *common, "-np", "4") for _ in range(2)]
     texts = [[d["record"]["text"] for d in _lines(r.stdout)] for r in four]
     assert texts[0] == texts[1] and all(texts[0])  # batched rounding may differ from -n 1, not run to run
     assert "parallel 4" in four[0].stderr
@@ -122,7 +122,7 @@ def test_a_killed_run_loses_only_the_items_in_flight(tmp_path):
     src, out = tmp_path / "p.txt", tmp_path / "out.jsonl"
     src.write_text("".join(f"Count from {i} to {i + 20}.\n" for i in range(24)))
     args = [sys.executable, "-m", "llmcli", "batch", str(src), "-m", "smollm2-135m", "--temperature", "0",
-            "--max-tokens", "32", "-n", "2", "-o", str(out), "--unordered"]  # fmt: skip
+            "--max-tokens", "32", "-np", "2", "-o", str(out), "--unordered"]  # fmt: skip
     proc = subprocess.Popen(args, env={**os.environ, "PYTHONPATH": str(SRC)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     deadline = time.monotonic() + 600
@@ -136,7 +136,7 @@ def test_a_killed_run_loses_only_the_items_in_flight(tmp_path):
     )
     assert 3 <= len(kept) < 24
     again = _cli("batch", str(src), "-m", "smollm2-135m", "--temperature", "0", "--max-tokens", "32",
-                 "-n", "2", "-o", str(out))  # fmt: skip
+                 "-np", "2", "-o", str(out))  # fmt: skip
     assert again.returncode == 0, again.stderr
     assert f"{len(kept)} already done" in again.stderr
     ids = [d["id"] for d in _lines(out.read_text())]
@@ -165,7 +165,7 @@ def test_parallel_auto_measures_the_knee_and_says_which(tmp_path):
 def test_parallel_is_a_number_or_auto(fake, tmp_path):
     (tmp_path / "p.txt").write_text("a\n")
     for bad in ("0", "many", "300"):
-        result = run("batch", str(tmp_path / "p.txt"), "-n", bad)
+        result = run("batch", str(tmp_path / "p.txt"), "-np", bad)
         assert result.exit_code == 2 and "--parallel" in result.stderr
 
 
@@ -176,7 +176,7 @@ def test_a_prompt_longer_than_a_sequence_context_fails_alone(tmp_path):
     src.write_text("\n".join(json.dumps({"id": i, "prompt": p}) for i, p in
                              enumerate(["Say hi.", long, "Say bye."])) + "\n")  # fmt: skip
     result = _cli(
-        "batch", str(src), "-m", "smollm2-135m", "--max-tokens", "4", "-n", "2", "--ctx-size", "256"
+        "batch", str(src), "-m", "smollm2-135m", "--max-tokens", "4", "-np", "2", "--ctx-size", "256"
     )
     assert result.returncode == 1 and "1 of 3 items failed" in result.stderr
     lines = _lines(result.stdout)

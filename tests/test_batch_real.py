@@ -46,7 +46,7 @@ def test_json_schema_and_stop_per_item_in_one_batch(qwen_model, tmp_path):
         {"id": "cut", "prompt": count, "stop": ["5"]},
     ]) + "\n")  # fmt: skip
     result = _cli("batch", str(src), "-m", str(qwen_model), "--temperature", "0", "--max-tokens", "40",
-                  "-n", "3", "--no-log")  # fmt: skip
+                  "-np", "3", "--no-log")  # fmt: skip
     assert result.returncode == 0, result.stderr
     lines = _lines(result.stdout)
     person = lines["person"]
@@ -64,7 +64,7 @@ def test_a_shared_prefix_is_prefilled_once_and_the_texts_are_generates(qwen_mode
     src.write_text("\n".join(prompts) + "\n")
     common = ["-m", str(qwen_model), "--temperature", "0", "--max-tokens", "16", "--no-log",
               "--system", "You are a terse assistant. Answer in one short sentence."]  # fmt: skip
-    one = _cli("batch", str(src), *common, "-n", "1")
+    one = _cli("batch", str(src), *common, "-np", "1")
     assert one.returncode == 0, one.stderr
     records = list(_lines(one.stdout).values())
     usage = [r["usage"] for r in records]
@@ -78,7 +78,7 @@ def test_a_shared_prefix_is_prefilled_once_and_the_texts_are_generates(qwen_mode
         gen = _cli("generate", prompt, *common, "--json")
         assert gen.returncode == 0, gen.stderr
         assert rec["text"] == json.loads(gen.stdout)["text"], prompt
-    four = _cli("batch", str(src), *common, "-n", "4")
+    four = _cli("batch", str(src), *common, "-np", "4")
     assert four.returncode == 0, four.stderr
     usage = [r["usage"] for r in _lines(four.stdout).values()]
     # admitted together: one prefills the head, the other three copy its cells and prefill the rest
@@ -96,7 +96,7 @@ def test_a_parallel_the_memory_cannot_hold_is_reduced_once(qwen_model, tmp_path,
     monkeypatch.setattr(fit, "memory", lambda: fit.Memory(available=free, total=free * 2))
     src = tmp_path / "p.txt"
     src.write_text("".join(f"Say the number {i}.\n" for i in range(6)))
-    result = run("batch", str(src), "-m", str(qwen_model), "-n", "8", "-c", "512", "--max-tokens", "4",
+    result = run("batch", str(src), "-m", str(qwen_model), "-np", "8", "-c", "512", "--max-tokens", "4",
                  "--temperature", "0", "--no-log")  # fmt: skip
     assert result.exit_code == 0, result.stderr
     assert result.stderr.count("the free memory holds the KV cache of 2 sequence") == 1

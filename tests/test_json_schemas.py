@@ -52,7 +52,7 @@ PRINTED = {
 NOT_DOCUMENTS = {
     ("cli/tools.py", "list_tools"), ("cli/logs.py", "show"), ("render/bench.py", "to_json"),
     ("render/bench.py", "jsonl_line"), ("render/bench.py", "_csv_value"), ("render/__init__.py", "out_json"),
-    ("cli/resolve.py", "schema_to_grammar"), ("cli/spec_flags.py", "_came_from"),
+    ("runspec/resolve.py", "schema_to_grammar"), ("runspec/speculative.py", "_came_from"),
 }  # fmt: skip
 
 

@@ -96,7 +96,7 @@ def test_greedy_text_is_identical_over_many_prompts(pair):
 
 
 def test_greedy_identity_with_penalties_stop_strings_grammar_and_schema(pair):
-    from llmcli.cli.resolve import schema_to_grammar
+    from llmcli.runspec.resolve import schema_to_grammar
 
     plain, spec = pair
     cases = [

@@ -146,7 +146,7 @@ def test_json_record_and_slash_stats_carry_the_threads(fake):
 
 def test_explicit_threads_turn_adaptation_off():
     """-t, the config value or LLMCLI_THREADS reach the engine as a number; only None adapts."""
-    from llmcli.cli.resolve import engine_options
+    from llmcli.runspec.resolve import engine_options
 
     assert engine_options(None, None, 3, None, None).threads == 3
     assert engine_options(None, None, None, None, None).threads is None

@@ -9,7 +9,7 @@ all consume this one stream; non-streaming output is the joined stream.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -486,6 +486,40 @@ class Capabilities:
     # The context size, threads, GPU layers, KV cache types and weight repacking are set here, by
     # the flags and `/set` (False: flags for them are ignored, and said to be).
     load_options: bool = True
+    # It reads the images of a `Request`: through a projector in this process (`prepare_images`
+    # loads it), or by sending them to its server as content parts (False: refused in one line).
+    images: bool = True
+    # `respond_many` decodes many sequences in one context here (the batch decoder; False: it sends
+    # the requests side by side, and a server or nothing batches them).
+    parallel: bool = True
+
+
+@dataclass
+class Answered:
+    """One request of `Engine.respond_many`, finished: the caller's `key`, the request, and its
+    `Done` (None when it failed: `error` says why, in one line); `prompt_format` as `Prepared`'s."""
+
+    key: Any
+    request: Request
+    done: Done | None
+    prompt_format: str | None = None
+    error: str | None = None
+
+
+class Many(Protocol):
+    """Many requests at once on one engine (`Engine.respond_many`): `n` of them decode together,
+    chosen as `how` says; `respond` answers them in the order they finish."""
+
+    n: int
+    how: str
+
+    def respond(self, requests: Iterable[tuple[Any, Request]]) -> Iterator[Answered]:
+        """Each (key, request) answered, `n` at a time, yielded as it finishes."""
+        ...
+
+    def close(self) -> None:
+        """Free what answering many took (a local engine's second context)."""
+        ...
 
 
 class Measured(Protocol):
@@ -534,6 +568,18 @@ class Engine(Protocol):
         """The request-level entry every front end uses: Prepared, then what `stream` yields.
         A local engine builds the prompt when called (so a context overflow raises here); closing
         the iterator early stops the request and leaves the engine usable."""
+        ...
+
+    def respond_many(self, parallel: int | None, *, items: int, room: int | None = None) -> Many:
+        """Many requests at once: up to `parallel` (None: chosen here, by measuring where the engine
+        can) of `items` requests; `room`: sequences whose KV cache the free memory holds (None:
+        unknown). A local engine decodes them as sequences of one context; a served one sends them
+        side by side and its server batches them."""
+        ...
+
+    def prepare_images(self) -> None:
+        """Make ready for images now (a local model loads its projector, refused in one line without
+        one); a served model's server answers for itself."""
         ...
 
     def stream(

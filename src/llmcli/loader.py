@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llmcli import reporting
-from llmcli.contract import Engine, EngineOptions
+from llmcli.contract import Engine, EngineOptions, Many
 
 EngineFactory = Callable[[Path, EngineOptions, bool], Engine]
 
@@ -269,8 +269,16 @@ def ready_for_images(engine: Engine) -> None:
     answers for itself; an engine that takes no images is refused."""
     from llmcli.errors import UsageError
 
-    projector = getattr(engine, "projector", None)
-    if projector is not None:
-        projector()
-    elif engine.can.template:
+    if not engine.can.images:
         raise UsageError("this model takes no images here (a model run by llama.cpp with a projector does)")
+    engine.prepare_images()
+
+
+def respond_many(loaded: Loaded, parallel: int | None, items: int) -> Many:
+    """Many requests at once on `loaded` (`Engine.respond_many`): a local model's sequences are
+    bounded by what the free memory holds of their KV cache (`batch_room`)."""
+    engine = loaded.engine
+    room = None
+    if loaded.path is not None and engine.can.parallel:
+        room = batch_room(loaded.path, engine.options, engine.n_ctx)
+    return engine.respond_many(parallel, items=items, room=room)

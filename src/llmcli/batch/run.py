@@ -1,24 +1,29 @@
 """One batch run: the input checked whole before anything is generated, the ids already written
-skipped, then every item answered, up to `parallel` at a time: on a local model as sequences of
-one llama.cpp context (engine/batched.py), on a served one as requests side by side (the server
-batches them); each finished item is one line of `{"id", "record"}` (docs/batch.schema.json)."""
+skipped, then every item made the request `generate` would make and answered through
+`Engine.respond_many`, up to N at a time (a local model: sequences of one llama.cpp context,
+engine/batched.py; a served one: requests side by side, which its server batches); each finished
+item is one line of `{"id", "record"}` (docs/batch.schema.json)."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, replace
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from llmcli import record
 from llmcli.batch import each, inputs
 from llmcli.batch.inputs import BadLine, Item
 from llmcli.batch.output import Sink
-from llmcli.contract import Done, Prepared, Request, SamplingParams
+from llmcli.contract import Answered, Done, Many, Request, SamplingParams
 from llmcli.errors import LlmcliError, UsageError
 from llmcli.loader import Loaded
+
+if TYPE_CHECKING:
+    from llmcli.runspec import RunSpec
 
 
 @dataclass
@@ -143,23 +148,30 @@ def _converted(text: str) -> str:
     return json_schema_to_gbnf(text)
 
 
-def request_for(item: Item, params: SamplingParams, system: str | None) -> Request:
-    """The item's request: the run's settings with the item's own over them (its `stop`, its
-    grammar or JSON schema replace the command's)."""
+def request_for(item: Item, spec: RunSpec, raw: bool) -> Request:
+    """The item's request, as `generate` makes it from the run's settings (`spec`): its own options
+    over all but the flags typed (`RunSpec.item_params`; its grammar or JSON schema replace the
+    run's), the system prompt before its messages unless they have one, plain text where the run
+    is raw (`--raw`, or a base model that continues text)."""
     options = dict(item.options)
     schema = options.pop("json_schema", None)
     if schema is not None:
         options["grammar"], options["json_schema"] = schema_grammar(schema), schema
     elif "grammar" in options:
         options["json_schema"] = None
-    item_params = replace(params, **options) if options else params
+    params = spec.item_params(options)
+    if raw:
+        if item.messages is not None:
+            raise UsageError("this item's messages need a chat template, and this run is plain text "
+                             "(--raw, or a base model: --fallback-template gives it one)")  # fmt: skip
+        return Request(params, text=item.prompt or "")
     if item.messages is not None:
         messages = list(item.messages)
     else:
         messages = [{"role": "user", "content": item.prompt or ""}]
-    if system and not any(m["role"] == "system" for m in messages):
-        messages = [{"role": "system", "content": system}, *messages]
-    return Request(item_params, messages=messages)
+    if spec.system and not any(m["role"] == "system" for m in messages):
+        messages = [{"role": "system", "content": spec.system}, *messages]
+    return Request(params, messages=messages)
 
 
 def constraint(params: SamplingParams) -> str | None:
@@ -176,68 +188,27 @@ def line(item: Item, loaded: Loaded, params: SamplingParams, done: Done | None, 
     return {"id": item.id, "record": rec}
 
 
-Finished = Callable[[int, Item, Request, Done | None, str | None, str | None], None]
+def answer(many: Many, work: Iterator[tuple[int, Item]], spec: RunSpec,
+           raw: bool) -> Iterator[tuple[Item, Answered]]:  # fmt: skip
+    """Every item to do as its request through `many` (`Engine.respond_many`), each (item, what
+    came of it) as it finishes; an item whose request cannot be made fails alone, in its line."""
+    items: dict[int, Item] = {}
+    refused: deque[tuple[Item, Answered]] = deque()
 
-
-def answer_local(decoder, loaded: Loaded, work: Iterator[tuple[int, Item]], params: SamplingParams,
-                 system: str | None, finished: Finished) -> None:  # fmt: skip
-    """Every item through the batch decoder; `finished` as each ends."""
-    from llmcli.engine import local
-    from llmcli.engine.batched import BatchItem
-
-    engine = loaded.engine
-    requests: dict[int, tuple[Item, Request, str]] = {}
-
-    def feed() -> Iterator[BatchItem]:
+    def requests() -> Iterator[tuple[int, Request]]:
         for order, item in work:
-            request = request_for(item, params, system)
-            request.params.validate()
             try:
-                tokens, prepared = local.prompt_tokens(engine, request)
+                request = request_for(item, spec, raw)
             except LlmcliError as exc:
-                finished(order, item, request, None, None, exc.message)
+                placeholder = Request(spec.sampling, messages=list(item.messages or []))
+                refused.append((item, Answered(order, placeholder, None, None, exc.message)))
                 continue
-            requests[order] = (item, request, prepared.prompt_format)
-            yield BatchItem(order, tokens, request.params)
+            items[order] = item
+            yield order, request
 
-    for result in decoder.run(feed()):
-        order = result.key
-        assert isinstance(order, int)
-        item, request, fmt = requests.pop(order)
-        finished(order, item, request, result.done, fmt, result.error)
-
-
-def answer_side_by_side(loaded: Loaded, work: Iterator[tuple[int, Item]], params: SamplingParams,
-                        system: str | None, parallel: int, finished: Finished) -> None:  # fmt: skip
-    """Every item as its own request, `parallel` at a time (a served model: its server batches)."""
-
-    def one(request: Request) -> tuple[Done | None, str | None, str | None]:
-        done, fmt = None, None
-        try:
-            for event in loaded.engine.respond(request):
-                if isinstance(event, Prepared):
-                    fmt = event.prompt_format
-                elif isinstance(event, Done):
-                    done = event
-        except LlmcliError as exc:
-            return None, fmt, exc.message
-        return done, fmt, None
-
-    with ThreadPoolExecutor(max_workers=parallel) as pool:
-        running: dict[Future, tuple[int, Item, Request]] = {}
-        source = iter(work)
-        while True:
-            while len(running) < parallel:
-                nxt = next(source, None)
-                if nxt is None:
-                    break
-                request = request_for(nxt[1], params, system)
-                request.params.validate()
-                running[pool.submit(one, request)] = (nxt[0], nxt[1], request)
-            if not running:
-                return
-            ended, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in ended:
-                order, item, request = running.pop(future)
-                done, fmt, error = future.result()
-                finished(order, item, request, done, fmt, error)
+    for answered in many.respond(requests()):
+        while refused:
+            yield refused.popleft()
+        yield items.pop(answered.key), answered
+    while refused:
+        yield refused.popleft()

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from llmcli import render
+from llmcli.cli import options as o
 from llmcli.errors import LlmcliError, UsageError
 
-if TYPE_CHECKING:  # the command's module loads with `llmcli --help`: the contract only when it runs
-    from llmcli.contract import SamplingParams
-
-SERVED_PARALLEL = 4  # requests at once to a server with --parallel auto (the server decides how it batches)
+if TYPE_CHECKING:  # the command's module loads with `llmcli --help`: the run's types only when it runs
+    from llmcli.runspec import RunSpec
 
 
 # the options of what each item is and how it is answered (an item of JSON lines may say its own)
@@ -32,30 +31,15 @@ Template = Annotated[
     typer.Option("--template", help='Put each prompt into this text: {content}, and with --each {name} and '
                  '{path}, e.g. "Summarise: {content}".', show_default=False),
 ]  # fmt: skip
-Stop = Annotated[
-    list[str] | None,
-    typer.Option("--stop", help="Stop an answer where this text appears (repeatable; an item may say).",
-                 show_default=False),
-]  # fmt: skip
-GrammarFile = Annotated[
-    Path | None,
-    typer.Option("--grammar-file", help="Constrain every answer with a GBNF grammar (an item may say).",
-                 dir_okay=False, show_default=False),
-]  # fmt: skip
-JsonSchema = Annotated[
-    str | None,
-    typer.Option("--json-schema", help="Every answer JSON matching this schema, a file or inline JSON (an "
-                 "item's response_format may say).", show_default=False),
-]  # fmt: skip
 
 
+@o.model_flags
 def batch(
+    ctx: typer.Context,
     inputs: Inputs,
-    model: Annotated[
-        str, typer.Option("--model", "-m", help="A GGUF model, or a served model (URL, NAME/MODEL).")
-    ] = "",
+    model: o.Model = None,
     parallel: Annotated[
-        str, typer.Option("--parallel", "-n", help="Sequences (or requests) at once: a number, or auto.")
+        str, typer.Option("--parallel", "-np", help="Sequences (or requests) at once: a number, or auto.")
     ] = "auto",
     output: Annotated[
         Path | None,
@@ -71,31 +55,23 @@ def batch(
     ] = False,
     each: Each = False,
     template: Template = None,
-    system: Annotated[str | None, typer.Option("--system", help="System prompt for every item.")] = None,
-    stop: Stop = None,
-    grammar_file: GrammarFile = None,
-    json_schema: JsonSchema = None,
-    max_tokens: Annotated[
-        int | None, typer.Option("--max-tokens", min=1, help="Tokens per answer at most (an item may say).")
-    ] = None,
-    temperature: Annotated[
-        float | None, typer.Option("--temperature", min=0.0, help="Sampling temperature (an item may say).")
-    ] = None,
-    seed: Annotated[int | None, typer.Option("--seed", help="Seed of every item (an item may say).")] = None,
-    ctx_size: Annotated[
-        int | None, typer.Option("--ctx-size", "-c", min=256, help="Context tokens of each sequence.")
-    ] = None,
-    threads: Annotated[int | None, typer.Option("--threads", "-t", min=1, help="CPU threads.")] = None,
-    log: Annotated[
-        bool | None,
-        typer.Option(
-            "--log/--no-log",
-            help="Write each item to the conversation log, under the batch's id (default: config `log`, on).",
-            show_default=False,
-        ),
+    system: Annotated[
+        str | None,
+        typer.Option("--system", help="System prompt for every item (an item's own messages may have one).",
+                     envvar="LLMCLI_SYSTEM", show_default=False),
     ] = None,  # fmt: skip
+    raw: Annotated[bool, typer.Option("--raw", help="Plain text completion: no chat template.")] = False,
+    fallback_template: o.FallbackTemplate = False,
+    flags: o.ModelFlags = None,  # type: ignore[assignment]  # model_flags: ctx_size ... log
+    timeout: o.Timeout = None,
+    offline: o.Offline = False,
+    force: o.Force = False,
 ) -> None:
     """Answer many prompts in one run: one JSON line per item, {"id", "record"}.
+
+    Every item is a request as `generate` makes it: the same settings (flags, LLMCLI_*, the config
+    file, the model's recommendation), template, system prompt and constraints; an item's own
+    options (JSON lines, OpenAI bodies) count over all but the flags typed here.
 
     Example: llmcli batch prompts.txt -m qwen2.5-coder-0.5b -o answers.jsonl
     """
@@ -106,6 +82,7 @@ def batch(
     if text and output is not None:
         raise UsageError("--text prints to stdout; -o FILE keeps JSON lines to resume by")
     source = _source(inputs, each, template)
+    spec = flags.spec(ctx, speculative=False, system=system, raw=raw, fallback_template=fallback_template)
     written = set() if output is None or overwrite else done_ids(output)
     plan = b.check(source, skip_bad=skip_bad, written=written)
     if plan.bad:
@@ -113,11 +90,10 @@ def batch(
     if plan.todo == 0 and plan.done_before:
         render.info(f"batch: all {plan.done_before} items are already in {output} (--overwrite starts again)")
         return
-    params = _params(max_tokens, temperature, seed, stop, grammar_file, json_schema)
     sink = Sink(output, overwrite=overwrite, unordered=unordered or text)
     try:
-        run = Run(model, source, params, system, n, ctx_size, threads, text, log)
-        _answer(b, run, plan, written, sink)
+        run = Run(model, source, spec, n, text, Load(timeout, offline, force))
+        _answer(b, run, flags, plan, written, sink)
     finally:
         sink.close()
 
@@ -155,98 +131,69 @@ def _parallel(text: str) -> int | None:
     return n
 
 
-def _open(model: str, parallel: int | None, todo: int, ctx_size: int | None, threads: int | None):
-    """The model, the batch decoder of a local one (None: requests side by side), N and how it was
-    chosen."""
-    from llmcli.contract import EngineOptions
-    from llmcli.loader import batch_room, load_engine, load_served, served_endpoint
-
-    endpoint = served_endpoint(model or None)
-    if endpoint is not None:
-        n = parallel or SERVED_PARALLEL
-        how = "set" if parallel else "auto: requests at once; the server batches them"
-        return load_served(endpoint, debug=render.debug(), connections=n), None, n, how
-    from llmcli import environment
-
-    env = environment.current()
-    opts = EngineOptions(ctx_size=ctx_size, threads=threads)
-    loaded = load_engine(model or None, opts, debug=render.debug(),
-                         factory=env.engine_factory, check_files=env.checks_model_files)  # fmt: skip
-    from llmcli.engine.batched import decoder_for
-
-    room = batch_room(loaded.path, opts, loaded.engine.n_ctx) if loaded.path is not None else None
-    decoder, n, how = decoder_for(loaded.engine, parallel, todo, room=room)
-    if parallel is None:
-        render.info(f"batch: parallel {n} ({how})")
-    return loaded, decoder, n, how
-
-
-def _params(max_tokens: int | None, temperature: float | None, seed: int | None, stop: list[str] | None,
-            grammar_file: Path | None, json_schema: str | None):  # fmt: skip
-    """The run's sampling settings: those given, the others left for the model's recommendation;
-    the stop strings, the grammar or the JSON schema (converted as `generate` converts it)."""
-    from dataclasses import fields, replace
-
-    from llmcli.cli.resolve import load_grammar, read_schema
-    from llmcli.contract import SamplingParams
-
-    params = SamplingParams(stop=list(stop or []))
-    params.grammar = load_grammar(grammar_file, json_schema)
-    if json_schema is not None:
-        params.json_schema = read_schema(json_schema)
-    given = set()
-    for name, value in (("max_tokens", max_tokens), ("temperature", temperature), ("seed", seed)):
-        if value is not None:
-            setattr(params, name, value)
-            given.add(name)
-    left = frozenset(f.name for f in fields(SamplingParams)) - given - {"stop", "grammar", "json_schema"}
-    params = replace(params, defaulted=left)
-    params.validate()
-    return params
+@dataclass
+class Load:
+    timeout: float | None
+    offline: bool
+    force: bool
 
 
 @dataclass
 class Run:
-    model: str
+    model: str | None
     source: object  # batch.run.Source
-    params: SamplingParams
-    system: str | None
+    spec: RunSpec
     parallel: int | None
-    ctx_size: int | None
-    threads: int | None
     text: bool
-    log: bool | None
+    load: Load
 
 
-def _logged(run: Run, ref: str):
-    """What each item is logged with: the batch's one conversation id, command `batch`."""
-    from llmcli.log import rows, writer
+def _open(run: Run, flags: o.ModelFlags):
+    """The model, loaded as `generate` loads it, and the run's settings made what it runs with: the
+    model's recommended sampling, and how its prompts are built ("raw" or the template's source)."""
+    from llmcli import environment
+    from llmcli.loader import load_engine
 
-    if not writer.enabled(run.log):
-        return None
-    logged = rows.Logged(ref, "batch")
-    render.debug_log(f"batch: items logged under conversation {logged.cid}")
-    return logged
+    env = environment.current()
+    loaded = load_engine(run.model, run.spec.engine, offline=run.load.offline, force=run.load.force,
+                         debug=render.debug(), timeout=run.load.timeout, factory=env.engine_factory,
+                         check_files=env.checks_model_files)  # fmt: skip
+    flags.after_load(loaded)
+    if applied := run.spec.recommend(loaded.engine.info, loaded.ref):  # as generate does
+        render.debug_log(f"the model's recommended sampling: {applied}")
+    how, notice = run.spec.template(loaded.engine)
+    if notice:
+        ignored = " (--system does not apply to plain text and is ignored)" if run.spec.system else ""
+        render.info(f"{loaded.ref}: {notice}{ignored}")
+    return loaded, how == "raw"
 
 
-def _answer(b, run: Run, plan, written, sink) -> None:
+def _answer(b, run: Run, flags: o.ModelFlags, plan, written, sink) -> None:
+    from dataclasses import replace
+
     from llmcli.contract import Prepared
+    from llmcli.loader import respond_many
     from llmcli.render.batch import progress, summary
     from llmcli.request.log import log_request
 
-    model, source, params, system, text = run.model, run.source, run.params, run.system, run.text
-    loaded, decoder, parallel, how = _open(model, run.parallel, plan.todo, run.ctx_size, run.threads)
-    logged = _logged(run, loaded.ref)
-    from llmcli.sampling import apply_recommended
-
-    if applied := apply_recommended(params, loaded.engine.info, loaded.ref):  # as generate does
-        render.debug_log(f"the model's recommended sampling: {applied}")
+    loaded, raw = _open(run, flags)
+    try:
+        many = respond_many(loaded, run.parallel, plan.todo)
+    except BaseException:
+        loaded.engine.close()
+        raise
+    if run.parallel is None:
+        render.info(f"batch: parallel {many.n} ({many.how})")
+    logged = flags.logged(loaded.ref, "batch")
+    if logged is not None:
+        render.debug_log(f"batch: items logged under conversation {logged.cid}")
     tally = b.Tally(started=time.perf_counter())
-    work = b.items_to_do(source, written, sink)
+    work = b.items_to_do(run.source, written, sink)
     try:
         with progress(plan.todo) as bar:
-
-            def finished(order, item, request, done, fmt, error) -> None:
+            for item, answered in b.answer(many, work, run.spec, raw):
+                order, request = answered.key, answered.request
+                done, fmt, error = answered.done, answered.prompt_format, answered.error
                 if done is None:
                     tally.failed += 1
                     render.warn(f"item {item.id}: {error}")
@@ -255,7 +202,7 @@ def _answer(b, run: Run, plan, written, sink) -> None:
                     tally.tokens += done.stats.completion_tokens
                     tally.prompt_tokens += done.stats.prompt_tokens
                     tally.reused += done.stats.cached_tokens
-                if text:
+                if run.text:
                     sink.put(order, done.text if done is not None else None)
                 else:
                     sink.put(order, b.line(item, loaded, request.params, done, fmt, error))
@@ -265,17 +212,11 @@ def _answer(b, run: Run, plan, written, sink) -> None:
                     kind = b.constraint(request.params)  # each item's own
                     log_request(loaded.engine, request, replace(logged, constraint=kind), done, prepared,
                                 error=error)  # fmt: skip
-
-            if decoder is not None:
-                b.answer_local(decoder, loaded, work, params, system, finished)
-            else:
-                b.answer_side_by_side(loaded, work, params, system, parallel, finished)
     finally:
-        if decoder is not None:
-            decoder.close()
+        many.close()
         loaded.engine.close()
     summary(items=tally.done, failed=tally.failed, skipped=plan.done_before, tokens=tally.tokens,
-            wall_s=tally.wall_s(), parallel=parallel, how=how.split(":")[0],
+            wall_s=tally.wall_s(), parallel=many.n, how=many.how.split(":")[0],
             prompt_tokens=tally.prompt_tokens, reused=tally.reused)  # fmt: skip
     if tally.failed:
         raise LlmcliError(f"{tally.failed} of {tally.done + tally.failed} items failed (their lines say why)")

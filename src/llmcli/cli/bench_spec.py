@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from llmcli import defaults
-from llmcli.cli.spec_flags import require_draft_model
 from llmcli.errors import UsageError
+from llmcli.runspec.speculative import require_draft_model
 
 
 def spec_sweep(kinds, k, k_min, ngram_max, ngram_min, adaptive, exact, draft, ngld, cd, ctkd, ctvd):

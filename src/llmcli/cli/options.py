@@ -15,19 +15,11 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from llmcli import defaults
-from llmcli.cli.resolve import (
-    build_toolset,
-    engine_options,
-    reasoning_budget,
-    sampling_params,
-    warn_amx_repack,
-    warn_local_only,
-    warn_think,
-)
-from llmcli.cli.spec_flags import spec_options
+from llmcli.cli.resolve import build_toolset, warn_amx_repack, warn_local_only, warn_think
 
 if TYPE_CHECKING:  # imported where used: `--help` need not build the engine's dataclasses
     from llmcli.contract import EngineOptions, SamplingParams
+    from llmcli.runspec import RunSpec
 
 MODEL_PANEL = "Model"
 SAMPLING_PANEL = "Sampling"
@@ -420,10 +412,10 @@ ToolTimeout = Annotated[
 
 
 @dataclass
-class RunFlags:
-    """The flags of every command that runs a model (generate, chat), declared once: how the model is
-    loaded, how it samples, and speculative decoding. `run_flags` adds them to a command, in this
-    order, where it takes `flags: RunFlags`; `resolve` turns them into what the request runs with."""
+class ModelFlags:
+    """The flags of every command that runs a model (generate, chat, batch), declared once: how the
+    model is loaded and how it samples. `RunFlags` adds what a conversation has (continuing a logged
+    one, speculative decoding, tools). `spec` resolves them into the run's `RunSpec`."""
 
     ctx_size: CtxSize = None
     gpu_layers: GpuLayers = None
@@ -447,66 +439,28 @@ class RunFlags:
     reasoning_budget: ReasoningBudget = None
     reasoning_budget_message: ReasoningBudgetMessage = None
     log: LogFlag = None
-    continue_last: Continue = False
-    cid: Cid = None
-    spec_type: SpecType = None
-    spec_draft_n_max: SpecDraftNMax = None
-    spec_draft_n_min: SpecDraftNMin = None
-    spec_ngram_max: SpecNgramMax = None
-    spec_ngram_min: SpecNgramMin = None
-    spec_adaptive: SpecAdaptive = None
-    spec_exact: SpecExact = None
-    model_draft: ModelDraft = None
-    gpu_layers_draft: GpuLayersDraft = None
-    ctx_size_draft: CtxSizeDraft = None
-    cache_type_k_draft: CacheTypeKDraft = None
-    cache_type_v_draft: CacheTypeVDraft = None
-    functions: Functions = None
-    tool: ToolName = None
-    mcp: Mcp = None
-    approve_tools: ApproveTools = None
-    show_tools: ShowTools = False
-    tool_rounds: ToolRounds = None
-    tool_timeout: ToolTimeout = None
 
-    @property
-    def wants_tools(self) -> bool:
-        return bool(self.functions or self.tool or self.mcp)
+    def _speculative(self, ctx: typer.Context | None):
+        return None
 
-    def toolset(self):
-        """The tools the flags name (None: none); the caller closes it (MCP servers)."""
-        if not self.wants_tools:
-            return None
-        return build_toolset(self.functions, self.tool, self.mcp)
+    def spec(self, ctx: typer.Context | None, *, speculative: bool = True, **template) -> RunSpec:
+        """The run specification (`llmcli.runspec`): these flags with `template`'s (system, raw,
+        fallback_template), each resolved flag > LLMCLI_* > config > default, and checked."""
+        from dataclasses import fields
 
-    def tool_settings(self) -> tuple[bool, int, float]:
-        """(approve without asking, rounds, timeout), each flag > LLMCLI_* > config > default."""
-        from llmcli import settings
+        from llmcli.runspec import resolve_run
 
-        return (bool(settings.resolve("approve_tools", self.approve_tools)),
-                int(settings.resolve("tool_rounds", self.tool_rounds)),
-                float(settings.resolve("tool_timeout", self.tool_timeout)))  # fmt: skip
+        values = {f.name: getattr(self, f.name) for f in fields(ModelFlags)}
+        return resolve_run({**values, **template}, ctx=ctx,
+                           speculative=self._speculative(ctx) if speculative else None)  # fmt: skip
 
     def sampling(self) -> SamplingParams:
         """Sampling settings resolved (flag > LLMCLI_* > config > default) and checked."""
-        params = sampling_params(
-            self.temperature, self.top_k, self.top_p, self.min_p, self.repeat_penalty, self.seed,
-            self.max_tokens, self.stop, self.grammar_file, self.json_schema,
-        )  # fmt: skip
-        params.reasoning_budget, params.reasoning_budget_message = reasoning_budget(
-            self.reasoning_budget, self.reasoning_budget_message
-        )
-        return params
+        return self.spec(None, speculative=False).sampling
 
     def engine(self, ctx: typer.Context) -> EngineOptions:
         """How the model is loaded, speculative decoding included, resolved and checked."""
-        spec = spec_options(
-            self.spec_type, self.spec_draft_n_max, self.spec_draft_n_min, self.spec_ngram_max,
-            self.spec_ngram_min, self.spec_adaptive, self.spec_exact, self.model_draft,
-            self.gpu_layers_draft, self.ctx_size_draft, ctx, self.cache_type_k_draft, self.cache_type_v_draft,
-        )  # fmt: skip
-        return engine_options(self.ctx_size, self.gpu_layers, self.threads, self.batch_size, self.flash_attn,
-                              spec, self.repack, self.cache_type_k, self.cache_type_v)  # fmt: skip
+        return self.spec(ctx).engine
 
     def thinking(self) -> bool | None:
         """--think/--no-think, else LLMCLI_THINK or the config's `think`; None: the template's default."""
@@ -524,17 +478,6 @@ class RunFlags:
     def constraint(self) -> str | None:
         """ "json_schema" or "grammar" when the answer is constrained, else None."""
         return "json_schema" if self.json_schema is not None else "grammar" if self.grammar_file else None
-
-    def continued(self):
-        """The logged conversation `--continue` / `--cid` name (log.queries.History), or None."""
-        if not self.continue_last and not self.cid:
-            return None
-        from llmcli.errors import UsageError
-        from llmcli.log import queries
-
-        if self.continue_last and self.cid:
-            raise UsageError("--continue and --cid both name a conversation: give one")
-        return queries.history(self.cid)
 
     def logged(self, ref: str, command: str, history=None, **extra):
         """What the request path logs each request with (log.rows.Logged), or None under --no-log."""
@@ -559,9 +502,83 @@ class RunFlags:
                             cache_type_k=self.cache_type_k, cache_type_v=self.cache_type_v)  # fmt: skip
 
 
+@dataclass
+class RunFlags(ModelFlags):
+    """The flags of a conversation (generate, chat): the model's (`ModelFlags`), then continuing a
+    logged conversation, speculative decoding and tools. `run_flags` adds them to a command, in this
+    order, where it takes `flags: RunFlags`."""
+
+    continue_last: Continue = False
+    cid: Cid = None
+    spec_type: SpecType = None
+    spec_draft_n_max: SpecDraftNMax = None
+    spec_draft_n_min: SpecDraftNMin = None
+    spec_ngram_max: SpecNgramMax = None
+    spec_ngram_min: SpecNgramMin = None
+    spec_adaptive: SpecAdaptive = None
+    spec_exact: SpecExact = None
+    model_draft: ModelDraft = None
+    gpu_layers_draft: GpuLayersDraft = None
+    ctx_size_draft: CtxSizeDraft = None
+    cache_type_k_draft: CacheTypeKDraft = None
+    cache_type_v_draft: CacheTypeVDraft = None
+    functions: Functions = None
+    tool: ToolName = None
+    mcp: Mcp = None
+    approve_tools: ApproveTools = None
+    show_tools: ShowTools = False
+    tool_rounds: ToolRounds = None
+    tool_timeout: ToolTimeout = None
+
+    def _speculative(self, ctx: typer.Context | None):
+        from llmcli.runspec.speculative import spec_options
+
+        return spec_options(
+            self.spec_type, self.spec_draft_n_max, self.spec_draft_n_min, self.spec_ngram_max,
+            self.spec_ngram_min, self.spec_adaptive, self.spec_exact, self.model_draft,
+            self.gpu_layers_draft, self.ctx_size_draft, ctx, self.cache_type_k_draft, self.cache_type_v_draft,
+        )  # fmt: skip
+
+    @property
+    def wants_tools(self) -> bool:
+        return bool(self.functions or self.tool or self.mcp)
+
+    def toolset(self):
+        """The tools the flags name (None: none); the caller closes it (MCP servers)."""
+        if not self.wants_tools:
+            return None
+        return build_toolset(self.functions, self.tool, self.mcp)
+
+    def tool_settings(self) -> tuple[bool, int, float]:
+        """(approve without asking, rounds, timeout), each flag > LLMCLI_* > config > default."""
+        from llmcli import settings
+
+        return (bool(settings.resolve("approve_tools", self.approve_tools)),
+                int(settings.resolve("tool_rounds", self.tool_rounds)),
+                float(settings.resolve("tool_timeout", self.tool_timeout)))  # fmt: skip
+
+    def continued(self):
+        """The logged conversation `--continue` / `--cid` name (log.queries.History), or None."""
+        if not self.continue_last and not self.cid:
+            return None
+        from llmcli.errors import UsageError
+        from llmcli.log import queries
+
+        if self.continue_last and self.cid:
+            raise UsageError("--continue and --cid both name a conversation: give one")
+        return queries.history(self.cid)
+
+
 def run_flags(command: Callable) -> Callable:
     """Give `command` the flags of `RunFlags` in place of its `flags` parameter (so `--help`, the man
     page and the completions list them where it is), and call it with them as one `RunFlags`."""
     from llmcli.cli.flagset import with_flags
 
     return with_flags(RunFlags)(command)
+
+
+def model_flags(command: Callable) -> Callable:
+    """As `run_flags`, with `ModelFlags` (batch: no conversation to continue, no speculation, no tools)."""
+    from llmcli.cli.flagset import with_flags
+
+    return with_flags(ModelFlags)(command)

@@ -16,27 +16,29 @@ from __future__ import annotations
 
 import sys
 
-# A short flag's one meaning: the option's long name (the destination, as Click names it).
-MEANINGS: dict[str, str] = {
-    "-m": "model",
-    "-n": "tokens to generate",
-    "-c": "context size",
-    "-t": "threads",
-    "-s": "seed",
-    "-b": "batch size",
-    "-np": "sequences or requests at once",
-    "-f": "a prompt or input file",
-    "-o": "an output file",
-    "-a": "an attachment",
+# A short flag's one meaning, and the names its option has in the commands that take it (Click's
+# destination: bench's `-n` is llama-bench's --n-gen, tokens to generate as generate's --max-tokens).
+MEANINGS: dict[str, tuple[str, frozenset[str]]] = {
+    "-m": ("the model", frozenset({"model"})),
+    "-n": ("tokens to generate", frozenset({"max_tokens", "n_gen"})),
+    "-c": ("the context size", frozenset({"ctx_size"})),
+    "-t": ("CPU threads", frozenset({"threads"})),
+    "-s": ("the seed", frozenset({"seed"})),
+    "-b": ("the batch size", frozenset({"batch_size"})),
+    "-np": ("sequences or requests at once", frozenset({"parallel"})),
+    "-f": ("a prompt or input file", frozenset({"file", "prompt_file"})),
+    "-o": ("an output file", frozenset({"output", "out"})),
+    "-a": ("an attachment", frozenset({"attach"})),
 }
 
 # (command path, short flag): why it may mean something else there. Keep this short.
 EXCEPTIONS: dict[tuple[str, str], str] = {
     ("bench", "-o"): "llama-bench's -o: the output format (md, csv, json, jsonl, sql)",
+    ("bench compare", "-o"): "as bench's -o: the output format",
     ("bench", "-p"): "llama-bench's -p: prompt sizes of the pp tests",
     ("bench", "-d"): "llama-bench's -d: tokens already in the KV cache",
     ("bench", "-r"): "llama-bench's -r: repetitions",
-    ("logs", "-q"): "`llmcli -q` (before any command) is --quiet; after `logs` it is the query, as simonw/llm's",
+    ("logs", "-q"): "`llmcli -q` (before any command) is --quiet; after `logs`, the query (simonw/llm's)",
 }
 
 # (command, old short flag) -> the spelling that replaces it; works for one release, with a notice.

@@ -26,18 +26,20 @@ import ctypes
 import secrets
 import time
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import Any
 
 from llmcli import reporting
+from llmcli.contract import Answered, Request
 from llmcli.engine.batch_seq import BatchItem, BatchResult, Seq, common_prefix
 from llmcli.engine.sampler import GrammarProbe, build_chain, pick
 from llmcli.engine.text import TextStream
 from llmcli.errors import LlmcliError, UsageError
 
-if TYPE_CHECKING:
-    from llmcli.engine.llama import LlamaEngine
+# The engine is a LlamaEngine (its model and library handle are used here), named `Any` since it
+# imports this module: `LlamaEngine.respond_many`.
+LlamaEngine = Any
 
-__all__ = ["BatchDecoder", "BatchItem", "BatchResult", "decoder_for", "measure_knee"]
+__all__ = ["BatchDecoder", "BatchItem", "BatchResult", "LocalMany", "measure_knee", "respond_many"]
 
 WAIT_FOR_PREFIX = 16  # a new sequence waits a step for a sibling prefilling at least this much of its prompt
 
@@ -293,21 +295,16 @@ def measure_knee(engine: LlamaEngine, sizes: tuple[int, ...] = PROBE_SIZES) -> t
     return chosen, speeds
 
 
-def decoder_for(engine: object, parallel: int | None, items: int, *,
-                room: int | None = None) -> tuple[BatchDecoder | None, int, str]:  # fmt: skip
-    """A batch decoder on `engine`'s model for `items` prompts, the N it runs and how N was chosen
-    (`parallel` None: the knee, `measure_knee`, among sizes up to `items`). `room`: how many
-    sequences' KV cache the free memory holds (None: unknown); a set N above it is reduced, said
-    once. None where `engine` is not a llama.cpp engine (a test's fake): the caller then sends
-    requests side by side."""
-    from llmcli.engine.llama import LlamaEngine
-
+def respond_many(engine: LlamaEngine, parallel: int | None, items: int, *,
+                 room: int | None = None) -> LocalMany:  # fmt: skip
+    """`LlamaEngine.respond_many`: a batch decoder on `engine`'s model for `items` prompts, with the N
+    it runs and how N was chosen (`parallel` None: the knee, `measure_knee`, among sizes up to
+    `items`). `room`: how many sequences' KV cache the free memory holds (None: unknown); a set N
+    above it is reduced, said once."""
     room = max(1, room) if room is not None else None
     if parallel is None:
         sizes = tuple(n for n in PROBE_SIZES if n <= max(1, items) and (room is None or n <= room))
-        if not isinstance(engine, LlamaEngine):
-            parallel, how = PROBE_SIZES[2], "auto: requests at once"
-        elif len(sizes) <= 1:
+        if len(sizes) <= 1:
             parallel, how = 1, "auto: one item" if items <= 1 else "auto: memory for one sequence"
         else:
             parallel, speeds = measure_knee(engine, sizes)
@@ -317,15 +314,14 @@ def decoder_for(engine: object, parallel: int | None, items: int, *,
         how, asked = "set", parallel
         if parallel > max(1, items):  # no more sequences than items: a context sized for those
             parallel, how = max(1, items), f"set, at most the {items} items"
-        if room is not None and parallel > room and isinstance(engine, LlamaEngine):
+        if room is not None and parallel > room:
             reporting.warn(
                 f"--parallel {asked}: the free memory holds the KV cache of {room} sequence(s) of "
                 f"{engine.n_ctx} tokens: {room} decode together (a smaller --ctx-size leaves room for more)"
             )
             parallel, how = room, f"{how}; reduced to fit the memory"
-    if not isinstance(engine, LlamaEngine):
-        return None, parallel, how
-    return _made(engine, parallel, how)
+    decoder, n, how = _made(engine, parallel, how)
+    return LocalMany(engine, decoder, n, how)
 
 
 def _made(engine: LlamaEngine, parallel: int, how: str) -> tuple[BatchDecoder, int, str]:
@@ -345,3 +341,48 @@ def _made(engine: LlamaEngine, parallel: int, how: str) -> tuple[BatchDecoder, i
                        "decode together (a smaller --ctx-size leaves room for more)")  # fmt: skip
         how = f"{how}; reduced from {asked}"
     return decoder, parallel, how
+
+
+class LocalMany:
+    """`Engine.respond_many` of a llama.cpp engine: every request rendered as `respond` renders it
+    (`local.prompt_tokens`: the template, the system prompt, raw text, a grammar or JSON schema)
+    and decoded as a sequence of the batch decoder's context. A request with images goes through
+    the engine's own `respond` (its projector's chunks need the engine's context), one at a time."""
+
+    def __init__(self, engine: LlamaEngine, decoder: BatchDecoder, n: int, how: str) -> None:
+        self.engine, self.decoder, self.n, self.how = engine, decoder, n, how
+
+    def respond(self, requests: Iterable[tuple[object, Request]]) -> Iterator[Answered]:
+        from collections import deque
+
+        from llmcli.engine import local
+        from llmcli.many import answer
+
+        started: dict[int, tuple[object, Request, str]] = {}
+        ready: deque[Answered] = deque()  # answered before or beside the decoder: refused, images
+
+        def feed() -> Iterator[BatchItem]:
+            for i, (key, request) in enumerate(requests):
+                if request.images or request.history_images:
+                    ready.append(Answered(key, request, *answer(self.engine, request)))
+                    continue
+                try:
+                    request.params.validate()
+                    tokens, prepared = local.prompt_tokens(self.engine, request)
+                except LlmcliError as exc:
+                    ready.append(Answered(key, request, None, None, exc.message))
+                    continue
+                started[i] = (key, request, prepared.prompt_format)
+                yield BatchItem(i, tokens, request.params)
+
+        for result in self.decoder.run(feed()):
+            while ready:
+                yield ready.popleft()
+            assert isinstance(result.key, int)
+            key, request, fmt = started.pop(result.key)
+            yield Answered(key, request, result.done, fmt, result.error)
+        while ready:
+            yield ready.popleft()
+
+    def close(self) -> None:
+        self.decoder.close()

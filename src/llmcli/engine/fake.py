@@ -19,6 +19,7 @@ from llmcli.contract import (
     EngineOptions,
     Event,
     FinishReason,
+    Many,
     ModelInfo,
     PrefillProgress,
     Request,
@@ -154,7 +155,7 @@ class FakeEngine:
     def close(self) -> None:
         pass
 
-    can = Capabilities()  # a local engine's, all of it
+    can = Capabilities(images=False, parallel=False)  # a local engine's, but no projector, one context
     costs_pending = False  # its speculation decides by no measured costs
 
     def calibrate(self) -> None:
@@ -168,6 +169,17 @@ class FakeEngine:
 
     def respond(self, request: Request) -> Iterator[Event]:
         return local.respond(self, request)
+
+    def respond_many(self, parallel: int | None, *, items: int, room: int | None = None) -> Many:
+        """Requests one after another's turn in threads (it has no batch decoder): 4 by default."""
+        from llmcli.many import SideBySide, side_by_side_n
+
+        return SideBySide(self, *side_by_side_n(parallel, items, 4))
+
+    def prepare_images(self) -> None:
+        from llmcli.errors import UsageError
+
+        raise UsageError("this model takes no images here (a model run by llama.cpp with a projector does)")
 
     def stream(
         self,

@@ -39,6 +39,7 @@ from llmcli.contract import (
     Capabilities,
     EngineOptions,
     Event,
+    Many,
     ModelInfo,
     Request,
     SamplingParams,
@@ -394,6 +395,14 @@ class LlamaEngine(SpeculationCosts):
 
     def respond(self, request: Request) -> Iterator[Event]:
         return local.respond(self, request)
+
+    def respond_many(self, parallel: int | None, *, items: int, room: int | None = None) -> Many:
+        from llmcli.engine.batched import respond_many
+
+        return respond_many(self, parallel, items, room=room)
+
+    def prepare_images(self) -> None:
+        self.projector()
 
     def call_format(self) -> CallFormat:
         return local.call_format(self)

@@ -12,6 +12,7 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
 from llmcli import prompting
 from llmcli.contract import CallGrammar, Done, Engine, Event, Prepared, Reasoning, Request, Token, ToolCall
@@ -163,9 +164,9 @@ def image_tokens(engine: Engine, request: Request) -> tuple[list[int], Prepared,
     from llmcli.errors import ContextOverflowError, UsageError
     from llmcli.media.placed import placed_images
 
-    media_prompt = getattr(engine, "media_prompt", None)
-    if request.text is not None or media_prompt is None:
+    if request.text is not None or not engine.can.images:
         raise UsageError("images need a chat prompt and a model run by llama.cpp here (not --raw)")
+    vision: Any = engine  # a local engine that reads images has a projector (LlamaEngine.media_prompt)
     assert request.messages is not None
     fmt = prompting.prompt_format(engine)
     messages = list(template_messages(request.messages, fmt.template))
@@ -180,9 +181,9 @@ def image_tokens(engine: Engine, request: Request) -> tuple[list[int], Prepared,
     text = templates.render(
         fmt, messages, bos_token=engine.bos_text(), eos_token=engine.eos_text(), variables=variables
     )
-    media = media_prompt(text, images)
+    media = vision.media_prompt(text, images)
     if request.fit is not None and len(media.tokens) + request.fit.reserve > engine.n_ctx:
-        engine.free_media(media)  # type: ignore[attr-defined]
+        vision.free_media(media)
         raise ContextOverflowError(
             f"the conversation with its {len(images)} image(s) is {len(media.tokens)} tokens and the answer "
             f"needs {request.fit.reserve} more, but the context holds {engine.n_ctx}",

@@ -40,6 +40,7 @@ from llmcli.contract import (
     Done,
     EngineOptions,
     Event,
+    Many,
     ModelInfo,
     Prepared,
     Reasoning,
@@ -60,6 +61,7 @@ from llmcli.tools.calls import CallFormat, Parser, detect
 if TYPE_CHECKING:  # the contract, checked by mypy (tests/test_types.py)
     from llmcli.contract import Engine
 
+SERVED_PARALLEL = 4  # requests at once by default (the server decides how it batches them)
 FLAVOURS = ("llama-server", "llama-cpp-python", "vllm", "openai-compatible")
 _OWNERS = {"llamacpp": "llama-server", "me": "llama-cpp-python", "vllm": "vllm"}
 
@@ -69,13 +71,15 @@ class ServedEngine:
     conversation to `/chat/completions` (`stream_messages`) and plain text to `/completions`."""
 
     # its server applies the template, keeps the cache, drafts, and sets its context and threads
-    can = Capabilities(template=False, kv_state=False, speculation=False, load_options=False)
+    can = Capabilities(template=False, kv_state=False, speculation=False, load_options=False, images=True,
+                       parallel=False)  # fmt: skip
     costs_pending = False
 
     def __init__(self, endpoint: Endpoint, *, connections: int = 4, debug: bool = False) -> None:
         self.endpoint = endpoint
         self.options = EngineOptions()  # none of its own: its server's (`can.load_options` is False)
         self.client = Client(endpoint, connections=connections, debug=debug)
+        self._connections, self._debug = connections, debug
         self._cancel = threading.Event()
         self._exchange: Exchange | None = None
         self._lock = threading.Lock()
@@ -223,6 +227,22 @@ class ServedEngine:
         )  # fmt: skip
         body["prompt"] = prompt
         return Exchange(self.client, "/completions", body, chat=False)
+
+    def respond_many(self, parallel: int | None, *, items: int, room: int | None = None) -> Many:
+        """Requests side by side, `parallel` at once (default 4): the server batches them."""
+        from llmcli.many import SideBySide, side_by_side_n
+
+        n, how = side_by_side_n(parallel, items, SERVED_PARALLEL)
+        if parallel is None:
+            how = "auto: requests at once; the server batches them"
+        if n > self._connections:  # a pool as wide as the requests in flight
+            old, self.client = self.client, Client(self.endpoint, connections=n, debug=self._debug)
+            self._connections = n
+            old.close()
+        return SideBySide(self, n, how)
+
+    def prepare_images(self) -> None:
+        """Nothing to load: the server reads the images it is sent (and refuses them in its words)."""
 
     def interrupt(self) -> None:
         """Stop the running stream now: set the flag and shut the socket down (any thread)."""

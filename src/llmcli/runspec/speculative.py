@@ -3,12 +3,10 @@ and the draft model's own flags refused without a draft model (one rule for ever
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-import typer
-
-from llmcli.cli.resolve import _cache_type, _typed, resolved_option
 from llmcli.errors import UsageError
+from llmcli.runspec.resolve import _cache_type, _typed, resolved_option
 
 if TYPE_CHECKING:
     from llmcli.contract import SpecOptions
@@ -34,7 +32,7 @@ def spec_options(
     model_draft: str | None = None,
     gpu_layers_draft: int | None = None,
     ctx_size_draft: int | None = None,
-    ctx: typer.Context | None = None,
+    ctx: Any = None,
     cache_type_k_draft: str | None = None,
     cache_type_v_draft: str | None = None,
 ) -> SpecOptions:
@@ -103,7 +101,7 @@ def spec_options(
     return spec
 
 
-def _came_from(key: str, value: object, source: str, flag: object, ctx: typer.Context | None) -> str | None:
+def _came_from(key: str, value: object, source: str, flag: object, ctx: Any) -> str | None:
     """Where a setting that was not typed on the command line came from, for an error's hint:
     `$LLMCLI_SPEC_TYPE = bogus` or `spec_draft_n_min = 9 in the config file`; None when typed."""
     import json
