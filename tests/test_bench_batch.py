@@ -12,7 +12,7 @@ import pytest
 from documents import check
 from helpers import bench_in, run
 
-from llmcli.bench.fake import FakeBackend
+from benchfake import FakeBackend
 
 SVG = "{http://www.w3.org/2000/svg}"
 

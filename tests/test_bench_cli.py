@@ -12,7 +12,7 @@ import pytest
 from helpers import bench_in, run
 
 from llmcli.bench import membw
-from llmcli.bench.fake import FAKE_ENVIRONMENT, Crash, FakeBackend, FakeClock
+from benchfake import FAKE_ENVIRONMENT, Crash, FakeBackend, FakeClock
 
 
 @pytest.fixture

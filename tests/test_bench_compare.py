@@ -7,7 +7,7 @@ import json
 import pytest
 from helpers import run, use_bench_backend
 
-from llmcli.bench.fake import FakeBackend
+from benchfake import FakeBackend
 
 
 @pytest.fixture

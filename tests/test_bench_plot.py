@@ -18,7 +18,7 @@ import pytest
 from helpers import bench_in, run
 from servers import Behaviour
 
-from llmcli.bench.fake import FakeBackend
+from benchfake import FakeBackend
 from llmcli.render import charts, plot
 
 SVG = "{http://www.w3.org/2000/svg}"

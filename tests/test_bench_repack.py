@@ -8,7 +8,7 @@ import json
 import pytest
 from helpers import bench_in, run, use_bench_backend
 
-from llmcli.bench.fake import FakeBackend, FakeClock
+from benchfake import FakeBackend, FakeClock
 
 
 @pytest.fixture

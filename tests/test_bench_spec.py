@@ -11,7 +11,7 @@ import pytest
 from helpers import bench_in, run
 
 from llmcli import defaults
-from llmcli.bench.fake import FakeBackend, FakeClock
+from benchfake import FakeBackend, FakeClock
 from llmcli.engine.fake import FakeEngine
 
 ACCEPT = 2  # FakeEngine.spec_accept
