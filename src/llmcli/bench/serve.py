@@ -310,7 +310,7 @@ def served_endpoints(refs: list[str | None], timeout: float | None = None) -> li
 
 @dataclass
 class Request:
-    """The serving benchmark's parsed flags: every -p, -n, -c and --request-rate combination, per
+    """The serving benchmark's parsed flags: every -p, -n, --concurrency and --request-rate combination, per
     endpoint (or, with `sweep_rate`, the rates the sweep finds)."""
 
     endpoints: list[Endpoint]
