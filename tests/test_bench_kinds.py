@@ -15,9 +15,8 @@ from pathlib import Path
 
 import ggufgen
 import pytest
-from helpers import bench_in, run
-
 from benchfake import FakeBackend
+from helpers import bench_in, run
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = [(), ("--scenario", "chat"), ("--scenario", "spec"), ("--scenario", "batch")]
@@ -71,9 +70,9 @@ def test_the_old_bench_c_still_works_with_a_notice(backend):
 
 
 def _bench_help_letters() -> set[str]:
-    from llmcli.cli.app import app
-
     import typer.main
+
+    from llmcli.cli.app import app
 
     command = typer.main.get_command(app).commands["bench"]
     return {name for p in command.params for name in getattr(p, "opts", []) if not name.startswith("--")}
@@ -127,7 +126,8 @@ def test_a_written_embedding_gguf_is_refused_by_the_real_backend(bert, tmp_path,
     _refused(done, "tiny-bert.gguf is an embedding model (bert, mean pooling)")
 
 
-def test_a_generative_gguf_is_refused_by_the_embed_scenario_before_anything_is_measured(bert, llama, tmp_path):
+def test_a_generative_gguf_is_refused_by_the_embed_scenario_before_anything_is_measured(bert, llama,
+                                                                                       tmp_path):
     # the embedding model first: it would be loaded and measured before the second were looked at
     done = _llmcli("bench", "--scenario", "embed", "-m", f"{bert},{llama}", "--texts", "3", "-r", "1",
                    "-o", "json", home=tmp_path)  # fmt: skip

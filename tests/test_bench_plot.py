@@ -15,10 +15,10 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from benchfake import FakeBackend
 from helpers import bench_in, run
 from servers import Behaviour
 
-from benchfake import FakeBackend
 from llmcli.render import charts, plot
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -215,9 +215,10 @@ def test_several_models_in_one_run_are_told_apart(monkeypatch, tmp_path):
 
 def _batch_file(tmp_path: Path) -> Path:
     """A --scenario batch result (its rows as `bench --scenario batch -o json` writes them)."""
-    rows = [{"scenario": "batch", "test": f"batch np{n} pp32 tg16", "model_filename": "a.gguf", "n_parallel": n,
-             "n_prompt": 32, "n_gen": 16, "repetitions": 2, "avg_ts": 100.0 * n, "stddev_ts": 2.0,
-             "avg_seq_ts": 100.0 - n, "stddev_seq_ts": 1.0, "n_threads": 2} for n in (1, 2, 4)]  # fmt: skip
+    rows = [{"scenario": "batch", "test": f"batch np{n} pp32 tg16", "model_filename": "a.gguf",
+             "n_parallel": n, "n_prompt": 32, "n_gen": 16, "repetitions": 2, "avg_ts": 100.0 * n,
+             "stddev_ts": 2.0, "avg_seq_ts": 100.0 - n, "stddev_seq_ts": 1.0, "n_threads": 2}
+            for n in (1, 2, 4)]  # fmt: skip
     path = tmp_path / "batch.json"
     path.write_text(json.dumps({"results": rows, "environment": {"cpu_info": "Test CPU"}}))
     return path

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmcli.bench import stats, traffic
-from llmcli.bench.results import BenchRun, ModelSummary, _context_fields, _roofline, _round
+from llmcli.bench.results import ModelSummary, _context_fields, _roofline, _round
 from llmcli.bench.runner import Backend, Finished, Interrupted, Measurer, Step, now_iso
 from llmcli.bench.sweep import ContextSpec, Sweep, answer_settings
 from llmcli.contract import EngineOptions, SamplingParams

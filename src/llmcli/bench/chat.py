@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmcli import prompting
-from llmcli.bench.results import BenchRun, ChatTurnResult, ModelSummary
+from llmcli.bench.results import ChatTurnResult, ModelSummary
 from llmcli.bench.runner import Backend, Finished, Interrupted, Measurer, Step, now_iso
 from llmcli.bench.sweep import Case, Sweep, TestSpec, answer_settings
 from llmcli.contract import Done, SamplingParams, Token

@@ -162,8 +162,8 @@ class Embed(Measurer):
 
     def measure(self, case: EmbedCase, held: Any, step: Step) -> Iterator[Finished]:
         r = self.request
-        result = measure(case.model, r.texts, threads=case.threads, batch_tokens=case.batch_tokens, reps=r.reps,
-                         warmup=r.warmup, progress=self.progress, debug=self.debug)  # fmt: skip
+        result = measure(case.model, r.texts, threads=case.threads, batch_tokens=case.batch_tokens,
+                         reps=r.reps, warmup=r.warmup, progress=self.progress, debug=self.debug)  # fmt: skip
         yield Finished(f"embed {result.n_texts} texts", [result], None)
 
 
@@ -199,7 +199,8 @@ def run(request: Request, progress: Progress = lambda line: None, debug: bool = 
     from llmcli.bench.runner import drive
 
     check_models(request.models)
-    cases = [EmbedCase(m, t, b) for m in request.models for t in request.threads for b in request.batch_tokens]
+    r = request
+    cases = [EmbedCase(m, t, b) for m in r.models for t in r.threads for b in r.batch_tokens]
     run = drive(cases, BenchRun({}, {}, len(cases), now_iso()), Embed(request, progress, debug))
     if run.interrupted:
         raise KeyboardInterrupt

@@ -277,7 +277,7 @@ class Chat(_Base):
     def loads(
         self, request: Request, cases: list, models: dict[str, ModelSummary]
     ) -> list[tuple[str, EngineOptions]]:
-        return [(case.model, case.context.engine_options(case.n_gpu_layers, request.ctx_size)) for case in cases]
+        return [(c.model, c.context.engine_options(c.n_gpu_layers, request.ctx_size)) for c in cases]
 
     def planned(self, request: Request, cases: list) -> int:
         return chat.planned(cases, self.options(request))
@@ -304,10 +304,8 @@ class Spec(_Base):
         self, request: Request, cases: list, models: dict[str, ModelSummary]
     ) -> list[tuple[str, EngineOptions]]:
         points = request.spec.points()
-        return [
-            (case.model, case.context.engine_options(case.n_gpu_layers, request.ctx_size, points[case.spec_index]))
-            for case in cases
-        ]
+        return [(c.model, c.context.engine_options(c.n_gpu_layers, request.ctx_size, points[c.spec_index]))
+                for c in cases]  # fmt: skip
 
     def settings(self, request: Request, settings: dict[str, Any]) -> None:
         p = request.spec

@@ -58,7 +58,8 @@ class LoadedModel(Protocol):
 
 
 class Backend(Protocol):
-    """What the runner needs from llama.cpp (`llama_backend.LlamaBackend`) or a test's fake (`tests/benchfake.py`)."""
+    """What the runner needs from llama.cpp (`llama_backend.LlamaBackend`), or from a test's fake
+    (`tests/benchfake.py`)."""
 
     clock: Callable[[], int]  # nanoseconds
 
@@ -225,7 +226,7 @@ def drive(
     """The one loop of every scenario: group the cases by what they load, load, measure each case,
     keep each result as it finishes, pause `--delay` between cases; Ctrl-C (or `stop`) keeps what
     finished and marks the run incomplete and interrupted."""
-    
+
     index = 0
     try:
         for _, group in groupby(cases, key=measurer.key):

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from llmcli import defaults, prompting
-from llmcli.bench.results import BenchRun, ModelSummary, SpecResult, SpecSample
+from llmcli.bench.results import ModelSummary, SpecResult, SpecSample
 from llmcli.bench.runner import Backend, Finished, Interrupted, Measurer, Step, now_iso
 from llmcli.bench.sweep import ContextSpec, Sweep, answer_settings
 from llmcli.contract import Done, SamplingParams, SpecOptions, Token

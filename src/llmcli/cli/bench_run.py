@@ -40,7 +40,6 @@ def run(f: BenchFlags) -> None:
 
 def _run_served(f: BenchFlags, served) -> None:
     """The serving benchmark, once no flag of a local run is given."""
-    from llmcli.bench import run as session
     from llmcli.bench import serve_load, serve_results
 
     if given := f.not_for("serve"):
@@ -155,7 +154,9 @@ def _bench_served(found, n_prompt, n_gen, concurrency, requests, reps, warmup, o
         if not load.slo_ms:
             raise UsageError("--sweep-rate needs SLOs to hold: --goodput ttft:MS,tpot:MS,e2el:MS")
         if len(caps) > 1 or len(rates) > 1 or len(n_prompt or []) > 1 or len(n_gen or []) > 1:
-            raise UsageError("--sweep-rate sweeps the rate alone: give one -p, -n, --concurrency and --request-rate")
+            raise UsageError(
+                "--sweep-rate sweeps the rate alone: give one -p, -n, --concurrency and --request-rate"
+            )
     request = serve.Request(
         found,
         s.parse_ints("-p", n_prompt, s.DEFAULT_N_PROMPT, minimum=1),

@@ -106,8 +106,11 @@ def bench_chart(files: list[tuple[str, list[dict], dict, dict]], metric: str = "
     others = [(n, [r for r in rows if r.get("scenario") != "batch"], s, e) for n, rows, s, e in local]
     batches, others = [f for f in batches if f[1]], [f for f in others if f[1]]
     order = [name for name, _, _, _ in files]  # the panels in the order of the files given
-    parts = [(serving, "serving", lambda: _serving(serving, metric)), (batches, "batch", lambda: _batch(batches)),
-             (others, "local", lambda: _local(others))]  # fmt: skip
+    parts = [
+        (serving, "serving", lambda: _serving(serving, metric)),
+        (batches, "batch", lambda: _batch(batches)),
+        (others, "local", lambda: _local(others)),
+    ]
     parts.sort(key=lambda part: min((order.index(f[0]) for f in part[0]), default=len(order)))
     charts = [(kind, draw()) for held, kind, draw in parts if held]
     if not charts:
