@@ -6,8 +6,11 @@ of `n_prompt` synthetic tokens in batches of `n_batch` followed by `n_gen` singl
 `llama_synchronize` after the prefill and after every decode. Token ids are drawn before the clock
 starts, so tokenization and sampling are excluded, as in llama-bench.
 
-A model is loaded once per (model, GPU layers, weight repacking) and a context created once per
-context settings.
+`drive` is the one loop of every scenario (these tests, chat, spec, batch, embed and the serving
+benchmark): each brings a small `Measurer` (what a group of cases loads, how one case is measured)
+and the loop groups, loads, measures, keeps each result as it finishes, pauses `--delay` between
+cases and handles Ctrl-C. Here, a model is loaded once per (model, GPU layers, weight repacking)
+and a context created once per context settings (`Tests`).
 `run_interruptible` runs the loop under the engine's Ctrl-C handling, the one generate uses: the
 wakeup-fd watcher aborts a long `llama_decode` through llama.cpp's abort callback at once; whatever
 finished is kept and the run is marked incomplete.
