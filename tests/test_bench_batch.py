@@ -9,10 +9,9 @@ import json
 import xml.etree.ElementTree as ET
 
 import pytest
+from benchfake import FakeBackend
 from documents import check
 from helpers import bench_in, run
-
-from llmcli.bench.fake import FakeBackend
 
 SVG = "{http://www.w3.org/2000/svg}"
 

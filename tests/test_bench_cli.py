@@ -9,10 +9,10 @@ import re
 import statistics
 
 import pytest
+from benchfake import FAKE_ENVIRONMENT, Crash, FakeBackend, FakeClock
 from helpers import bench_in, run
 
 from llmcli.bench import membw
-from llmcli.bench.fake import FAKE_ENVIRONMENT, Crash, FakeBackend, FakeClock
 
 
 @pytest.fixture

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from benchfake import FakeBackend
 from helpers import run, use_bench_backend
-
-from llmcli.bench.fake import FakeBackend
 
 
 @pytest.fixture

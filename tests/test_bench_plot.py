@@ -15,10 +15,10 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from benchfake import FakeBackend
 from helpers import bench_in, run
 from servers import Behaviour
 
-from llmcli.bench.fake import FakeBackend
 from llmcli.render import charts, plot
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -211,3 +211,41 @@ def test_several_models_in_one_run_are_told_apart(monkeypatch, tmp_path):
     assert list(series) == ["a pp", "a tg", "b pp", "b tg"]
     assert series["a pp"][0] == [16, 32] and series["b tg"][0] == [8]
     assert fig._suptitle.get_text().startswith("a vs b on Test CPU")
+
+
+def _batch_file(tmp_path: Path) -> Path:
+    """A --scenario batch result (its rows as `bench --scenario batch -o json` writes them)."""
+    rows = [{"scenario": "batch", "test": f"batch np{n} pp32 tg16", "model_filename": "a.gguf",
+             "n_parallel": n, "n_prompt": 32, "n_gen": 16, "repetitions": 2, "avg_ts": 100.0 * n,
+             "stddev_ts": 2.0, "avg_seq_ts": 100.0 - n, "stddev_seq_ts": 1.0, "n_threads": 2}
+            for n in (1, 2, 4)]  # fmt: skip
+    path = tmp_path / "batch.json"
+    path.write_text(json.dumps({"results": rows, "environment": {"cpu_info": "Test CPU"}}))
+    return path
+
+
+def test_a_sweep_and_a_batch_run_are_drawn_in_a_panel_each(size_sweep, tmp_path):
+    batch = _batch_file(tmp_path)
+    out = tmp_path / "x.png"
+    result = run("bench", "plot", str(size_sweep), str(batch), "-o", str(out))
+    assert result.exit_code == 0, result.stderr
+    assert out.read_bytes().startswith(b"\x89PNG") and result.stdout == ""
+    fig = plot.figure(charts.bench_chart([(p.stem, *charts.load(p)) for p in (size_sweep, batch)]))
+    assert [ax.get_title() for ax in fig.axes] == ["local", "batch (--scenario batch)"]
+    local, batched = (_series(ax) for ax in fig.axes)
+    assert list(local) == ["pp", "tg"] and local["pp"][0] == [16, 32, 64, 128]  # the sweep, whole
+    assert batched["aggregate"] == ([1, 2, 4], [100, 200, 400])  # the batch run, whole
+    assert batched["per sequence"][1] == [99, 98, 96]
+    assert "sequences decoded together" in fig.axes[1].get_xlabel()
+    # the order of the files does not matter, and the terminal gets both panels
+    text = run("bench", "plot", str(batch), str(size_sweep))
+    assert text.exit_code == 0, text.stderr
+    assert "local" in text.stdout and "batch (--scenario batch)" in text.stdout
+
+
+def test_a_file_with_nothing_to_draw_beside_others_is_refused(size_sweep, tmp_path):
+    (tmp_path / "empty.json").write_text(json.dumps({"results": []}))
+    out = tmp_path / "x.png"
+    result = run("bench", "plot", str(size_sweep), str(tmp_path / "empty.json"), "-o", str(out))
+    assert result.exit_code == 2 and "no results to draw in empty" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not out.exists()

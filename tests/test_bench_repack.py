@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from benchfake import FakeBackend, FakeClock
 from helpers import bench_in, run, use_bench_backend
-
-from llmcli.bench.fake import FakeBackend, FakeClock
 
 
 @pytest.fixture

@@ -8,10 +8,10 @@ import io
 import json
 
 import pytest
+from benchfake import FakeBackend, FakeClock
 from helpers import bench_in, run
 
 from llmcli import defaults
-from llmcli.bench.fake import FakeBackend, FakeClock
 from llmcli.engine.fake import FakeEngine
 
 ACCEPT = 2  # FakeEngine.spec_accept

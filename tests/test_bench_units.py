@@ -9,9 +9,9 @@ import threading
 from types import SimpleNamespace
 
 import pytest
+from benchfake import FakeBackend
 
 from llmcli.bench import membw, stats, sweep, traffic
-from llmcli.bench.fake import FakeBackend
 from llmcli.bench.results import BenchRun
 from llmcli.bench.runner import Options, context_sizes, run_interruptible, run_tests
 from llmcli.errors import UsageError

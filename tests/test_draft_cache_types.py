@@ -164,7 +164,7 @@ def test_memory_fit_counts_the_drafts_cache_at_its_own_types(monkeypatch, tmp_pa
 
 @pytest.fixture
 def backend(monkeypatch, tmp_path):
-    from llmcli.bench.fake import FakeBackend, FakeClock
+    from benchfake import FakeBackend, FakeClock
 
     return bench_in(
         tmp_path, monkeypatch, FakeBackend(clock=FakeClock(step_ns=1_000_000)), ("a.gguf", "draft.gguf")

@@ -11,11 +11,11 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from benchfake import FakeBackend, FakeClock
 from documents import DOCS, check, problems, schemas
 from helpers import bench_in, run
 from servers import Behaviour
 
-from llmcli.bench.fake import FakeBackend, FakeClock
 from llmcli.render.documents import VERSIONS
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "llmcli"

@@ -25,15 +25,13 @@ progress: the decoder runs every sequence of a repetition to its end.
 from __future__ import annotations
 
 import random
-import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from itertools import groupby
 from typing import Any
 
 from llmcli.bench import stats, traffic
-from llmcli.bench.results import BenchRun, ModelSummary, _context_fields, _roofline, _round
-from llmcli.bench.runner import Backend, Event, Interrupted, now_iso, reraise_second_ctrl_c
+from llmcli.bench.results import ModelSummary, _context_fields, _roofline, _round
+from llmcli.bench.runner import Backend, Finished, Interrupted, Measurer, Step, now_iso
 from llmcli.bench.sweep import ContextSpec, Sweep, answer_settings
 from llmcli.contract import EngineOptions, SamplingParams
 from llmcli.errors import UsageError
@@ -169,71 +167,45 @@ def ctx_per_seq(case: BatchCase) -> int:
     return case.n_prompt + case.n_gen + CTX_MARGIN
 
 
-def engine_options(case: BatchCase, ctx_size: int | None = None) -> EngineOptions:
-    """The engine the decoder runs on: its own context holds one sequence (the batch's is apart)."""
-    c = case.context
-    return EngineOptions(
-        ctx_size=ctx_size or ctx_per_seq(case), gpu_layers=case.n_gpu_layers, threads=c.n_threads,
-        batch_size=c.n_batch, ubatch_size=c.n_ubatch, flash_attn=c.flash_attn, type_k=c.type_k,
-        type_v=c.type_v, repack=c.repack,
-    )  # fmt: skip
-
-
 def memory_options(case: BatchCase) -> EngineOptions:
     """What the memory check weighs: the engine's context and the batch's together."""
-    opts = engine_options(case)
-    opts.ctx_size = ctx_per_seq(case) * (case.parallel + 1)
-    return opts
+    return case.context.engine_options(case.n_gpu_layers, ctx_per_seq(case) * (case.parallel + 1))
 
 
-def run_batch(
-    cases: list[BatchCase],
-    models: dict[str, ModelSummary],
-    backend: Backend,
-    run: BenchRun,
-    options: BatchOptions,
-    progress: Callable[[Event], None] = lambda event: None,
-    stop: threading.Event | None = None,
-) -> BenchRun:
-    """Every case into `run.results` (each as soon as it finishes); Ctrl-C keeps what finished."""
-    baselines: dict[tuple, BatchBenchResult] = {}
-    index = 0
-    try:
-        for _, group in groupby(cases, key=lambda c: (c.model, c.n_gpu_layers, c.context)):
-            batch = list(group)
-            longest = max(ctx_per_seq(c) for c in batch)
-            engine = backend.chat_engine(models[batch[0].model], engine_options(batch[0], longest))
-            try:
-                for case in batch:
-                    result = _run_case(case, models[case.model], engine, backend, options,
-                                       _phase(progress, index, len(cases)), stop)  # fmt: skip
-                    where = (case.model, case.n_gpu_layers, case.context, case.n_prompt, case.n_gen)
-                    if case.parallel == 1:
-                        baselines[where] = result
-                    result.baseline = baselines.get(where)
-                    run.add(result)
-                    reps = options.reps
-                    progress(Event(index, len(cases), result.name, "done", reps, reps, result))
-                    index += 1
-            finally:
-                engine.close()
-                backend.release(engine)
-    except (Interrupted, KeyboardInterrupt) as exc:
-        reraise_second_ctrl_c(exc, stop)
-        run.complete = False
-        run.interrupted = True
-    run.finished_at = now_iso()
-    return run
+class Batch(Measurer):
+    """One engine per model and context setting, its own context sized for the longest sequence
+    (the batch's context is the decoder's); one batch decoder per N, kept for its repetitions.
+    Each N's result is compared with N = 1's."""
+
+    def __init__(self, models: dict[str, ModelSummary], backend: Backend, options: BatchOptions,
+                 delay_s: float = 0.0) -> None:  # fmt: skip
+        self.models, self.backend, self.options = models, backend, options
+        self.reps, self.delay_s = options.reps, delay_s
+        self.baselines: dict[tuple, BatchBenchResult] = {}
+
+    def key(self, case: BatchCase) -> tuple:
+        return (case.model, case.n_gpu_layers, case.context)
+
+    def open(self, cases: list[BatchCase]) -> Any:
+        longest = max(ctx_per_seq(c) for c in cases)
+        first = cases[0]
+        return self.backend.chat_engine(self.models[first.model],
+                                        first.context.engine_options(first.n_gpu_layers, longest))
+
+    def close(self, engine: Any) -> None:
+        engine.close()
+        self.backend.release(engine)
+
+    def measure(self, case: BatchCase, engine: Any, step: Step) -> Iterator[Finished]:
+        result = _run_case(case, self.models[case.model], engine, self.backend, self.options, step)
+        where = (case.model, case.n_gpu_layers, case.context, case.n_prompt, case.n_gen)
+        if case.parallel == 1:
+            self.baselines[where] = result
+        result.baseline = self.baselines.get(where)
+        yield Finished(result.name, [result], result)
 
 
-def _phase(progress: Callable[[Event], None], index: int, total: int):
-    def phase(name: str, kind: str, rep: int, reps: int) -> None:
-        progress(Event(index, total, name, kind, rep, reps))
-
-    return phase
-
-
-def _run_case(case, model, engine, backend, options: BatchOptions, phase, stop) -> BatchBenchResult:
+def _run_case(case, model, engine, backend, options: BatchOptions, step: Step) -> BatchBenchResult:
     from llmcli.engine.batched import BatchDecoder
 
     decoder = BatchDecoder(engine, case.parallel, ctx_per_seq=ctx_per_seq(case))
@@ -244,12 +216,12 @@ def _run_case(case, model, engine, backend, options: BatchOptions, phase, stop) 
         )  # fmt: skip
         rng = random.Random(options.seed)
         if options.warmup:
-            phase(result.name, "warmup", 0, options.reps)
-            once(decoder, engine, case, rng, backend.clock, stop)
+            step(result.name, "warmup", 0, options.reps)
+            once(decoder, engine, case, rng, backend.clock, step.stop)
         before = backend.load_snapshot()
         for rep in range(options.reps):
-            phase(result.name, "rep", rep + 1, options.reps)
-            result.samples.append(once(decoder, engine, case, rng, backend.clock, stop))
+            step(result.name, "rep", rep + 1, options.reps)
+            result.samples.append(once(decoder, engine, case, rng, backend.clock, step.stop))
         result.other_load = backend.other_load(before, backend.load_snapshot())
         return result
     finally:

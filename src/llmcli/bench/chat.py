@@ -12,15 +12,15 @@ messages; `fresh` clears it before every turn, so each turn re-evaluates the who
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from llmcli import prompting
-from llmcli.bench.results import BenchRun, ChatTurnResult, ModelSummary
-from llmcli.bench.runner import Backend, Event, Interrupted, now_iso, reraise_second_ctrl_c
+from llmcli.bench.results import ChatTurnResult, ModelSummary
+from llmcli.bench.runner import Backend, Finished, Interrupted, Measurer, Step, now_iso
 from llmcli.bench.sweep import Case, Sweep, TestSpec, answer_settings
-from llmcli.contract import Done, EngineOptions, SamplingParams, Token
+from llmcli.contract import Done, SamplingParams, Token
 from llmcli.conversation import Conversation
 
 MODES = ("reuse", "fresh")
@@ -68,71 +68,39 @@ def expand(sweep: Sweep) -> list[Case]:
     ]
 
 
-def run_chat(
-    cases: list[Case],
-    models: dict[str, ModelSummary],
-    backend: Backend,
-    run: BenchRun,
-    options: ChatOptions,
-    progress: Callable[[Event], None] = lambda event: None,
-    stop: threading.Event | None = None,
-) -> BenchRun:
-    """Run the script for every case and cache mode into `run.results`; Ctrl-C keeps what finished."""
-    try:
-        for index, case in enumerate(cases):
-            phase = _progress(progress, index, cases)
-            run_case(case, models[case.model], backend, options, phase, stop, run.add)
-    except (Interrupted, KeyboardInterrupt) as exc:
-        reraise_second_ctrl_c(exc, stop)
-        run.complete = False
-        run.interrupted = True
-    run.finished_at = now_iso()
-    return run
+class Chat(Measurer):
+    """Both cache modes of every case, each on a fresh engine; each mode's turns are kept as soon as
+    the mode finishes."""
 
+    def __init__(self, models: dict[str, ModelSummary], backend: Backend, options: ChatOptions,
+                 delay_s: float = 0.0) -> None:  # fmt: skip
+        self.models, self.backend, self.options = models, backend, options
+        self.reps, self.delay_s = options.reps, delay_s
 
-def _progress(progress: Callable[[Event], None], index: int, cases: list[Case]):
-    def phase(name: str, kind: str, rep: int, reps: int) -> None:
-        progress(Event(index, len(cases), name, kind, rep, reps))
+    def open(self, cases: list[Case]) -> Any:
+        case = cases[0]
+        return self.backend.chat_engine(self.models[case.model],
+                                        case.context.engine_options(case.n_gpu_layers, self.options.ctx_size))
 
-    return phase
+    def close(self, engine: Any) -> None:
+        engine.close()
+        self.backend.release(engine)
 
-
-def run_case(
-    case: Case,
-    model: ModelSummary,
-    backend: Backend,
-    options: ChatOptions,
-    phase: Callable[[str, str, int, int], None],
-    stop: threading.Event | None,
-    add: Callable[..., None],
-) -> None:
-    """Both cache modes of one case; each mode's turns are passed to `add` as soon as the mode finishes."""
-    engine = backend.chat_engine(model, engine_options(case, options.ctx_size))
-    try:
+    def measure(self, case: Case, engine: Any, step: Step) -> Iterator[Finished]:
+        options, backend, model = self.options, self.backend, self.models[case.model]
         started = now_iso()
         if options.warmup:
-            phase("chat", "warmup", 0, options.reps)
-            converse(engine, options, "reuse", case.test.n_gen, backend.clock, stop)
+            step("chat", "warmup", 0, options.reps)
+            converse(engine, options, "reuse", case.test.n_gen, backend.clock, step.stop)
         for mode in MODES:
             samples = []
             before = backend.load_snapshot()
             for rep in range(options.reps):
-                phase(f"chat ({mode})", "rep", rep + 1, options.reps)
-                samples.append(converse(engine, options, mode, case.test.n_gen, backend.clock, stop))
+                step(f"chat ({mode})", "rep", rep + 1, options.reps)
+                samples.append(converse(engine, options, mode, case.test.n_gen, backend.clock, step.stop))
             other = backend.other_load(before, backend.load_snapshot())
-            add(*_turn_results(case, model, engine, mode, samples, started, options.warmup, other))
-            phase(f"chat ({mode})", "done", options.reps, options.reps)
-    finally:
-        engine.close()
-        backend.release(engine)
-
-
-def engine_options(case: Case, ctx_size: int | None) -> EngineOptions:
-    c = case.context
-    return EngineOptions(
-        ctx_size=ctx_size, gpu_layers=case.n_gpu_layers, threads=c.n_threads, batch_size=c.n_batch,
-        ubatch_size=c.n_ubatch, flash_attn=c.flash_attn, type_k=c.type_k, type_v=c.type_v, repack=c.repack,
-    )  # fmt: skip
+            yield Finished(f"chat ({mode})",
+                           _turn_results(case, model, engine, mode, samples, started, options.warmup, other))
 
 
 def converse(

@@ -13,12 +13,13 @@ its wall clock gives one sample of texts/s and of tokens/s. The load is timed ap
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from llmcli.bench import stats
+from llmcli.bench.runner import Finished, Measurer, Step, now_iso
 from llmcli.errors import UsageError
 
 DEFAULT_TEXTS = 1000
@@ -110,7 +111,7 @@ def measure(ref: str, texts: list[str], *, threads: int, batch_tokens: int | Non
     from llmcli.embed.runs import Model
 
     clock = time.perf_counter_ns
-    started = _now_iso()
+    started = now_iso()
     t0 = clock()
     model = Model(ref, threads=threads, batch_tokens=batch_tokens, debug=debug)
     load_ns = clock() - t0
@@ -145,34 +146,72 @@ class Request:
     delay_s: float = 0.0
 
 
-def run(request: Request, progress: Progress = lambda line: None, debug: bool = False) -> dict[str, Any]:
-    """Every model, thread count and batch size measured in turn: the run's document (`-o json`)."""
-    from llmcli.bench.machine import collect
+@dataclass(frozen=True)
+class EmbedCase:
+    model: str
+    threads: int
+    batch_tokens: int | None
 
-    started = _now_iso()
-    results: list[dict[str, Any]] = []
-    for model in request.models:
-        for threads in request.threads:
-            for batch in request.batch_tokens:
-                if results and request.delay_s:
-                    time.sleep(request.delay_s)
-                result = measure(model, request.texts, threads=threads, batch_tokens=batch, reps=request.reps,
-                                 warmup=request.warmup, progress=progress, debug=debug)  # fmt: skip
-                results.append(result.record())
+
+class Embed(Measurer):
+    """Each model, thread count and batch size loaded and measured in turn (`measure`)."""
+
+    def __init__(self, request: Request, progress: Progress, debug: bool) -> None:
+        self.request, self.progress, self.debug = request, progress, debug
+        self.reps, self.delay_s = request.reps, request.delay_s
+
+    def measure(self, case: EmbedCase, held: Any, step: Step) -> Iterator[Finished]:
+        r = self.request
+        result = measure(case.model, r.texts, threads=case.threads, batch_tokens=case.batch_tokens,
+                         reps=r.reps, warmup=r.warmup, progress=self.progress, debug=self.debug)  # fmt: skip
+        yield Finished(f"embed {result.n_texts} texts", [result], None)
+
+
+def check_models(refs: list[str]) -> None:
+    """Refuse, in one line and before anything is measured, a model that is not a local embedding
+    model: a served one, or a generative one (it writes text and has no pooling for vectors)."""
+    from llmcli import gguf_file
+    from llmcli.errors import InvalidModelError
+    from llmcli.hub.resolve import resolve_model
+    from llmcli.loader import served_endpoint
+
+    for ref in refs:
+        if served_endpoint(ref) is not None:
+            raise UsageError("--scenario embed measures a local embedding model, not a served one")
+        path = resolve_model(ref).path
+        try:
+            header = gguf_file.read_header(path)
+        except InvalidModelError as exc:
+            raise exc.about(str(path)) from None
+        if not header.is_embedding:
+            raise UsageError(
+                f"{path.name} is a generative model ({header.architecture}): it writes text and has no "
+                "pooling for vectors, and --scenario embed measures an embedding model",
+                hint=f"measure it with llmcli bench -m {path}",
+            )
+
+
+def run(request: Request, progress: Progress = lambda line: None, debug: bool = False) -> dict[str, Any]:
+    """Every model, thread count and batch size measured in turn, in bench's one loop
+    (`runner.drive`): the run's document (`-o json`). Ctrl-C stops it (KeyboardInterrupt)."""
+    from llmcli.bench.machine import collect
+    from llmcli.bench.results import BenchRun
+    from llmcli.bench.runner import drive
+
+    check_models(request.models)
+    r = request
+    cases = [EmbedCase(m, t, b) for m in r.models for t in r.threads for b in r.batch_tokens]
+    run = drive(cases, BenchRun({}, {}, len(cases), now_iso()), Embed(request, progress, debug))
+    if run.interrupted:
+        raise KeyboardInterrupt
     return {
-        "started_at": started,
-        "finished_at": _now_iso(),
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
         "environment": collect(),
         "settings": {
             "scenario": "embed", "repetitions": request.reps, "warmup": request.warmup,
             "delay_s": request.delay_s, "texts": request.source, "n_texts": len(request.texts),
             "n_threads": request.threads, "batch_tokens": request.batch_tokens,
         },  # fmt: skip
-        "results": results,
+        "results": [result.record() for result in run.results],
     }
-
-
-def _now_iso() -> str:
-    from llmcli.bench.runner import now_iso
-
-    return now_iso()

@@ -60,6 +60,7 @@ class LlamaBackend:
             n_layers=header.n_layers or 0,
             n_ctx_train=header.n_ctx_train or 0,
             weight_bytes_per_token=weight_bytes_per_token(header),
+            pooling=header.pooling,
         )
 
     def load(self, model: ModelSummary, n_gpu_layers: int, repack: bool | None = None) -> LlamaModel:

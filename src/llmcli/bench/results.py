@@ -35,6 +35,7 @@ class ModelSummary:
     n_layers: int
     n_ctx_train: int
     weight_bytes_per_token: int
+    pooling: str | None = None  # an embedding model's pooling (mean, cls, ...); None: it writes text
 
     @property
     def model_type(self) -> str:

@@ -53,6 +53,8 @@ def plan(request: Request, backend: runner.Backend) -> Plan:
     """Resolve and inspect every model, expand the sweep, and check every case fits its context."""
     scenario = SCENARIOS[request.scenario]
     models = resolve_models(request.sweep.models, backend, request.offline)
+    for summary in models.values():
+        refuse_embedding(summary, scenario.name)
     request.sweep.models = list(models)
     # --repack as asked, else the build's default: every record says which layout it measured
     request.sweep.repack = list(dict.fromkeys(backend.weight_repack(r) for r in request.sweep.repack))
@@ -85,6 +87,18 @@ def check_memory(
             except ResourceError as exc:
                 exc.hint = scenario.memory_hint(request) or exc.hint
                 raise
+
+
+def refuse_embedding(model: ModelSummary, scenario: str) -> None:
+    """An embedding model writes no text: every scenario but embed refuses it, in one line, before
+    anything loads (llama.cpp would abort in the middle of the run, or measure what no one runs)."""
+    if model.pooling:
+        command = "llmcli bench" if scenario == DEFAULT_SCENARIO else f"llmcli bench --scenario {scenario}"
+        raise UsageError(
+            f"{model.filename} is an embedding model ({model.architecture}, {model.pooling} pooling): "
+            f"{command} measures a model that writes text",
+            hint=f"measure it with llmcli bench --scenario embed -m {model.path}",
+        )
 
 
 def resolve_models(refs: list[str | None], backend: runner.Backend, offline: bool) -> dict[str, ModelSummary]:
@@ -138,7 +152,8 @@ def execute(
         run.bandwidth = measure_bandwidth(max(request.sweep.threads))
 
     def work(stop: threading.Event) -> BenchRun:
-        return the_plan.scenario.run(request, the_plan, backend, run, progress, stop)
+        measurer = the_plan.scenario.measurer(request, the_plan, backend)
+        return runner.drive(the_plan.cases, run, measurer, progress, stop)
 
     from llmcli.bench import cpu_load
     from llmcli.errors import LlmcliError
@@ -159,8 +174,9 @@ def execute(
 
 
 class Scenario(Protocol):
-    """What sets one `--scenario` apart: its cases, how each loads, what its run records, and the
-    loop that measures them (`runner.run_tests`, `chat.run_chat`, `spec.run_spec`). Looked up once,
+    """What sets one `--scenario` apart: its cases, how each loads, what its run records, and what
+    measures them (`runner.Tests`, `chat.Chat`, `spec.Spec`, `batch.Batch`) in the one loop,
+    `runner.drive`. Looked up once,
     by name, in `SCENARIOS`; the serving benchmark (`serve.py`) measures a server instead."""
 
     @property
@@ -198,15 +214,9 @@ class Scenario(Protocol):
         """Results a complete run produces."""
         ...
 
-    def run(
-        self,
-        request: Request,
-        the_plan: Plan,
-        backend: runner.Backend,
-        run: BenchRun,
-        progress: Callable[[runner.Event], None],
-        stop: threading.Event,
-    ) -> BenchRun: ...
+    def measurer(self, request: Request, the_plan: Plan, backend: runner.Backend) -> runner.Measurer:
+        """What measures the cases in `runner.drive`, the one loop of every scenario."""
+        ...
 
 
 class _Base:
@@ -238,10 +248,9 @@ class Tests(_Base):
     ) -> list[tuple[str, EngineOptions]]:
         sizes = runner.context_sizes(cases, models, request.ctx_size)
         return [
-            (case.model, EngineOptions(ctx_size=sizes[runner.group_key(case)], gpu_layers=case.n_gpu_layers,
-                                       type_k=case.context.type_k, type_v=case.context.type_v))
+            (case.model, case.context.engine_options(case.n_gpu_layers, sizes[runner.group_key(case)]))
             for case in cases
-        ]  # fmt: skip
+        ]
 
     def memory_hint(self, request: Request) -> str | None:
         if request.ctx_size:
@@ -249,10 +258,11 @@ class Tests(_Base):
         # the context was sized to fit the tests: smaller tests need less of it
         return "use a smaller -p, -n or -d or quantization, or --force to load anyway"
 
-    def run(self, request, the_plan, backend, run, progress, stop) -> BenchRun:
+    def measurer(self, request: Request, the_plan: Plan, backend: runner.Backend) -> runner.Measurer:
         r = request
         options = runner.Options(r.reps, r.warmup, r.seed, r.delay_s, r.ctx_size)
-        return runner.run_tests(the_plan.cases, the_plan.models, backend, run, options, progress, stop)
+        return runner.Tests(the_plan.models, backend, options,
+                            runner.context_sizes(the_plan.cases, the_plan.models, r.ctx_size))
 
 
 class Chat(_Base):
@@ -267,7 +277,7 @@ class Chat(_Base):
     def loads(
         self, request: Request, cases: list, models: dict[str, ModelSummary]
     ) -> list[tuple[str, EngineOptions]]:
-        return [(case.model, chat.engine_options(case, request.ctx_size)) for case in cases]
+        return [(c.model, c.context.engine_options(c.n_gpu_layers, request.ctx_size)) for c in cases]
 
     def planned(self, request: Request, cases: list) -> int:
         return chat.planned(cases, self.options(request))
@@ -275,9 +285,8 @@ class Chat(_Base):
     def options(self, request: Request) -> chat.ChatOptions:
         return chat.ChatOptions(request.reps, request.warmup, request.ctx_size)
 
-    def run(self, request, the_plan, backend, run, progress, stop) -> BenchRun:
-        options = self.options(request)
-        return chat.run_chat(the_plan.cases, the_plan.models, backend, run, options, progress, stop)
+    def measurer(self, request: Request, the_plan: Plan, backend: runner.Backend) -> runner.Measurer:
+        return chat.Chat(the_plan.models, backend, self.options(request), request.delay_s)
 
 
 class Spec(_Base):
@@ -294,8 +303,9 @@ class Spec(_Base):
     def loads(
         self, request: Request, cases: list, models: dict[str, ModelSummary]
     ) -> list[tuple[str, EngineOptions]]:
-        options = self.options(request)
-        return [(case.model, speculative.engine_options(case, options)) for case in cases]
+        points = request.spec.points()
+        return [(c.model, c.context.engine_options(c.n_gpu_layers, request.ctx_size, points[c.spec_index]))
+                for c in cases]  # fmt: skip
 
     def settings(self, request: Request, settings: dict[str, Any]) -> None:
         p = request.spec
@@ -313,9 +323,8 @@ class Spec(_Base):
         return speculative.SpecOptionsRun(request.reps, request.warmup, request.ctx_size, request.prompt,
                                           request.prompt_source, request.spec.points())  # fmt: skip
 
-    def run(self, request, the_plan, backend, run, progress, stop) -> BenchRun:
-        options = self.options(request)
-        return speculative.run_spec(the_plan.cases, the_plan.models, backend, run, options, progress, stop)
+    def measurer(self, request: Request, the_plan: Plan, backend: runner.Backend) -> runner.Measurer:
+        return speculative.Spec(the_plan.models, backend, self.options(request), request.delay_s)
 
 
 class Batch(_Base):
@@ -339,9 +348,9 @@ class Batch(_Base):
     def settings(self, request: Request, settings: dict[str, Any]) -> None:
         settings["sweep"]["n_parallel"] = list(request.parallel)
 
-    def run(self, request, the_plan, backend, run, progress, stop) -> BenchRun:
+    def measurer(self, request: Request, the_plan: Plan, backend: runner.Backend) -> runner.Measurer:
         options = batched.BatchOptions(request.reps, request.warmup, request.seed)
-        return batched.run_batch(the_plan.cases, the_plan.models, backend, run, options, progress, stop)
+        return batched.Batch(the_plan.models, backend, options, request.delay_s)
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (Tests(), Chat(), Spec(), Batch())}

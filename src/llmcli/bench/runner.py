@@ -6,8 +6,11 @@ of `n_prompt` synthetic tokens in batches of `n_batch` followed by `n_gen` singl
 `llama_synchronize` after the prefill and after every decode. Token ids are drawn before the clock
 starts, so tokenization and sampling are excluded, as in llama-bench.
 
-A model is loaded once per (model, GPU layers, weight repacking) and a context created once per
-context settings.
+`drive` is the one loop of every scenario (these tests, chat, spec, batch, embed and the serving
+benchmark): each brings a small `Measurer` (what a group of cases loads, how one case is measured)
+and the loop groups, loads, measures, keeps each result as it finishes, pauses `--delay` between
+cases and handles Ctrl-C. Here, a model is loaded once per (model, GPU layers, weight repacking)
+and a context created once per context settings (`Tests`).
 `run_interruptible` runs the loop under the engine's Ctrl-C handling, the one generate uses: the
 wakeup-fd watcher aborts a long `llama_decode` through llama.cpp's abort callback at once; whatever
 finished is kept and the run is marked incomplete.
@@ -18,7 +21,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -58,7 +61,8 @@ class LoadedModel(Protocol):
 
 
 class Backend(Protocol):
-    """What the runner needs from llama.cpp (`llama_backend.LlamaBackend`) or a fake (`fake.FakeBackend`)."""
+    """What the runner needs from llama.cpp (`llama_backend.LlamaBackend`), or from a test's fake
+    (`tests/benchfake.py`)."""
 
     clock: Callable[[], int]  # nanoseconds
 
@@ -158,7 +162,106 @@ def _round_up(n: int) -> int:
     return max(CTX_ALIGN, -(-n // CTX_ALIGN) * CTX_ALIGN)
 
 
-# -- the loop --------------------------------------------------------------------------------
+# -- the one loop ---------------------------------------------------------------------------
+
+
+@dataclass
+class Finished:
+    """What measuring a case gave: the results to keep (at once, so Ctrl-C later keeps them), the
+    one its progress line reports, and whether the run ends after it (the rate sweep's verdict)."""
+
+    name: str
+    results: list
+    shown: Any = None
+    last: bool = False
+
+
+@dataclass
+class Step:
+    """Progress of the case being measured: `step(name, phase, rep, reps)` is one `Event`; `stop`
+    is set by Ctrl-C (a scenario checks it between repetitions: `step.check()`)."""
+
+    progress: Callable[[Event], None]
+    index: int
+    total: int
+    stop: threading.Event | None = None
+
+    def check(self) -> None:
+        _check_stop(self.stop)
+
+    def __call__(self, name: str, phase: str, rep: int = 0, reps: int = 0, result: Any = None) -> None:
+        self.progress(Event(self.index, self.total, name, phase, rep, reps, result))
+
+
+class Measurer:
+    """What measures the cases of one scenario (tests, chat, spec, batch, embed, serve) in
+    `drive`: consecutive cases with the same `key` share what `open` sets up (a loaded model, an
+    engine, a context), which `close` releases; `measure` measures one case on it, yielding each
+    part as it finishes. `end` releases what outlives a group (the tests scenario's model, loaded
+    once for the contexts it serves)."""
+
+    reps: int = 0
+    delay_s: float = 0.0
+
+    def key(self, case: Any) -> Any:
+        return case
+
+    def open(self, cases: list) -> Any:
+        return None
+
+    def close(self, held: Any) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+    def measure(self, case: Any, held: Any, step: Step) -> Iterator[Finished]:
+        raise NotImplementedError
+
+
+def drive(
+    cases: list,
+    run: BenchRun,
+    measurer: Measurer,
+    progress: Callable[[Event], None] = lambda event: None,
+    stop: threading.Event | None = None,
+) -> BenchRun:
+    """The one loop of every scenario: group the cases by what they load, load, measure each case,
+    keep each result as it finishes, pause `--delay` between cases; Ctrl-C (or `stop`) keeps what
+    finished and marks the run incomplete and interrupted."""
+
+    index = 0
+    try:
+        for _, group in groupby(cases, key=measurer.key):
+            members = list(group)
+            _check_stop(stop)
+            held = measurer.open(members)
+            try:
+                for case in members:
+                    _check_stop(stop)
+                    step = Step(progress, index, len(cases), stop)
+                    last = False
+                    for part in measurer.measure(case, held, step):
+                        run.add(*part.results)
+                        step(part.name, "done", measurer.reps, measurer.reps, part.shown)
+                        last = last or part.last
+                    if last:
+                        return run
+                    index += 1
+                    _pause(measurer.delay_s, index - 1, len(cases), stop)
+            finally:
+                measurer.close(held)
+    except (Interrupted, KeyboardInterrupt) as exc:
+        reraise_second_ctrl_c(exc, stop)
+        run.complete = False
+        run.interrupted = True
+    finally:
+        measurer.end()
+        run.finished_at = now_iso()
+    return run
+
+
+# -- the tests scenario ----------------------------------------------------------------------
 
 
 @dataclass
@@ -180,61 +283,48 @@ def run_tests(
     stop: threading.Event | None = None,
 ) -> BenchRun:
     """Measure every case into `run.results`; on Ctrl-C keep what finished and mark the run incomplete."""
-    loop = _Loop(cases, models, backend, run, options, progress, stop)
-    try:
-        loop.run()
-    except (Interrupted, KeyboardInterrupt) as exc:
-        reraise_second_ctrl_c(exc, stop)
-        run.complete = False
-        run.interrupted = True
-    run.finished_at = now_iso()
-    return run
+    return drive(cases, run, Tests(models, backend, options, context_sizes(cases, models, options.ctx_size)),
+                 progress, stop)  # fmt: skip
 
 
-@dataclass
-class _Loop:
-    cases: list[Case]
-    models: dict[str, ModelSummary]
-    backend: Backend
-    out: BenchRun
-    options: Options
-    progress: Callable[[Event], None]
-    stop: threading.Event | None
+class Tests(Measurer):
+    """llama-bench's pp/tg/pg tests: a model loaded once per (model, GPU layers, weight repacking),
+    a context created once per context settings, each test measured in it (`measure`)."""
 
-    def run(self) -> None:
-        self.sizes = context_sizes(self.cases, self.models, self.options.ctx_size)
-        self.index = 0
-        loads = groupby(self.cases, key=lambda c: (c.model, c.n_gpu_layers, c.context.repack))
-        for (ref, ngl, repack), group in loads:
-            loaded = self.backend.load(self.models[ref], ngl, repack)
-            try:
-                for _, same_context in groupby(group, key=lambda c: c.context):
-                    self.run_context(loaded, list(same_context))
-            finally:
-                loaded.close()
+    def __init__(self, models: dict[str, ModelSummary], backend: Backend, options: Options,
+                 sizes: dict[tuple, int]) -> None:  # fmt: skip
+        self.models, self.backend, self.options, self.sizes = models, backend, options, sizes
+        self.reps, self.delay_s = options.reps, options.delay_s
+        self.loaded: tuple[tuple, LoadedModel] | None = None  # kept while consecutive groups share it
 
-    def run_context(self, loaded: LoadedModel, cases: list[Case]) -> None:
-        n_ctx = self.sizes[group_key(cases[0])]
-        context = loaded.new_context(cases[0].context, n_ctx)
-        try:
-            for case in cases:
-                self.run_case(case, loaded, context, n_ctx)
-        finally:
-            context.close()
+    def key(self, case: Case) -> tuple:
+        return group_key(case)
 
-    def run_case(self, case: Case, loaded: LoadedModel, context: BenchContext, n_ctx: int) -> None:
-        index, total, name = self.index, len(self.cases), case.test.name
-        _check_stop(self.stop)
+    def open(self, cases: list[Case]) -> tuple[LoadedModel, BenchContext, int]:
+        first = cases[0]
+        load = (first.model, first.n_gpu_layers, first.context.repack)
+        if self.loaded is None or self.loaded[0] != load:
+            self.end()
+            self.loaded = (load, self.backend.load(self.models[first.model], first.n_gpu_layers,
+                                                   first.context.repack))  # fmt: skip
+        loaded = self.loaded[1]
+        n_ctx = self.sizes[group_key(first)]
+        return loaded, loaded.new_context(first.context, n_ctx), n_ctx
 
-        def phase(kind: str, rep: int) -> None:
-            self.progress(Event(index, total, name, kind, rep, self.options.reps))
+    def close(self, held: tuple[LoadedModel, BenchContext, int]) -> None:
+        held[1].close()
 
-        model = self.models[case.model]
-        result = measure(case, model, loaded, context, n_ctx, self.backend, self.options, phase, self.stop)
-        self.out.add(result)
-        self.progress(Event(index, total, name, "done", result=result))
-        self.index += 1
-        _pause(self.options.delay_s, index, total, self.stop)
+    def end(self) -> None:
+        if self.loaded is not None:
+            loaded, self.loaded = self.loaded[1], None
+            loaded.close()
+
+    def measure(self, case: Case, held, step: Step) -> Iterator[Finished]:
+        loaded, context, n_ctx = held
+        name, reps = case.test.name, self.options.reps
+        result = measure(case, self.models[case.model], loaded, context, n_ctx, self.backend, self.options,
+                         lambda kind, rep: step(name, kind, rep, reps), step.stop)  # fmt: skip
+        yield Finished(name, [result], result)
 
 
 def measure(

@@ -29,12 +29,12 @@ import math
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from llmcli.bench.results import BenchRun
-from llmcli.bench.runner import Event, now_iso
+from llmcli.bench.runner import Event, Finished, Measurer, Step, drive, now_iso
 from llmcli.bench.serve_load import Prompts, arrivals, lengths, measure_conversations
 from llmcli.bench.serve_results import Case, Load, Repetition, RequestResult, ServeResult
 from llmcli.served.endpoints import Endpoint
@@ -246,42 +246,43 @@ def run_serve(
         for exchange in list(live):
             exchange.shutdown()
 
-    makers = Prompts(engine, seed)
-    rng = random.Random(seed)
+    serve = Serve(engine, reps, warmup, seed, delay_s, load, on_result, live)
     with signals.interrupt_on_sigint(interrupt):
-        for index, case in enumerate(cases):
-            if stop.is_set():
+        return drive(cases, run, serve, progress, stop)
+
+
+class Serve(Measurer):
+    """Each case's repetitions against one server; a repetition cut short by Ctrl-C is dropped, a
+    saturated one (the queue grew without bound) ends the case."""
+
+    def __init__(self, engine: ServedEngine, reps: int, warmup: bool, seed: int, delay_s: float, load: Load,
+                 on_result: Callable[[ServeResult], bool] | None, live: set[Exchange]) -> None:  # fmt: skip
+        self.engine, self.reps, self.warmup, self.seed, self.delay_s = engine, reps, warmup, seed, delay_s
+        self.load, self.on_result, self.live = load, on_result, live
+        self.makers = Prompts(engine, seed)
+        self.rng = random.Random(seed)
+
+    def measure(self, case: Case, held: Any, step: Step) -> Iterator[Finished]:
+        engine, load, stop = self.engine, self.load, step.stop or threading.Event()
+        result = ServeResult(
+            case, engine.model, engine.endpoint.url, engine.flavour, now_iso(), warmup=self.warmup, load=load
+        )
+        if self.warmup:
+            step(case.name, "warmup")
+            first = _work(case, load, self.makers, self.rng)[0] if load.conversations else None
+            prompt, n_gen = first or (self.makers.make(case.n_prompt or 1), case.n_gen or 1)
+            one_request(engine, prompt, n_gen, self.seed, stop, lambda r: None)
+        for rep in range(1, self.reps + 1):
+            step.check()
+            step(case.name, "run", rep, self.reps)
+            work = _work(case, load, self.makers, self.rng)
+            repetition = run_case(engine, case, work, self.seed + 1000 * rep, stop, self.live, load)
+            step.check()
+            result.reps.append(repetition)
+            if repetition.saturated:
                 break
-            result = ServeResult(
-                case, engine.model, engine.endpoint.url, engine.flavour, now_iso(), warmup=warmup, load=load
-            )
-            if warmup:
-                progress(Event(index, len(cases), case.name, "warmup"))
-                first = _work(case, load, makers, rng)[0] if load.conversations else None
-                prompt, n_gen = first or (makers.make(case.n_prompt or 1), case.n_gen or 1)
-                one_request(engine, prompt, n_gen, seed, stop, lambda r: None)
-            for rep in range(1, reps + 1):
-                if stop.is_set():
-                    break
-                progress(Event(index, len(cases), case.name, "run", rep, reps))
-                work = _work(case, load, makers, rng)
-                repetition = run_case(engine, case, work, seed + 1000 * rep, stop, live, load)
-                if stop.is_set():
-                    break
-                result.reps.append(repetition)
-                if repetition.saturated:
-                    break
-            if stop.is_set():
-                run.complete, run.interrupted = False, True
-                break
-            run.add(result)
-            progress(Event(index, len(cases), case.name, "done", result=result))
-            if on_result is not None and not on_result(result):
-                break
-            if delay_s and index + 1 < len(cases):
-                stop.wait(delay_s)
-    run.finished_at = now_iso()
-    return run
+        step.check()
+        yield Finished(case.name, [result], result, self.on_result is not None and not self.on_result(result))
 
 
 def _work(case: Case, load: Load, makers: Prompts, rng: random.Random) -> list[tuple[str | list[int], int]]:
@@ -309,7 +310,7 @@ def served_endpoints(refs: list[str | None], timeout: float | None = None) -> li
 
 @dataclass
 class Request:
-    """The serving benchmark's parsed flags: every -p, -n, -c and --request-rate combination, per
+    """The serving benchmark's parsed flags: every -p, -n, --concurrency and --request-rate combination, per
     endpoint (or, with `sweep_rate`, the rates the sweep finds)."""
 
     endpoints: list[Endpoint]

@@ -20,16 +20,14 @@ the whole prompt.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from itertools import groupby
 
 from llmcli import defaults, prompting
-from llmcli.bench.results import BenchRun, ModelSummary, SpecResult, SpecSample
-from llmcli.bench.runner import Backend, Event, Interrupted, now_iso, reraise_second_ctrl_c
+from llmcli.bench.results import ModelSummary, SpecResult, SpecSample
+from llmcli.bench.runner import Backend, Finished, Interrupted, Measurer, Step, now_iso
 from llmcli.bench.sweep import ContextSpec, Sweep, answer_settings
-from llmcli.contract import Done, EngineOptions, SamplingParams, SpecOptions, Token
+from llmcli.contract import Done, SamplingParams, SpecOptions, Token
 from llmcli.errors import InvalidModelError, LlmcliError, UsageError
 
 # A copy-heavy default: a short source file, then a request to repeat it. Prompt lookup finds most
@@ -179,73 +177,60 @@ def check(spec: SpecSweep, models: dict[str, ModelSummary], backend: Backend, of
         raise exc.about("draft model") from None
     spec.model_draft_path = str(resolved.path)
     try:
-        backend.inspect(spec.model_draft_path, resolved.ref)  # the GGUF header, validated
+        draft = backend.inspect(spec.model_draft_path, resolved.ref)  # the GGUF header, validated
     except InvalidModelError as exc:  # say which of the two files it is (inspect names the file)
         raise exc.about("draft model") from None
+    if draft.pooling:
+        raise UsageError(f"draft model {draft.filename} is an embedding model ({draft.architecture}, "
+                         f"{draft.pooling} pooling): it proposes no tokens",
+                         hint="-md needs a small generative model of the same vocabulary")  # fmt: skip
     for path in models:
         backend.check_draft(path, spec.model_draft_path)
 
 
-def engine_options(case: SpecCase, options: SpecOptionsRun) -> EngineOptions:
-    c = case.context
-    return EngineOptions(
-        ctx_size=options.ctx_size, gpu_layers=case.n_gpu_layers, threads=c.n_threads, batch_size=c.n_batch,
-        ubatch_size=c.n_ubatch, flash_attn=c.flash_attn, type_k=c.type_k, type_v=c.type_v, repack=c.repack,
-        speculative=options.points[case.spec_index],
-    )  # fmt: skip
+class Spec(Measurer):
+    """One engine per model, context and proposer setting (load-time options), calibrated once and
+    kept for every answer length; each case's result is compared with its plain baseline."""
 
+    def __init__(self, models: dict[str, ModelSummary], backend: Backend, options: SpecOptionsRun,
+                 delay_s: float = 0.0) -> None:  # fmt: skip
+        self.models, self.backend, self.options = models, backend, options
+        self.reps, self.delay_s = options.reps, delay_s
+        self.baselines: dict[tuple, SpecResult] = {}
 
-def run_spec(
-    cases: list[SpecCase],
-    models: dict[str, ModelSummary],
-    backend: Backend,
-    run: BenchRun,
-    options: SpecOptionsRun,
-    progress: Callable[[Event], None] = lambda event: None,
-    stop: threading.Event | None = None,
-) -> BenchRun:
-    """Every case into `run.results` (each as soon as it finishes); Ctrl-C keeps what finished."""
-    baselines: dict[tuple, SpecResult] = {}
-    index = 0
-    try:
-        groups = groupby(cases, key=lambda c: (c.model, c.n_gpu_layers, c.context, c.spec_index))
-        for _, group in groups:
-            batch = list(group)
-            engine = backend.chat_engine(models[batch[0].model], engine_options(batch[0], options))
-            try:
-                if engine.costs_pending:  # measured here: what later runs decide by
-                    engine.calibrate()
-                fmt, tokens = _prompt(engine, options.prompt)
-                for case in batch:
-                    _check_fits(case, len(tokens), engine.n_ctx)
-                for case in batch:
-                    result = _run_case(case, models[case.model], engine, fmt, tokens, backend, options,
-                                       _phase(progress, index, len(cases)), stop)  # fmt: skip
-                    where = (case.model, case.n_gpu_layers, case.context, case.n_gen)
-                    if result.plain:
-                        baselines[where] = result
-                    else:
-                        result.baseline = baselines.get(where)
-                    run.add(result)
-                    reps = options.reps
-                    progress(Event(index, len(cases), result.name, "done", reps, reps, result))
-                    index += 1
-            finally:
-                engine.close()
-                backend.release(engine)
-    except (Interrupted, KeyboardInterrupt) as exc:
-        reraise_second_ctrl_c(exc, stop)
-        run.complete = False
-        run.interrupted = True
-    run.finished_at = now_iso()
-    return run
+    def key(self, case: SpecCase) -> tuple:
+        return (case.model, case.n_gpu_layers, case.context, case.spec_index)
 
+    def open(self, cases: list[SpecCase]):
+        case = cases[0]
+        options = case.context.engine_options(case.n_gpu_layers, self.options.ctx_size,
+                                              self.options.points[case.spec_index])  # fmt: skip
+        engine = self.backend.chat_engine(self.models[case.model], options)
+        try:
+            if engine.costs_pending:  # measured here: what later runs decide by
+                engine.calibrate()
+            fmt, tokens = _prompt(engine, self.options.prompt)
+            for each in cases:
+                _check_fits(each, len(tokens), engine.n_ctx)
+        except BaseException:
+            self.close((engine, ""))
+            raise
+        return engine, fmt
 
-def _phase(progress: Callable[[Event], None], index: int, total: int):
-    def phase(name: str, kind: str, rep: int, reps: int) -> None:
-        progress(Event(index, total, name, kind, rep, reps))
+    def close(self, held) -> None:
+        engine = held[0]
+        engine.close()
+        self.backend.release(engine)
 
-    return phase
+    def measure(self, case: SpecCase, held, step: Step) -> Iterator[Finished]:
+        engine, fmt = held
+        result = _run_case(case, self.models[case.model], engine, fmt, self.backend, self.options, step)
+        where = (case.model, case.n_gpu_layers, case.context, case.n_gen)
+        if result.plain:
+            self.baselines[where] = result
+        else:
+            result.baseline = self.baselines.get(where)
+        yield Finished(result.name, [result], result)
 
 
 def _prompt(engine, text: str) -> tuple[str, list[int]]:
@@ -266,7 +251,7 @@ def _check_fits(case: SpecCase, prompt_tokens: int, n_ctx: int) -> None:
         )
 
 
-def _run_case(case, model, engine, fmt, tokens, backend, options: SpecOptionsRun, phase, stop) -> SpecResult:
+def _run_case(case, model, engine, fmt, backend, options: SpecOptionsRun, step: Step) -> SpecResult:
     spec = options.points[case.spec_index]
     result = SpecResult(
         model=model, context=case.context, n_gpu_layers=case.n_gpu_layers,
@@ -275,12 +260,12 @@ def _run_case(case, model, engine, fmt, tokens, backend, options: SpecOptionsRun
         prompt_format=fmt, test_time=now_iso(), warmup=options.warmup,
     )  # fmt: skip
     if options.warmup:
-        phase(result.name, "warmup", 0, options.reps)
-        once(engine, options.prompt, fmt, case.n_gen, backend.clock, stop)
+        step(result.name, "warmup", 0, options.reps)
+        once(engine, options.prompt, fmt, case.n_gen, backend.clock, step.stop)
     before = backend.load_snapshot()
     for rep in range(options.reps):
-        phase(result.name, "rep", rep + 1, options.reps)
-        result.samples.append(once(engine, options.prompt, fmt, case.n_gen, backend.clock, stop))
+        step(result.name, "rep", rep + 1, options.reps)
+        result.samples.append(once(engine, options.prompt, fmt, case.n_gen, backend.clock, step.stop))
     result.other_load = backend.other_load(before, backend.load_snapshot())
     return result
 

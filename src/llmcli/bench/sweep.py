@@ -12,6 +12,7 @@ import itertools
 import re
 from dataclasses import dataclass, field
 
+from llmcli.contract import EngineOptions, SpecOptions
 from llmcli.errors import UsageError
 from llmcli.gguf_file import v_cache_refused
 from llmcli.settings import SETTINGS
@@ -45,6 +46,17 @@ class ContextSpec:
     @property
     def flash_attn_label(self) -> str:
         return {None: "auto", True: "1", False: "0"}[self.flash_attn]
+
+    def engine_options(self, n_gpu_layers: int, ctx_size: int | None,
+                       speculative: SpecOptions | None = None) -> EngineOptions:  # fmt: skip
+        """The options an engine (or the memory check) gets for a case in this context: bench's one
+        engine-options builder, for every scenario. `ctx_size` None: the model's trained context
+        (capped, as generate's)."""
+        return EngineOptions(
+            ctx_size=ctx_size, gpu_layers=n_gpu_layers, threads=self.n_threads, batch_size=self.n_batch,
+            ubatch_size=self.n_ubatch, flash_attn=self.flash_attn, type_k=self.type_k, type_v=self.type_v,
+            repack=self.repack, speculative=speculative if speculative is not None else SpecOptions(),
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)

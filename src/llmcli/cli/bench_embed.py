@@ -35,16 +35,7 @@ def _request(f: BenchFlags):
     from llmcli.bench import sweep as s
     from llmcli.engine.threads import physical_cores
 
-    others = {
-        "-p": f.n_prompt, "-n": f.n_gen, "-pg": f.pg, "-d": f.depth, "-ngl": f.gpu_layers,
-        "-ub": f.ubatch_size, "-fa": f.flash_attn, "-ctk": f.cache_type_k, "-ctv": f.cache_type_v,
-        "--repack": f.repack, "--no-repack": f.no_repack or None, "--roofline": f.roofline or None,
-        "--ctx-size": f.ctx_size, "--busy": f.busy or None, "-c": f.concurrency,
-        "--requests": f.requests, "--request-rate": f.request_rate, "--goodput": f.goodput,
-        "--sweep-rate": f.sweep_rate or None,
-    }  # fmt: skip
-    given = [flag for flag, value in others.items() if value]
-    given += [flag for flag in f.spec_given if flag != "-f/--file"]
+    given = f.not_for("embed")
     if given:
         raise UsageError(f"{', '.join(given)}: not for --scenario embed (it takes -m, -t, -b, -r, "
                          "--no-warmup, --delay, -f FILE or --texts N, and -o md|json)")  # fmt: skip

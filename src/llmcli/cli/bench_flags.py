@@ -254,7 +254,7 @@ SERVE_PANEL = "Served model (bench -m URL#MODEL or NAME/MODEL: the serving bench
 Concurrency = Annotated[
     list[str] | None,
     typer.Option(
-        "--concurrency", "-c", metavar="LIST", show_default=False, rich_help_panel=SERVE_PANEL,
+        "--concurrency", metavar="LIST", show_default=False, rich_help_panel=SERVE_PANEL,
         help="Requests in flight at once, swept like the other lists (default 1); served models only.",
     ),
 ]  # fmt: skip
@@ -272,7 +272,7 @@ RequestRate = Annotated[
         "--request-rate", metavar="LIST", show_default=False, rich_help_panel=SERVE_PANEL,
         help="Open loop: requests per second, arriving at random (Poisson; see --burstiness) whether or "
         "not earlier ones finished; a comma list sweeps; inf sends them all at once (default inf). With "
-        "-c, at most that many in flight; without, no cap.",
+        "--concurrency, at most that many in flight; without, no cap.",
     ),
 ]  # fmt: skip
 Burstiness = Annotated[
@@ -397,6 +397,34 @@ class BenchFlags:
     timeout: o.Timeout = None
     offline: o.Offline = False
     force: o.Force = False
+
+    def not_for(self, run: str) -> list[str]:
+        """The flags given that `run` ("local": a local model's scenarios, "serve": the serving
+        benchmark, "embed": --scenario embed) does not take, as errors name them, in --help's order:
+        the one table of which run takes which flag."""
+        local, serve, embed = {"local"}, {"serve"}, {"embed"}
+        table = [
+            ("-p", self.n_prompt, local | serve), ("-n", self.n_gen, local | serve), ("-pg", self.pg, local),
+            ("-d", self.depth, local), ("-t", self.threads, local | embed), ("-ngl", self.gpu_layers, local),
+            ("-b", self.batch_size, local | embed), ("-ub", self.ubatch_size, local),
+            ("-fa", self.flash_attn, local), ("-ctk", self.cache_type_k, local),
+            ("-ctv", self.cache_type_v, local), ("--repack", self.repack, local),
+            ("--no-repack", self.no_repack, local), ("--roofline", self.roofline, local),
+            ("--busy", self.busy, local), ("--ctx-size", self.ctx_size, local),
+            ("--scenario", self.scenario not in ("tests", "embed"), local),
+            ("--parallel", self.parallel, local),
+            ("--concurrency", self.concurrency, serve), ("--requests", self.requests, serve),
+            ("--request-rate", self.request_rate, serve), ("--burstiness", self.burstiness != 1.0, serve),
+            ("--ramp-up", self.ramp_up, serve), ("--goodput", self.goodput, serve),
+            ("--percentiles", self.percentiles, serve), ("--dataset", self.dataset != "random", serve),
+            ("--range-ratio", self.range_ratio, serve), ("--sweep-rate", self.sweep_rate, serve),
+            ("--goodput-target", self.goodput_target != 0.9, serve),
+        ]  # fmt: skip
+        given = [flag for flag, value, runs in table if value and run not in runs]
+        spec = self.spec_given
+        if run == "embed":  # -f FILE: the texts to embed
+            spec = [flag for flag in spec if flag != "-f/--file"]
+        return given + (spec if run != "local" else [])
 
     @property
     def spec_given(self) -> list[str]:

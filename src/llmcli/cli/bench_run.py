@@ -30,14 +30,7 @@ def run(f: BenchFlags) -> None:
     served = serve.served_endpoints(s.parse_models(f.model), f.timeout)
     if served:
         return _run_served(f, served)
-    serve_only = {"-c/--concurrency": f.concurrency, "--requests": f.requests,
-                  "--request-rate": f.request_rate,
-                  "--burstiness": f.burstiness != 1.0 or None, "--ramp-up": f.ramp_up or None,
-                  "--goodput": f.goodput,
-                  "--percentiles": f.percentiles, "--dataset": None if f.dataset == "random" else f.dataset,
-                  "--range-ratio": f.range_ratio or None, "--sweep-rate": f.sweep_rate or None,
-                  "--goodput-target": f.goodput_target != 0.9 or None}  # fmt: skip
-    if given_serve := [flag for flag, value in serve_only.items() if value]:
+    if given_serve := f.not_for("local"):
         raise UsageError(
             f"{', '.join(given_serve)}: for a served model (the serving benchmark)",
             hint="a local model's context size is --ctx-size",
@@ -47,20 +40,12 @@ def run(f: BenchFlags) -> None:
 
 def _run_served(f: BenchFlags, served) -> None:
     """The serving benchmark, once no flag of a local run is given."""
-    from llmcli.bench import run as session
     from llmcli.bench import serve_load, serve_results
 
-    local_only = {"-pg": f.pg, "-d": f.depth, "-t": f.threads, "-ngl": f.gpu_layers, "-b": f.batch_size,
-                  "-ub": f.ubatch_size, "-fa": f.flash_attn, "-ctk": f.cache_type_k, "-ctv": f.cache_type_v,
-                  "--repack": f.repack, "--no-repack": f.no_repack or None, "--roofline": f.roofline or None,
-                  "--busy": f.busy or None, "--ctx-size": f.ctx_size,
-                  "--scenario": None if f.scenario == session.DEFAULT_SCENARIO else f.scenario,
-                  "--parallel": f.parallel}  # fmt: skip
-    given = [flag for flag, value in local_only.items() if value] + f.spec_given
-    if given:
+    if given := f.not_for("serve"):
         raise UsageError(f"{', '.join(given)}: not for a served model (the serving benchmark takes "
-                         "-p, -n, -c, --requests, the --request-rate and --goodput family, --dataset, "
-                         "-r, --no-warmup, --delay, --seed and -o)")  # fmt: skip
+                         "-p, -n, --concurrency, --requests, the --request-rate and --goodput family, "
+                         "--dataset, -r, --no-warmup, --delay, --seed and -o)")  # fmt: skip
     load = serve_results.Load(
         burstiness=f.burstiness, ramp_up_s=f.ramp_up,
         slo_ms=serve_load.parse_goodput(f.goodput) if f.goodput else {},
@@ -140,7 +125,7 @@ def _run_local(f: BenchFlags) -> None:
 
 def _bench_served(found, n_prompt, n_gen, concurrency, requests, reps, warmup, output, seed, delay,
                   request_rate, load, dataset, sweep_rate, goodput_target) -> None:  # fmt: skip
-    """The serving benchmark (llmcli.bench.serve): every -p, -n, -c and --request-rate combination,
+    """The serving benchmark (llmcli.bench.serve): every -p, -n, --concurrency and --request-rate combination,
     per endpoint, or the rate sweep."""
     from pathlib import Path
 
@@ -162,14 +147,16 @@ def _bench_served(found, n_prompt, n_gen, concurrency, requests, reps, warmup, o
         raise UsageError("--burstiness and --ramp-up shape arrivals at a --request-rate")
     if load.ramp_up_s and any(r == float("inf") for r in rates) and not sweep_rate:
         raise UsageError("--ramp-up needs a finite --request-rate to rise to")
-    caps: list[int | None] = list(s.parse_ints("-c", concurrency, [1], minimum=1))
+    caps: list[int | None] = list(s.parse_ints("--concurrency", concurrency, [1], minimum=1))
     if open_loop and not concurrency:
-        caps = [None]  # an open loop: no cap unless -c sets one
+        caps = [None]  # an open loop: no cap unless --concurrency sets one
     if sweep_rate:
         if not load.slo_ms:
             raise UsageError("--sweep-rate needs SLOs to hold: --goodput ttft:MS,tpot:MS,e2el:MS")
         if len(caps) > 1 or len(rates) > 1 or len(n_prompt or []) > 1 or len(n_gen or []) > 1:
-            raise UsageError("--sweep-rate sweeps the rate alone: give one -p, -n, -c and --request-rate")
+            raise UsageError(
+                "--sweep-rate sweeps the rate alone: give one -p, -n, --concurrency and --request-rate"
+            )
     request = serve.Request(
         found,
         s.parse_ints("-p", n_prompt, s.DEFAULT_N_PROMPT, minimum=1),

@@ -90,20 +90,45 @@ def load(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, An
 
 
 def bench_chart(files: list[tuple[str, list[dict], dict, dict]], metric: str = "ttft") -> Chart:
-    """The chart of these files (name, records, settings, environment): serving results if they
-    hold any, else local ones."""
+    """The chart of these files (name, records, settings, environment): one panel per kind of run
+    they hold (serving, --scenario batch, the other local runs), each drawn as it would be alone,
+    so every file given is drawn."""
     if metric not in METRICS:
         raise UsageError(f"--metric must be one of {', '.join(METRICS)}, got {metric!r}")
-    serving = [(name, [r for r in rows if r.get("scenario") == "serve"], s, e) for name, rows, s, e in files]
-    if any(rows for _, rows, _, _ in serving):
-        return _serving([f for f in serving if f[1]], metric)
-    local = [(name, [r for r in rows if _number(r.get("avg_ts"))], s, e) for name, rows, s, e in files]
-    if not any(rows for _, rows, _, _ in local):
+
+    def only(keep) -> list[tuple[str, list[dict], dict, dict]]:
+        picked = [(name, [r for r in rows if keep(r)], s, e) for name, rows, s, e in files]
+        return [f for f in picked if f[1]]
+
+    serving = only(lambda r: r.get("scenario") == "serve")
+    local = only(lambda r: r.get("scenario") != "serve" and _number(r.get("avg_ts")))
+    batches = [(n, [r for r in rows if r.get("scenario") == "batch"], s, e) for n, rows, s, e in local]
+    others = [(n, [r for r in rows if r.get("scenario") != "batch"], s, e) for n, rows, s, e in local]
+    batches, others = [f for f in batches if f[1]], [f for f in others if f[1]]
+    order = [name for name, _, _, _ in files]  # the panels in the order of the files given
+    parts = [
+        (serving, "serving", lambda: _serving(serving, metric)),
+        (batches, "batch", lambda: _batch(batches)),
+        (others, "local", lambda: _local(others)),
+    ]
+    parts.sort(key=lambda part: min((order.index(f[0]) for f in part[0]), default=len(order)))
+    charts = [(kind, draw()) for held, kind, draw in parts if held]
+    if not charts:
         raise UsageError("no results to draw in these files")
-    batches = [(name, [r for r in rows if r.get("scenario") == "batch"], s, e) for name, rows, s, e in local]
-    if any(rows for _, rows, _, _ in batches):
-        return _batch([f for f in batches if f[1]])
-    return _local([f for f in local if f[1]])
+    drawn = {name for name, _, _, _ in serving + local}
+    if missing := [name for name, _, _, _ in files if name not in drawn]:
+        raise UsageError(f"no results to draw in {missing[0]}")
+    if len(charts) == 1:
+        return charts[0][1]
+    panels = []
+    for kind, chart in charts:  # a panel each, titled with its kind of run
+        for panel in chart.panels:
+            panel.title = KIND_TITLES[kind]
+            panels.append(panel)
+    return Chart(_join(chart.title for _, chart in charts), panels)
+
+
+KIND_TITLES = {"serving": "serving", "batch": "batch (--scenario batch)", "local": "local"}
 
 
 # -- serving runs -------------------------------------------------------------------------------

@@ -1,4 +1,6 @@
-"""A benchmark backend for tests: no model, an injected clock, exactly predictable timings.
+"""A benchmark backend for tests (installed through `environment.bench_backend`, see
+`helpers.use_bench_backend`; nothing in src/ ships it): no model, an injected clock, exactly
+predictable timings.
 
 `FakeClock` only moves when told to (or by `step_ns` on every read). `FakeBackend` advances it by
 `pp_ns` per prompt token and `tg_ns` per generated token, times a factor taken in turn from
@@ -53,6 +55,7 @@ class FakeBackend:
     crash_at: int | None = None  # the run at which the process "dies" (raises Crash)
     n_ctx_train: int = 8192
     invalid: set[str] = field(default_factory=set)  # file names inspect() refuses
+    embedding: set[str] = field(default_factory=set)  # file names inspect() reads as embedding models
     foreign_vocab: set[str] = field(default_factory=set)  # draft file names check_draft refuses
     busy: float | None = None  # what other_load() reports (share of the CPU used by other processes)
     memory_tokens: int | None = None  # the largest context check_memory lets through (None: any)
@@ -79,6 +82,7 @@ class FakeBackend:
             ref=ref, path=str(path), filename=name, file_size=1_048_576, model_size=1_000_000,
             n_params=2_000_000, architecture="fake", quantization="Q4_K_M", size_label="2M", n_layers=4,
             n_ctx_train=self.n_ctx_train, weight_bytes_per_token=1_000_000,
+            pooling="mean" if name in self.embedding else None,
         )  # fmt: skip
 
     def load(self, model: ModelSummary, n_gpu_layers: int, repack: bool | None = None) -> FakeModel:
