@@ -82,10 +82,15 @@ def test_stop_strings_from_the_command_and_per_item(fake, tmp_path):
     items = [{"id": "cmd", "prompt": text}, {"id": "own", "prompt": text, "stop": "gamma"},
              {"id": "list", "prompt": text, "stop": ["nope", "alpha"]}]  # fmt: skip
     src.write_text("".join(json.dumps(d) + "\n" for d in items))
-    lines = {d["id"]: d["record"] for d in _lines(run("batch", str(src), "--stop", " beta").stdout)}
-    assert lines["cmd"]["text"] == "echo: alpha" and lines["cmd"]["finish_reason"] == "stop"
+    lines = {d["id"]: d["record"] for d in _lines(run("batch", str(src)).stdout)}
+    assert lines["cmd"]["text"] == "echo: alpha beta gamma" and lines["cmd"]["params"]["stop"] == []
     assert lines["own"]["text"] == "echo: alpha beta " and lines["own"]["params"]["stop"] == ["gamma"]
     assert lines["list"]["text"] == "echo: " and lines["list"]["finish_reason"] == "stop"
+    # a flag typed on the command line wins over an item's own (the item's sit below the flags)
+    lines = {d["id"]: d["record"] for d in _lines(run("batch", str(src), "--stop", " beta").stdout)}
+    for key in ("cmd", "own", "list"):
+        assert lines[key]["text"] == "echo: alpha" and lines[key]["finish_reason"] == "stop", key
+        assert lines[key]["params"]["stop"] == [" beta"], key
 
 
 def test_per_item_json_schema_and_grammar_are_the_records_constraint(fake, tmp_path):

@@ -37,7 +37,7 @@ class Generate:
 
 def run(ctx: typer.Context, flags: o.RunFlags, g: Generate) -> None:
     """The prompt, the model, the format; then the request (`_answer`)."""
-    from llmcli import environment, render, settings
+    from llmcli import environment, render
 
     if g.prompt_cache_ro and g.prompt_cache is None:
         raise UsageError("--prompt-cache-ro needs --prompt-cache FILE")
@@ -49,14 +49,15 @@ def run(ctx: typer.Context, flags: o.RunFlags, g: Generate) -> None:
         raise UsageError("stdin holds one image: give '-' to --attach once")
     images = tuple(load(name, offline=g.offline) for name in g.attach)  # checked before anything loads
     text = read_prompt(g.prompt, g.file, stdin_text="-" not in g.attach)
-    params = flags.sampling()
+    spec = flags.spec(ctx, system=g.system, raw=g.raw, fallback_template=g.fallback_template)
+    params = spec.sampling
     history = flags.continued()  # --continue / --cid: the logged conversation
     model = history.model if history is not None and g.model is None else g.model
-    system = settings.resolve("system", g.system) or (history.system if history is not None else None)
+    system = spec.system or (history.system if history is not None else None)
     from llmcli.loader import load_engine
 
     env = environment.current()
-    options = flags.engine(ctx)
+    options = spec.engine
     if g.mmproj is not None:
         options = replace(options, mmproj=g.mmproj)
     loaded = load_engine(
@@ -66,13 +67,10 @@ def run(ctx: typer.Context, flags: o.RunFlags, g: Generate) -> None:
     if not loaded.engine.can.kv_state and g.prompt_cache is not None:
         raise UsageError("--prompt-cache needs a local model: a served model's cache lives on its server")
     flags.after_load(loaded)
-    from llmcli.prompting import generate_format
-    from llmcli.sampling import apply_recommended
-
-    if applied := apply_recommended(params, loaded.engine.info, loaded.ref):
+    if applied := spec.recommend(loaded.engine.info, loaded.ref):
         render.debug_log(f"the model's recommended sampling: {applied}")
 
-    how, notice = generate_format(loaded.engine, raw=g.raw, fallback_template=g.fallback_template)
+    how, notice = spec.template(loaded.engine)
     if notice:
         ignored = " (--system does not apply to plain text and is ignored)" if system else ""
         render.info(f"{loaded.ref}: {notice}{ignored}")

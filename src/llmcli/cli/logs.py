@@ -273,13 +273,16 @@ def rerun(
 
     Example: llmcli logs rerun 42
     """
+    from dataclasses import replace
+
     from llmcli import environment
     from llmcli.cli import logs_rerun
-    from llmcli.contract import EngineOptions, Request, SamplingParams
+    from llmcli.contract import Request, SamplingParams
     from llmcli.errors import UsageError
     from llmcli.loader import load_engine
     from llmcli.log import queries, rows, writer
     from llmcli.request.generate import consume
+    from llmcli.runspec import resolve_run
 
     number = entry_id(entry)
     found, placed = _row(number, queries.images)  # its images, read back from the log
@@ -294,9 +297,11 @@ def rerun(
     params.seed = row["seed"]
     params.grammar = row["grammar"]
     model = rec.get("model") or {}
-    options = EngineOptions(ctx_size=model.get("context_size"), mmproj=mmproj,
-                            type_k=logs_rerun.kv(model.get("cache_type_k")),
-                            type_v=logs_rerun.kv(model.get("cache_type_v")))  # fmt: skip
+    # how it is loaded: the run's settings (threads, layers, batch size: LLMCLI_*, the config), with
+    # what the entry recorded over them (its context and KV cache types)
+    options = replace(resolve_run({}).engine, ctx_size=model.get("context_size"), mmproj=mmproj,
+                      type_k=logs_rerun.kv(model.get("cache_type_k")),
+                      type_v=logs_rerun.kv(model.get("cache_type_v")))  # fmt: skip
     env = environment.current()
     loaded = load_engine(row["model"], options, debug=render.debug(), factory=env.engine_factory,
                          check_files=env.checks_model_files)  # fmt: skip
