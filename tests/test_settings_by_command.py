@@ -144,3 +144,26 @@ def test_batch_continues_a_base_models_raw_text_as_generate_does(tmp_path, clean
     assert factory.made[-1].history[-1].prompt.endswith("Once upon a time")
     generated = run("generate", "Once upon a time", "-m", str(model), "--no-log", "--json")
     assert json.loads(generated.stdout)["prompt_format"] == "raw"
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_bench_sweeps_the_configured_threads_and_batch_size(tmp_path, monkeypatch, clean_env, source):
+    """bench keeps llama-bench's defaults unless LLMCLI_* or the config file set a load setting."""
+    from benchfake import FakeBackend
+    from helpers import bench_in
+
+    bench_in(tmp_path, monkeypatch, FakeBackend())
+    extra = _set(source, "threads", "-t", "3")
+    if source == "config":
+        Path(os.environ["LLMCLI_CONFIG"]).write_text("threads = 3\nbatch_size = 256\n")
+    elif source == "env":
+        os.environ["LLMCLI_BATCH_SIZE"] = "256"
+    else:
+        extra += ["-b", "256"]
+    result = run("bench", "-p", "8", "-n", "4", "-r", "1", "-o", "json", *extra)
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["results"]
+    assert {(r["n_threads"], r["n_batch"]) for r in rows} == {(3, 256)}, source
+    if source == "flag":  # nothing configured: llama-bench's -b 2048 where no flag sets a batch size
+        untouched = run("bench", "-p", "8", "-n", "4", "-r", "1", "-o", "json", "-t", "3")
+        assert {r["n_batch"] for r in json.loads(untouched.stdout)["results"]} == {2048}

@@ -34,6 +34,7 @@ def _request(f: BenchFlags):
     from llmcli.bench import embed
     from llmcli.bench import sweep as s
     from llmcli.engine.threads import physical_cores
+    from llmcli.runspec import configured
 
     given = f.not_for("embed")
     if given:
@@ -51,7 +52,8 @@ def _request(f: BenchFlags):
                          hint="or set one: llmcli config set embed_model FILE.gguf")  # fmt: skip
     return embed.Request(
         models=models, texts=texts, source=source,
-        threads=s.parse_ints("-t", f.threads, [physical_cores()], minimum=1),
-        batch_tokens=[b or None for b in s.parse_ints("-b", f.batch_size, [0], minimum=0)],  # 0: the context
+        threads=s.parse_ints("-t", f.threads or configured("threads"), [physical_cores()], minimum=1),
+        batch_tokens=[b or None for b in s.parse_ints("-b", f.batch_size or configured("batch_size"), [0],
+                                                      minimum=0)],  # 0: the context; fmt: skip
         reps=f.repetitions, warmup=not f.no_warmup, delay_s=f.delay,
     )  # fmt: skip

@@ -61,9 +61,13 @@ def _local_request(f: BenchFlags):
     from llmcli.bench import run as session
     from llmcli.cli.bench_spec import bools, spec_prompt, spec_sweep
     from llmcli.gguf_file import QUANTIZED_V, v_cache_refused
+    from llmcli.runspec import configured
 
-    sweep = _sweep(f.model, f.n_prompt, f.n_gen, f.pg, f.depth, f.threads, f.gpu_layers, f.batch_size,
-                   f.ubatch_size, f.flash_attn, f.cache_type_k, f.cache_type_v)  # fmt: skip
+    # a load setting not given here: LLMCLI_* or the config file's, else llama-bench's default
+    sweep = _sweep(f.model, f.n_prompt, f.n_gen, f.pg, f.depth, f.threads or configured("threads"),
+                   f.gpu_layers or configured("gpu_layers"), f.batch_size or configured("batch_size"),
+                   f.ubatch_size, f.flash_attn, f.cache_type_k or configured("cache_type_k"),
+                   f.cache_type_v or configured("cache_type_v"))  # fmt: skip
     sweep.repack = _repack(f.repack, f.no_repack)
     kind = session.SCENARIOS[f.scenario]
     if kind.own_prompts and (f.n_prompt or f.pg or f.depth):

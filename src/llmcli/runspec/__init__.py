@@ -102,4 +102,17 @@ def resolve_run(values: Mapping[str, Any], *, ctx: Any = None, speculative=None)
                    sources=sources)  # fmt: skip
 
 
-__all__ = ["RunSpec", "load_grammar", "read_schema", "resolve_run"]
+def configured(key: str) -> list[str] | None:
+    """A load setting as bench sweeps it: `[value]` where LLMCLI_* or the config file set it to
+    something other than the engine's default (`threads = 1`, `batch_size = 256`), else None (bench
+    keeps llama-bench's own default: a benchmark measures the same thing wherever it runs unless
+    the user configured otherwise)."""
+    from llmcli import settings
+
+    value, source = settings.resolve_with_source(key)
+    if source == "default" or settings.SETTINGS[key].option(value) is None:
+        return None
+    return [str(value)]
+
+
+__all__ = ["RunSpec", "configured", "load_grammar", "read_schema", "resolve_run"]
