@@ -36,7 +36,8 @@ def test_an_engine_without_interrupt_is_refused(tmp_path):
             """
             from collections.abc import Iterator
 
-            from llmcli.contract import Capabilities, Engine, EngineOptions, Event, ModelInfo, SamplingParams
+            from llmcli.contract import (Capabilities, Engine, EngineOptions, Event, Many, ModelInfo,
+                                         SamplingParams)
             from llmcli.engine.fake import FakeEngine
             from llmcli.tools.calls import CallFormat
 
@@ -85,6 +86,11 @@ def test_an_engine_without_interrupt_is_refused(tmp_path):
                     return False
 
                 def close(self) -> None: ...
+
+                def respond_many(self, parallel: int | None, *, items: int, room: int | None = None) -> Many:
+                    raise NotImplementedError
+
+                def prepare_images(self) -> None: ...
 
 
             def use(engine: Engine) -> None:

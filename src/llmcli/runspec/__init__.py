@@ -31,8 +31,6 @@ if TYPE_CHECKING:
 
 # The sampling settings a run resolves through the registry (the others: seed, stop, grammar, schema)
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "max_tokens")
-ENGINE_KEYS = ("ctx_size", "gpu_layers", "threads", "batch_size", "flash_attn", "repack", "cache_type_k",
-               "cache_type_v")  # fmt: skip
 
 
 @dataclass
@@ -82,13 +80,14 @@ def resolve_run(values: Mapping[str, Any], *, ctx: Any = None, speculative=None)
     from llmcli import settings
 
     v = values.get
-    sampling = sampling_params(*(v(key) for key in SAMPLING_KEYS[:5]), v("seed"), v("max_tokens"), v("stop"),
-                               v("grammar_file"), v("json_schema"))  # fmt: skip
+    sampling = sampling_params(v("temperature"), v("top_k"), v("top_p"), v("min_p"), v("repeat_penalty"),
+                               v("seed"), v("max_tokens"), v("stop"), v("grammar_file"),
+                               v("json_schema"))  # fmt: skip
     sampling.reasoning_budget, sampling.reasoning_budget_message = reasoning_budget(
         v("reasoning_budget"), v("reasoning_budget_message")
     )
-    engine = engine_options(*(v(key) for key in ENGINE_KEYS[:5]), speculative, v("repack"), v("cache_type_k"),
-                            v("cache_type_v"))  # fmt: skip
+    engine = engine_options(v("ctx_size"), v("gpu_layers"), v("threads"), v("batch_size"), v("flash_attn"),
+                            speculative, v("repack"), v("cache_type_k"), v("cache_type_v"))  # fmt: skip
     sources = {}
     for key in SAMPLING_KEYS:
         _, source = settings.resolve_with_source(key, v(key))
