@@ -69,14 +69,18 @@ def start() -> Served:
         def do_GET(self) -> None:
             served.requests.append({"path": self.path, "body": None})
             if self.path.endswith("/models"):
-                return self._json(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in MODELS]})
+                return self._json(
+                    200, {"object": "list", "data": [{"id": m, "object": "model"} for m in MODELS]}
+                )
             self._json(404, {"error": {"message": "not found"}})
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
             served.requests.append({"path": self.path, "body": body})
             if not self.path.endswith("/embeddings"):
-                return self._json(500, {"error": {"code": 500, "message": NOT_COMPLETIONS, "type": "server_error"}})
+                return self._json(
+                    500, {"error": {"code": 500, "message": NOT_COMPLETIONS, "type": "server_error"}}
+                )
             texts = body["input"]
             data = [
                 {"object": "embedding", "index": i, "embedding": vector(t, served.dimensions)}

@@ -42,7 +42,9 @@ def test_o_into_a_missing_folder_is_one_line_before_any_text_is_embedded(embeddi
     assert "does not exist" in line and str(target.parent) in line and "Traceback" not in line
     assert embedding_server.requests == []  # refused before the model was even asked for its name
     (tmp_path / "dir.npy").mkdir()
-    assert "is a folder" in one_line(run("embed", "-m", embedding_server.ref(), "-o", str(tmp_path / "dir.npy"), "x"))
+    assert "is a folder" in one_line(
+        run("embed", "-m", embedding_server.ref(), "-o", str(tmp_path / "dir.npy"), "x")
+    )
     if os.geteuid() != 0:  # root writes anywhere
         locked = tmp_path / "locked"
         locked.mkdir(mode=0o500)
@@ -58,7 +60,9 @@ def test_blank_stdin_lines_are_skipped_and_counted(embedding_server):
     assert result.stderr.strip() == "3 blank lines skipped"
     result = run("embed", "-m", embedding_server.ref(), input="only\n\n")
     assert len(lines_of(result)) == 1 and result.stderr.strip() == "1 blank line skipped"
-    assert "every line on stdin was blank" in one_line(run("embed", "-m", embedding_server.ref(), input="\n \n"))
+    assert "every line on stdin was blank" in one_line(
+        run("embed", "-m", embedding_server.ref(), input="\n \n")
+    )
     # an argument that is blank is still refused: the user typed it
     assert "text 2 is empty" in one_line(run("embed", "-m", embedding_server.ref(), "fine", " "))
 
@@ -75,7 +79,10 @@ def test_collection_refuses_flags_that_print_or_write_vectors(embedding_server, 
 
 def test_jsonl_lines_carry_the_tokens_field_the_help_names(embedding_server):
     assert "id, tokens" in " ".join(run("embed", "--help").stdout.split())
-    got = [check(d, "embed/line") for d in lines_of(run("embed", "-m", embedding_server.ref(), "--jsonl", "a b c"))]
+    got = [
+        check(d, "embed/line")
+        for d in lines_of(run("embed", "-m", embedding_server.ref(), "--jsonl", "a b c"))
+    ]
     assert list(got[0]) == ["schema_version", "id", "tokens", "vector"]
     assert got[0]["tokens"] is None  # a server counts a request's tokens, not each text's
     assert len(got[0]["vector"]) == 64
@@ -99,13 +106,16 @@ def test_embed_takes_the_embed_model_setting_flag_over_env_over_config(embedding
 
 
 def test_similar_takes_the_embed_model_setting_flag_over_env_over_config(embedding_server, monkeypatch):
-    assert run("embed", "-m", embedding_server.ref("emb"), "--collection", "notes", input=LINES).exit_code == 0
+    assert (
+        run("embed", "-m", embedding_server.ref("emb"), "--collection", "notes", input=LINES).exit_code == 0
+    )
     run("config", "set", "embed_model", embedding_server.ref("emb"))
     assert len(lines_of(run("similar", "notes", "a guitar"))) == 2 and _asked(embedding_server)[-1] == "emb"
     monkeypatch.setenv("LLMCLI_EMBED_MODEL", embedding_server.ref("other"))
     line = one_line(run("similar", "notes", "a guitar"))  # another model than the collection's: refused
-    assert "was embedded with" in line and line.endswith("vectors of two models do not compare (-m " +
-                                                          embedding_server.ref("emb") + ", or another collection)")
+    assert "was embedded with" in line and line.endswith(
+        "vectors of two models do not compare (-m " + embedding_server.ref("emb") + ", or another collection)"
+    )
     assert "#other" in line
     assert len(lines_of(run("similar", "notes", "a guitar", "-m", embedding_server.ref("emb")))) == 2
     monkeypatch.delenv("LLMCLI_EMBED_MODEL")
@@ -149,7 +159,9 @@ def gguf(tmp_path, monkeypatch) -> Path:
 
 
 def test_local_jsonl_counts_each_texts_tokens(gguf):
-    got = [check(d, "embed/line") for d in lines_of(run("embed", "-m", str(gguf), "--jsonl", "one two", "three"))]
+    got = [
+        check(d, "embed/line") for d in lines_of(run("embed", "-m", str(gguf), "--jsonl", "one two", "three"))
+    ]
     assert [d["tokens"] for d in got] == [2, 1]
 
 
@@ -169,7 +181,9 @@ def test_a_copy_of_the_gguf_elsewhere_searches_the_collection(gguf, tmp_path):
     assert listed[0]["model"] == str(copy.resolve()) and listed[0]["items"] == 3
     assert len(lines_of(run("similar", "notes", "a sleepy cat"))) == 3  # the copy, found by itself
     # another GGUF (other content) is another model, whatever its name
-    other = write_gguf(tmp_path / "other.gguf", arch="bert", name="another", extra_kv={"bert.pooling_type": 1})
+    other = write_gguf(
+        tmp_path / "other.gguf", arch="bert", name="another", extra_kv={"bert.pooling_type": 1}
+    )
     line = one_line(run("similar", "notes", "x", "-m", str(other)))
     assert "do not compare" in line and str(copy.resolve()) in line
     # the same path with new content is not the same model either, and says so
