@@ -26,7 +26,7 @@ end
 # Whether OPTION takes a value at command PATH.
 function __llmcli_takes_value --argument-names path option
     switch "$path/$option"
-        case 'generate/-f' 'generate/--file' 'generate/-m' 'generate/--model' 'generate/--system' 'generate/-c' 'generate/--ctx-size' 'generate/-ngl' 'generate/--gpu-layers' 'generate/--n-gpu-layers' 'generate/-t' 'generate/--threads' 'generate/-b' 'generate/--batch-size' 'generate/-ctk' 'generate/--cache-type-k' 'generate/-ctv' 'generate/--cache-type-v' 'generate/--temperature' 'generate/--temp' 'generate/--top-k' 'generate/--top-p' 'generate/--min-p' 'generate/--repeat-penalty' 'generate/-s' 'generate/--seed' 'generate/-n' 'generate/--max-tokens' 'generate/--stop' 'generate/--grammar-file' 'generate/--json-schema' 'generate/--reasoning-budget' 'generate/--reasoning-budget-message' 'generate/--cid' 'generate/--spec-type' 'generate/--spec-draft-n-max' 'generate/--spec-draft-n-min' 'generate/--spec-ngram-max' 'generate/--spec-ngram-min' 'generate/-md' 'generate/--model-draft' 'generate/--spec-draft-model' 'generate/-ngld' 'generate/--gpu-layers-draft' 'generate/--spec-draft-ngl' 'generate/--n-gpu-layers-draft' 'generate/-cd' 'generate/--ctx-size-draft' 'generate/-ctkd' 'generate/--cache-type-k-draft' 'generate/-ctvd' 'generate/--cache-type-v-draft' 'generate/--functions' 'generate/--tool' 'generate/--mcp' 'generate/--tool-rounds' 'generate/--tool-timeout' 'generate/--prompt-cache' 'generate/-a' 'generate/--attach' 'generate/--mmproj' 'generate/--timeout' 'chat/-m' 'chat/--model' 'chat/--system' 'chat/--session' 'chat/--on-overflow' 'chat/--kv-cache-max-mb' 'chat/-c' 'chat/--ctx-size' 'chat/-ngl' 'chat/--gpu-layers' 'chat/--n-gpu-layers' 'chat/-t' 'chat/--threads' 'chat/-b' 'chat/--batch-size' 'chat/-ctk' 'chat/--cache-type-k' 'chat/-ctv' 'chat/--cache-type-v' 'chat/--temperature' 'chat/--temp' 'chat/--top-k' 'chat/--top-p' 'chat/--min-p' 'chat/--repeat-penalty' 'chat/-s' 'chat/--seed' 'chat/-n' 'chat/--max-tokens' 'chat/--stop' 'chat/--grammar-file' 'chat/--json-schema' 'chat/--reasoning-budget' 'chat/--reasoning-budget-message' 'chat/--cid' 'chat/--spec-type' 'chat/--spec-draft-n-max' 'chat/--spec-draft-n-min' 'chat/--spec-ngram-max' 'chat/--spec-ngram-min' 'chat/-md' 'chat/--model-draft' 'chat/--spec-draft-model' 'chat/-ngld' 'chat/--gpu-layers-draft' 'chat/--spec-draft-ngl' 'chat/--n-gpu-layers-draft' 'chat/-cd' 'chat/--ctx-size-draft' 'chat/-ctkd' 'chat/--cache-type-k-draft' 'chat/-ctvd' 'chat/--cache-type-v-draft' 'chat/--functions' 'chat/--tool' 'chat/--mcp' 'chat/--tool-rounds' 'chat/--tool-timeout' 'chat/-a' 'chat/--attach' 'chat/--mmproj' 'chat/--timeout' 'embed/-m' 'embed/--model' 'embed/-i' 'embed/--input' 'embed/-c' 'embed/--collection' 'embed/--prefix' 'embed/--pooling' 'embed/-o' 'embed/--output' 'embed/-t' 'embed/--threads' 'embed/--batch-tokens' 'similar/--id' 'similar/-n' 'similar/--number' 'similar/-m' 'similar/--model' 'batch/-m' 'batch/--model' 'batch/-n' 'batch/--parallel' 'batch/-o' 'batch/--output' 'batch/--template' 'batch/--system' 'batch/--stop' 'batch/--grammar-file' 'batch/--json-schema' 'batch/--max-tokens' 'batch/--temperature' 'batch/--seed' 'batch/-c' 'batch/--ctx-size' 'batch/-t' 'batch/--threads' 'models list/--endpoint' 'bench/-m' 'bench/--model' 'bench/-p' 'bench/--n-prompt' 'bench/-n' 'bench/--n-gen' 'bench/-pg' 'bench/--pg' 'bench/-d' 'bench/--n-depth' 'bench/-t' 'bench/--threads' 'bench/-ngl' 'bench/--n-gpu-layers' 'bench/-b' 'bench/--batch-size' 'bench/-ub' 'bench/--ubatch-size' 'bench/-fa' 'bench/--flash-attn' 'bench/-ctk' 'bench/--cache-type-k' 'bench/-ctv' 'bench/--cache-type-v' 'bench/--repack' 'bench/-r' 'bench/--repetitions' 'bench/-o' 'bench/--output' 'bench/--scenario' 'bench/--ctx-size' 'bench/--delay' 'bench/--seed' 'bench/-np' 'bench/--parallel' 'bench/--busy' 'bench/--texts' 'bench/-c' 'bench/--concurrency' 'bench/--requests' 'bench/--request-rate' 'bench/--burstiness' 'bench/--ramp-up' 'bench/--goodput' 'bench/--percentiles' 'bench/--dataset' 'bench/--range-ratio' 'bench/--goodput-target' 'bench/--spec-type' 'bench/--spec-draft-n-max' 'bench/--spec-draft-n-min' 'bench/--spec-ngram-max' 'bench/--spec-ngram-min' 'bench/--spec-adaptive' 'bench/--spec-exact' 'bench/-md' 'bench/--model-draft' 'bench/--spec-draft-model' 'bench/-ngld' 'bench/--gpu-layers-draft' 'bench/--spec-draft-ngl' 'bench/--n-gpu-layers-draft' 'bench/-cd' 'bench/--ctx-size-draft' 'bench/-ctkd' 'bench/--cache-type-k-draft' 'bench/-ctvd' 'bench/--cache-type-v-draft' 'bench/--prompt' 'bench/-f' 'bench/--file' 'bench/--prompt-file' 'bench/--timeout' 'bench compare/--alpha' 'bench compare/-o' 'bench compare/--output' 'bench plot/-o' 'bench plot/--output' 'bench plot/--metric' 'logs/-q' 'logs/--query' 'logs/-m' 'logs/--model' 'logs/--since' 'logs/--cid' 'logs/-n' 'logs/--count' 'logs/--like' 'logs/--embed-model' 'logs rerun/--mmproj' 'logs stats/-m' 'logs stats/--model' 'logs stats/--since' 'logs stats/--plot' 'logs prune/--older-than' 'logs prune/--keep' 'logs prune/--max-mb' 'tools list/--functions' 'tools list/--tool' 'tools list/--mcp'
+        case 'generate/-f' 'generate/--file' 'generate/-m' 'generate/--model' 'generate/--system' 'generate/-c' 'generate/--ctx-size' 'generate/-ngl' 'generate/--gpu-layers' 'generate/--n-gpu-layers' 'generate/-t' 'generate/--threads' 'generate/-b' 'generate/--batch-size' 'generate/-ctk' 'generate/--cache-type-k' 'generate/-ctv' 'generate/--cache-type-v' 'generate/--temperature' 'generate/--temp' 'generate/--top-k' 'generate/--top-p' 'generate/--min-p' 'generate/--repeat-penalty' 'generate/-s' 'generate/--seed' 'generate/-n' 'generate/--max-tokens' 'generate/--stop' 'generate/--grammar-file' 'generate/--json-schema' 'generate/--reasoning-budget' 'generate/--reasoning-budget-message' 'generate/--cid' 'generate/--spec-type' 'generate/--spec-draft-n-max' 'generate/--spec-draft-n-min' 'generate/--spec-ngram-max' 'generate/--spec-ngram-min' 'generate/-md' 'generate/--model-draft' 'generate/--spec-draft-model' 'generate/-ngld' 'generate/--gpu-layers-draft' 'generate/--spec-draft-ngl' 'generate/--n-gpu-layers-draft' 'generate/-cd' 'generate/--ctx-size-draft' 'generate/-ctkd' 'generate/--cache-type-k-draft' 'generate/-ctvd' 'generate/--cache-type-v-draft' 'generate/--functions' 'generate/--tool' 'generate/--mcp' 'generate/--tool-rounds' 'generate/--tool-timeout' 'generate/--prompt-cache' 'generate/-a' 'generate/--attach' 'generate/--mmproj' 'generate/--timeout' 'chat/-m' 'chat/--model' 'chat/--system' 'chat/--session' 'chat/--on-overflow' 'chat/--kv-cache-max-mb' 'chat/-c' 'chat/--ctx-size' 'chat/-ngl' 'chat/--gpu-layers' 'chat/--n-gpu-layers' 'chat/-t' 'chat/--threads' 'chat/-b' 'chat/--batch-size' 'chat/-ctk' 'chat/--cache-type-k' 'chat/-ctv' 'chat/--cache-type-v' 'chat/--temperature' 'chat/--temp' 'chat/--top-k' 'chat/--top-p' 'chat/--min-p' 'chat/--repeat-penalty' 'chat/-s' 'chat/--seed' 'chat/-n' 'chat/--max-tokens' 'chat/--stop' 'chat/--grammar-file' 'chat/--json-schema' 'chat/--reasoning-budget' 'chat/--reasoning-budget-message' 'chat/--cid' 'chat/--spec-type' 'chat/--spec-draft-n-max' 'chat/--spec-draft-n-min' 'chat/--spec-ngram-max' 'chat/--spec-ngram-min' 'chat/-md' 'chat/--model-draft' 'chat/--spec-draft-model' 'chat/-ngld' 'chat/--gpu-layers-draft' 'chat/--spec-draft-ngl' 'chat/--n-gpu-layers-draft' 'chat/-cd' 'chat/--ctx-size-draft' 'chat/-ctkd' 'chat/--cache-type-k-draft' 'chat/-ctvd' 'chat/--cache-type-v-draft' 'chat/--functions' 'chat/--tool' 'chat/--mcp' 'chat/--tool-rounds' 'chat/--tool-timeout' 'chat/-a' 'chat/--attach' 'chat/--mmproj' 'chat/--timeout' 'embed/-m' 'embed/--model' 'embed/-i' 'embed/--input' 'embed/--collection' 'embed/--prefix' 'embed/--pooling' 'embed/-o' 'embed/--output' 'embed/-t' 'embed/--threads' 'embed/--batch-tokens' 'similar/--id' 'similar/--limit' 'similar/--number' 'similar/-m' 'similar/--model' 'batch/-m' 'batch/--model' 'batch/-n' 'batch/--parallel' 'batch/-o' 'batch/--output' 'batch/--template' 'batch/--system' 'batch/--stop' 'batch/--grammar-file' 'batch/--json-schema' 'batch/--max-tokens' 'batch/--temperature' 'batch/--seed' 'batch/-c' 'batch/--ctx-size' 'batch/-t' 'batch/--threads' 'models list/--endpoint' 'bench/-m' 'bench/--model' 'bench/-p' 'bench/--n-prompt' 'bench/-n' 'bench/--n-gen' 'bench/-pg' 'bench/--pg' 'bench/-d' 'bench/--n-depth' 'bench/-t' 'bench/--threads' 'bench/-ngl' 'bench/--n-gpu-layers' 'bench/-b' 'bench/--batch-size' 'bench/-ub' 'bench/--ubatch-size' 'bench/-fa' 'bench/--flash-attn' 'bench/-ctk' 'bench/--cache-type-k' 'bench/-ctv' 'bench/--cache-type-v' 'bench/--repack' 'bench/-r' 'bench/--repetitions' 'bench/-o' 'bench/--output' 'bench/--scenario' 'bench/--ctx-size' 'bench/--delay' 'bench/--seed' 'bench/-np' 'bench/--parallel' 'bench/--busy' 'bench/--texts' 'bench/-c' 'bench/--concurrency' 'bench/--requests' 'bench/--request-rate' 'bench/--burstiness' 'bench/--ramp-up' 'bench/--goodput' 'bench/--percentiles' 'bench/--dataset' 'bench/--range-ratio' 'bench/--goodput-target' 'bench/--spec-type' 'bench/--spec-draft-n-max' 'bench/--spec-draft-n-min' 'bench/--spec-ngram-max' 'bench/--spec-ngram-min' 'bench/--spec-adaptive' 'bench/--spec-exact' 'bench/-md' 'bench/--model-draft' 'bench/--spec-draft-model' 'bench/-ngld' 'bench/--gpu-layers-draft' 'bench/--spec-draft-ngl' 'bench/--n-gpu-layers-draft' 'bench/-cd' 'bench/--ctx-size-draft' 'bench/-ctkd' 'bench/--cache-type-k-draft' 'bench/-ctvd' 'bench/--cache-type-v-draft' 'bench/--prompt' 'bench/-f' 'bench/--file' 'bench/--prompt-file' 'bench/--timeout' 'bench compare/--alpha' 'bench compare/-o' 'bench compare/--output' 'bench plot/-o' 'bench plot/--output' 'bench plot/--metric' 'logs/-q' 'logs/--query' 'logs/-m' 'logs/--model' 'logs/--since' 'logs/--cid' 'logs/--limit' 'logs/--count' 'logs/--like' 'logs/--embed-model' 'logs/--min-score' 'logs rerun/--mmproj' 'logs stats/-m' 'logs stats/--model' 'logs stats/--since' 'logs stats/--plot' 'logs prune/--older-than' 'logs prune/--keep' 'logs prune/--max-mb' 'tools list/--functions' 'tools list/--tool' 'tools list/--mcp'
             return 0
     end
     return 1
@@ -92,7 +92,7 @@ complete -c llmcli -n '__llmcli_at "" 1' -a kv -d 'Saved KV states of chat sessi
 complete -c llmcli -n '__llmcli_at "" 1' -a logs -d 'The conversation log: every generate and chat turn, with its settings and timings'
 complete -c llmcli -n '__llmcli_at "" 1' -a tools -d 'Tools a model may call (--functions, --tool, --mcp): list them with their schemas'
 complete -c llmcli -n '__llmcli_at "" 1' -a config -d 'Show and change the configuration file (flag > LLMCLI_* variable > file > default)'
-complete -c llmcli -n '__llmcli_at "" 1' -a collections -d 'Collections of embeddings (llmcli embed -c NAME): list, rm'
+complete -c llmcli -n '__llmcli_at "" 1' -a collections -d 'Collections of embeddings (llmcli embed --collection NAME): list, rm'
 complete -c llmcli -n '__llmcli_at ""' -s V -l version -d 'Print the version and exit'
 complete -c llmcli -n '__llmcli_at ""' -l debug -d 'Show tracebacks and llama.cpp logs'
 complete -c llmcli -n '__llmcli_at ""' -s q -l quiet -d 'Silence everything on stderr but errors and warnings'
@@ -162,7 +162,7 @@ complete -c llmcli -n '__llmcli_at "generate"' -o h -l help -d 'Show the help an
 
 # llmcli pull
 complete -c llmcli -n '__llmcli_at "pull"' -s l -l list -d 'List the repository\'s GGUF models with sizes and memory fit; download nothing'
-complete -c llmcli -n '__llmcli_at "pull"' -s f -l force -d 'Download again even if already present'
+complete -c llmcli -n '__llmcli_at "pull"' -l force -d 'Download again even if already present'
 complete -c llmcli -n '__llmcli_at "pull"' -l offline -d 'Never touch the network; use only models already downloaded'
 complete -c llmcli -n '__llmcli_at "pull"' -l json -d 'Print the result (or the --list) as JSON'
 complete -c llmcli -n '__llmcli_at "pull"' -s h -l help -d 'Show the help and exit'
@@ -233,16 +233,16 @@ complete -c llmcli -n '__llmcli_at "doctor"' -l offline -d 'Do not check whether
 complete -c llmcli -n '__llmcli_at "doctor"' -s h -l help -d 'Show the help and exit'
 
 # llmcli embed
-complete -c llmcli -n '__llmcli_at "embed"' -s m -l model -x -a '(__llmcli_dynamic "embed" model)' -d 'An embedding GGUF, or a served model (URL, NAME/MODEL)'
+complete -c llmcli -n '__llmcli_at "embed"' -s m -l model -x -a '(__llmcli_dynamic "embed" model)' -d 'An embedding GGUF, or a served model (URL, NAME/MODEL); default: the embed_model setting'
 complete -c llmcli -n '__llmcli_at "embed"' -s i -l input -x -d 'A file (or glob) to embed whole; repeatable'
 complete -c llmcli -n '__llmcli_at "embed"' -l whole -d 'Stdin is one text, not one per line'
-complete -c llmcli -n '__llmcli_at "embed"' -s c -l collection -x -d 'Store the vectors in this collection instead of printing them'
-complete -c llmcli -n '__llmcli_at "embed"' -l store -d 'With -c: keep each text\'s content beside its vector'
+complete -c llmcli -n '__llmcli_at "embed"' -l collection -x -d 'Store the vectors in this collection instead of printing them'
+complete -c llmcli -n '__llmcli_at "embed"' -l store -d 'With --collection: keep each text\'s content beside its vector'
 complete -c llmcli -n '__llmcli_at "embed"' -l prefix -x -d 'Put this before every id (a text\'s id is its content\'s hash)'
 complete -c llmcli -n '__llmcli_at "embed"' -l pooling -x -d 'Override the model\'s pooling: mean, cls or last'
 complete -c llmcli -n '__llmcli_at "embed"' -l normalize -l no-normalize -d 'Scale each vector to length 1 (default on)'
 complete -c llmcli -n '__llmcli_at "embed"' -l truncate -l no-truncate -d 'Cut texts longer than the context (default), or refuse them'
-complete -c llmcli -n '__llmcli_at "embed"' -l jsonl -d 'One JSON object per line: id, tokens, vector'
+complete -c llmcli -n '__llmcli_at "embed"' -l jsonl -d 'One JSON object per line: id, tokens (null for a served model), vector'
 complete -c llmcli -n '__llmcli_at "embed"' -s o -l output -r -F -d 'Write the vectors to FILE.npy (float32, one row per text)'
 complete -c llmcli -n '__llmcli_at "embed"' -s t -l threads -x -d 'CPU threads (default: the physical cores)'
 complete -c llmcli -n '__llmcli_at "embed"' -l batch-tokens -x -d 'Tokens per batch (default: the model\'s context)'
@@ -250,8 +250,8 @@ complete -c llmcli -n '__llmcli_at "embed"' -s h -l help -d 'Show the help and e
 
 # llmcli similar
 complete -c llmcli -n '__llmcli_at "similar"' -l id -x -d 'Search with the vector of this stored id instead'
-complete -c llmcli -n '__llmcli_at "similar"' -s n -l number -x -d 'How many matches to print'
-complete -c llmcli -n '__llmcli_at "similar"' -s m -l model -x -a '(__llmcli_dynamic "similar" model)' -d 'The model (default: the collection\'s own file, if found)'
+complete -c llmcli -n '__llmcli_at "similar"' -l limit -l number -x -d 'How many matches to print'
+complete -c llmcli -n '__llmcli_at "similar"' -s m -l model -x -a '(__llmcli_dynamic "similar" model)' -d 'The model (default: the embed_model setting, else the model the collection was last stored with)'
 complete -c llmcli -n '__llmcli_at "similar"' -s h -l help -d 'Show the help and exit'
 
 # llmcli batch
@@ -291,7 +291,7 @@ complete -c llmcli -n '__llmcli_at "models list"' -l endpoint -x -d 'List what a
 complete -c llmcli -n '__llmcli_at "models list"' -s h -l help -d 'Show the help and exit'
 
 # llmcli models show
-complete -c llmcli -n '__llmcli_at "models show"' -s a -l all -d 'Also list every metadata key'
+complete -c llmcli -n '__llmcli_at "models show"' -l all -d 'Also list every metadata key'
 complete -c llmcli -n '__llmcli_at "models show"' -l json -d 'Print one JSON document instead of a table'
 complete -c llmcli -n '__llmcli_at "models show"' -s h -l help -d 'Show the help and exit'
 complete -c llmcli -n '__llmcli_at "models show" 1' -a '(__llmcli_dynamic "models show" ref)' -d 'org/repo[:QUANT][@REV], org/repo/file.gguf, an alias, or a .gguf path'
@@ -302,7 +302,7 @@ complete -c llmcli -n '__llmcli_at "models rm"' -s h -l help -d 'Show the help a
 complete -c llmcli -n '__llmcli_at "models rm" 1+' -a '(__llmcli_dynamic "models rm" refs_)' -d 'Models to remove'
 
 # llmcli models alias
-complete -c llmcli -n '__llmcli_at "models alias"' -s d -l delete -d 'Remove the alias'
+complete -c llmcli -n '__llmcli_at "models alias"' -l delete -d 'Remove the alias'
 complete -c llmcli -n '__llmcli_at "models alias"' -l json -d 'Print one JSON document instead of a table'
 complete -c llmcli -n '__llmcli_at "models alias"' -s h -l help -d 'Show the help and exit'
 complete -c llmcli -n '__llmcli_at "models alias" 2' -a '(__llmcli_dynamic "models alias" ref)' -d 'What it names (any model reference)'
@@ -413,10 +413,12 @@ complete -c llmcli -n '__llmcli_at "logs"' -s q -l query -x -d 'Search prompts, 
 complete -c llmcli -n '__llmcli_at "logs"' -s m -l model -x -a '(__llmcli_dynamic "logs" model)' -d 'Only this model (its reference, or part of it)'
 complete -c llmcli -n '__llmcli_at "logs"' -l since -x -d 'Only entries from this long ago (30m, 12h, 7d, 2w) or since this date (2025-06-01)'
 complete -c llmcli -n '__llmcli_at "logs"' -l cid -x -d 'Only this conversation'
-complete -c llmcli -n '__llmcli_at "logs"' -s n -l count -x -d 'Show at most N entries (0: all)'
+complete -c llmcli -n '__llmcli_at "logs"' -l limit -l count -x -d 'Show at most N entries (0: all)'
 complete -c llmcli -n '__llmcli_at "logs"' -l json -d 'Print one JSON document instead of text'
 complete -c llmcli -n '__llmcli_at "logs"' -l like -x -d 'Rank entries by meaning, the closest to TEXT first (an embedding model: --embed-model or the embed_model setting)'
 complete -c llmcli -n '__llmcli_at "logs"' -l embed-model -x -d 'The embedding model of --like'
+complete -c llmcli -n '__llmcli_at "logs"' -l min-score -x -d 'With --like: only entries scoring S or more (cosine similarity, -1 to 1; default 0.25)'
+complete -c llmcli -n '__llmcli_at "logs"' -l with-batch -d 'With --like: rank batch items too (left out by default: many, alike, and slow to embed)'
 complete -c llmcli -n '__llmcli_at "logs"' -s h -l help -d 'Show the help and exit'
 
 # llmcli logs show

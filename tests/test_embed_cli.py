@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from documents import check
-from embedserver import NOT_COMPLETIONS, embedding_server, vector  # noqa: F401 - a fixture
+from embedserver import NOT_COMPLETIONS, vector
 from ggufgen import write_gguf
 from helpers import run
 

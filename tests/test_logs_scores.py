@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import json
 
-import pytest
 import documents
-from embedserver import embedding_server  # noqa: F401 - a fixture
+import pytest
 from helpers import run
 
 from llmcli.log import writer

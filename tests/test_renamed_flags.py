@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-from embedserver import embedding_server  # noqa: F401 - a fixture
 from ggufgen import write_gguf
 from helpers import run
 
