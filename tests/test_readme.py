@@ -28,6 +28,6 @@ def test_the_readme_says_each_sentence_once():
 
 
 def test_a_repeated_paragraph_is_found():
-    first = "Errors are one line on stderr, whatever went wrong.\nA terminal breaks a long one between words.\n\n"
-    again = "Errors are one line on stderr, whatever went wrong.\n"
-    assert Counter(sentences(first + again)).most_common(1) == [(first.split("\n")[0], 2)]
+    said = "Errors are one line on stderr, whatever went wrong."
+    text = f"{said}\nA terminal breaks a long one between words.\n\n{said}\n"
+    assert Counter(sentences(text)).most_common(1) == [(said, 2)]
