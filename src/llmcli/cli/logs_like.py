@@ -9,7 +9,7 @@ import sqlite3
 from llmcli import render
 from llmcli.errors import UsageError
 
-# The score an entry needs to be shown. Measured with all-MiniLM-L6-v2 (docs/LOGS.md): 12 questions
+# The score an entry needs to be shown. Measured with all-MiniLM-L6-v2's GGUF (docs/LOGS.md): 12 questions
 # against a log of 12 entries, each question's own entry scored 0.30 to 0.83 (median 0.66), the
 # other 132 pairs -0.07 to 0.28 (median 0.05, 95% under 0.19): 0.25 keeps every match and 2 others.
 MIN_SCORE = 0.25
