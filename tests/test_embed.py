@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -256,3 +257,15 @@ def test_a_second_batch_of_stdin_lines_adds_to_a_collection(model, isolated):
     assert "1 embedded, 0 unchanged" in result.stderr
     found = vectors(run("similar", "notes", "--id", "mail/" + sha(cat), "--limit", "1"))
     assert found[0]["id"] == sha(cat) and found[0]["score"] > 0.999
+
+
+def test_a_copy_of_the_model_elsewhere_searches_its_collection(model, isolated, tmp_path):
+    texts = "A man is playing a guitar.\nThe stock market fell sharply today.\n"
+    assert run("embed", "-m", str(model), "--collection", "notes", "--store", input=texts).exit_code == 0
+    copy = tmp_path / "copied" / "minilm-copy.gguf"
+    copy.parent.mkdir()
+    shutil.copyfile(model, copy)  # another file, the same content: the same model (issue 63)
+    matches = vectors(run("similar", "notes", "Someone is strumming a guitar.", "-m", str(copy)))
+    assert matches[0]["content"] == "A man is playing a guitar." and matches[0]["score"] > 0.5
+    result = run("embed", "-m", str(copy), "--collection", "notes", "Cats sleep most of the day.")
+    assert result.exit_code == 0 and "1 embedded, 0 unchanged" in result.stderr
