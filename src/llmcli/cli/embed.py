@@ -214,7 +214,7 @@ def _write(items: list[tuple[str, str]], result: Vectors, output: Path | None, j
             raise LlmcliError(f"cannot write {output}: {exc.strerror or exc}") from None
         render.info(f"{len(items)} vectors of {matrix.shape[1]} dimensions written to {output}")
         return
-    counts = result.counts or [None] * len(items)
+    counts: list[int | None] = [None] * len(items) if result.counts is None else list(result.counts)
     for (id_, _text), row, tokens in zip(items, matrix, counts, strict=True):
         vector = [round(float(x), 7) for x in row]
         if jsonl:
