@@ -58,6 +58,7 @@ def test_related_entries_rank_first_and_only_new_rows_are_embedded(model, isolat
                             "--json").stdout)  # fmt: skip
     assert [e["id"] for e in scored] == [3] and scored[0]["score"] > 0.6  # 0.721 measured, the rest < 0.06
     assert "embedded 8 new texts (0 already indexed)" in result.stderr  # a prompt and an answer each
+    assert "embedding the log's texts (8 texts)" in result.stderr.splitlines()  # its progress (issue 63)
     result, ids = like("rings around a gas giant", "--embed-model", str(model))
     assert ids[0] == 2 and "embedded" not in result.stderr  # nothing new: nothing embedded
     log([("What should I feed a kitten?", "Kitten food, several small meals a day, and fresh water.")])
