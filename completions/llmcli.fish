@@ -26,7 +26,7 @@ end
 # Whether OPTION takes a value at command PATH.
 function __llmcli_takes_value --argument-names path option
     switch "$path/$option"
-        case 'generate/-f' 'generate/--file' 'generate/-m' 'generate/--model' 'generate/--system' 'generate/-c' 'generate/--ctx-size' 'generate/-ngl' 'generate/--gpu-layers' 'generate/--n-gpu-layers' 'generate/-t' 'generate/--threads' 'generate/-b' 'generate/--batch-size' 'generate/-ctk' 'generate/--cache-type-k' 'generate/-ctv' 'generate/--cache-type-v' 'generate/--temperature' 'generate/--temp' 'generate/--top-k' 'generate/--top-p' 'generate/--min-p' 'generate/--repeat-penalty' 'generate/-s' 'generate/--seed' 'generate/-n' 'generate/--max-tokens' 'generate/--stop' 'generate/--grammar-file' 'generate/--json-schema' 'generate/--reasoning-budget' 'generate/--reasoning-budget-message' 'generate/--cid' 'generate/--spec-type' 'generate/--spec-draft-n-max' 'generate/--spec-draft-n-min' 'generate/--spec-ngram-max' 'generate/--spec-ngram-min' 'generate/-md' 'generate/--model-draft' 'generate/--spec-draft-model' 'generate/-ngld' 'generate/--gpu-layers-draft' 'generate/--spec-draft-ngl' 'generate/--n-gpu-layers-draft' 'generate/-cd' 'generate/--ctx-size-draft' 'generate/-ctkd' 'generate/--cache-type-k-draft' 'generate/-ctvd' 'generate/--cache-type-v-draft' 'generate/--functions' 'generate/--tool' 'generate/--mcp' 'generate/--tool-rounds' 'generate/--tool-timeout' 'generate/--prompt-cache' 'generate/-a' 'generate/--attach' 'generate/--mmproj' 'generate/--timeout' 'chat/-m' 'chat/--model' 'chat/--system' 'chat/--session' 'chat/--on-overflow' 'chat/--kv-cache-max-mb' 'chat/-c' 'chat/--ctx-size' 'chat/-ngl' 'chat/--gpu-layers' 'chat/--n-gpu-layers' 'chat/-t' 'chat/--threads' 'chat/-b' 'chat/--batch-size' 'chat/-ctk' 'chat/--cache-type-k' 'chat/-ctv' 'chat/--cache-type-v' 'chat/--temperature' 'chat/--temp' 'chat/--top-k' 'chat/--top-p' 'chat/--min-p' 'chat/--repeat-penalty' 'chat/-s' 'chat/--seed' 'chat/-n' 'chat/--max-tokens' 'chat/--stop' 'chat/--grammar-file' 'chat/--json-schema' 'chat/--reasoning-budget' 'chat/--reasoning-budget-message' 'chat/--cid' 'chat/--spec-type' 'chat/--spec-draft-n-max' 'chat/--spec-draft-n-min' 'chat/--spec-ngram-max' 'chat/--spec-ngram-min' 'chat/-md' 'chat/--model-draft' 'chat/--spec-draft-model' 'chat/-ngld' 'chat/--gpu-layers-draft' 'chat/--spec-draft-ngl' 'chat/--n-gpu-layers-draft' 'chat/-cd' 'chat/--ctx-size-draft' 'chat/-ctkd' 'chat/--cache-type-k-draft' 'chat/-ctvd' 'chat/--cache-type-v-draft' 'chat/--functions' 'chat/--tool' 'chat/--mcp' 'chat/--tool-rounds' 'chat/--tool-timeout' 'chat/-a' 'chat/--attach' 'chat/--mmproj' 'chat/--timeout' 'embed/-m' 'embed/--model' 'embed/-i' 'embed/--input' 'embed/-c' 'embed/--collection' 'embed/--prefix' 'embed/--pooling' 'embed/-o' 'embed/--output' 'embed/-t' 'embed/--threads' 'embed/--batch-tokens' 'similar/--id' 'similar/-n' 'similar/--number' 'similar/-m' 'similar/--model' 'batch/-m' 'batch/--model' 'batch/-n' 'batch/--parallel' 'batch/-o' 'batch/--output' 'batch/--template' 'batch/--system' 'batch/--stop' 'batch/--grammar-file' 'batch/--json-schema' 'batch/--max-tokens' 'batch/--temperature' 'batch/--seed' 'batch/-c' 'batch/--ctx-size' 'batch/-t' 'batch/--threads' 'models list/--endpoint' 'bench/-m' 'bench/--model' 'bench/-p' 'bench/--n-prompt' 'bench/-n' 'bench/--n-gen' 'bench/-pg' 'bench/--pg' 'bench/-d' 'bench/--n-depth' 'bench/-t' 'bench/--threads' 'bench/-ngl' 'bench/--n-gpu-layers' 'bench/-b' 'bench/--batch-size' 'bench/-ub' 'bench/--ubatch-size' 'bench/-fa' 'bench/--flash-attn' 'bench/-ctk' 'bench/--cache-type-k' 'bench/-ctv' 'bench/--cache-type-v' 'bench/--repack' 'bench/-r' 'bench/--repetitions' 'bench/-o' 'bench/--output' 'bench/--scenario' 'bench/--ctx-size' 'bench/--delay' 'bench/--seed' 'bench/-np' 'bench/--parallel' 'bench/--busy' 'bench/--texts' 'bench/--concurrency' 'bench/--requests' 'bench/--request-rate' 'bench/--burstiness' 'bench/--ramp-up' 'bench/--goodput' 'bench/--percentiles' 'bench/--dataset' 'bench/--range-ratio' 'bench/--goodput-target' 'bench/--spec-type' 'bench/--spec-draft-n-max' 'bench/--spec-draft-n-min' 'bench/--spec-ngram-max' 'bench/--spec-ngram-min' 'bench/--spec-adaptive' 'bench/--spec-exact' 'bench/-md' 'bench/--model-draft' 'bench/--spec-draft-model' 'bench/-ngld' 'bench/--gpu-layers-draft' 'bench/--spec-draft-ngl' 'bench/--n-gpu-layers-draft' 'bench/-cd' 'bench/--ctx-size-draft' 'bench/-ctkd' 'bench/--cache-type-k-draft' 'bench/-ctvd' 'bench/--cache-type-v-draft' 'bench/--prompt' 'bench/-f' 'bench/--file' 'bench/--prompt-file' 'bench/--timeout' 'bench compare/--alpha' 'bench compare/-o' 'bench compare/--output' 'bench plot/-o' 'bench plot/--output' 'bench plot/--metric' 'logs/-q' 'logs/--query' 'logs/-m' 'logs/--model' 'logs/--since' 'logs/--cid' 'logs/-n' 'logs/--count' 'logs/--like' 'logs/--embed-model' 'logs rerun/--mmproj' 'logs stats/-m' 'logs stats/--model' 'logs stats/--since' 'logs stats/--plot' 'logs prune/--older-than' 'logs prune/--keep' 'logs prune/--max-mb' 'tools list/--functions' 'tools list/--tool' 'tools list/--mcp'
+        case 'generate/-f' 'generate/--file' 'generate/-m' 'generate/--model' 'generate/--system' 'generate/-c' 'generate/--ctx-size' 'generate/-ngl' 'generate/--gpu-layers' 'generate/--n-gpu-layers' 'generate/-t' 'generate/--threads' 'generate/-b' 'generate/--batch-size' 'generate/-ctk' 'generate/--cache-type-k' 'generate/-ctv' 'generate/--cache-type-v' 'generate/--temperature' 'generate/--temp' 'generate/--top-k' 'generate/--top-p' 'generate/--min-p' 'generate/--repeat-penalty' 'generate/-s' 'generate/--seed' 'generate/-n' 'generate/--max-tokens' 'generate/--stop' 'generate/--grammar-file' 'generate/--json-schema' 'generate/--reasoning-budget' 'generate/--reasoning-budget-message' 'generate/--cid' 'generate/--spec-type' 'generate/--spec-draft-n-max' 'generate/--spec-draft-n-min' 'generate/--spec-ngram-max' 'generate/--spec-ngram-min' 'generate/-md' 'generate/--model-draft' 'generate/--spec-draft-model' 'generate/-ngld' 'generate/--gpu-layers-draft' 'generate/--spec-draft-ngl' 'generate/--n-gpu-layers-draft' 'generate/-cd' 'generate/--ctx-size-draft' 'generate/-ctkd' 'generate/--cache-type-k-draft' 'generate/-ctvd' 'generate/--cache-type-v-draft' 'generate/--functions' 'generate/--tool' 'generate/--mcp' 'generate/--tool-rounds' 'generate/--tool-timeout' 'generate/--prompt-cache' 'generate/-a' 'generate/--attach' 'generate/--mmproj' 'generate/--timeout' 'chat/-m' 'chat/--model' 'chat/--system' 'chat/--session' 'chat/--on-overflow' 'chat/--kv-cache-max-mb' 'chat/-c' 'chat/--ctx-size' 'chat/-ngl' 'chat/--gpu-layers' 'chat/--n-gpu-layers' 'chat/-t' 'chat/--threads' 'chat/-b' 'chat/--batch-size' 'chat/-ctk' 'chat/--cache-type-k' 'chat/-ctv' 'chat/--cache-type-v' 'chat/--temperature' 'chat/--temp' 'chat/--top-k' 'chat/--top-p' 'chat/--min-p' 'chat/--repeat-penalty' 'chat/-s' 'chat/--seed' 'chat/-n' 'chat/--max-tokens' 'chat/--stop' 'chat/--grammar-file' 'chat/--json-schema' 'chat/--reasoning-budget' 'chat/--reasoning-budget-message' 'chat/--cid' 'chat/--spec-type' 'chat/--spec-draft-n-max' 'chat/--spec-draft-n-min' 'chat/--spec-ngram-max' 'chat/--spec-ngram-min' 'chat/-md' 'chat/--model-draft' 'chat/--spec-draft-model' 'chat/-ngld' 'chat/--gpu-layers-draft' 'chat/--spec-draft-ngl' 'chat/--n-gpu-layers-draft' 'chat/-cd' 'chat/--ctx-size-draft' 'chat/-ctkd' 'chat/--cache-type-k-draft' 'chat/-ctvd' 'chat/--cache-type-v-draft' 'chat/--functions' 'chat/--tool' 'chat/--mcp' 'chat/--tool-rounds' 'chat/--tool-timeout' 'chat/-a' 'chat/--attach' 'chat/--mmproj' 'chat/--timeout' 'embed/-m' 'embed/--model' 'embed/-i' 'embed/--input' 'embed/--collection' 'embed/--prefix' 'embed/--pooling' 'embed/-o' 'embed/--output' 'embed/-t' 'embed/--threads' 'embed/--batch-tokens' 'similar/--id' 'similar/--limit' 'similar/--number' 'similar/-m' 'similar/--model' 'batch/-m' 'batch/--model' 'batch/-np' 'batch/--parallel' 'batch/-o' 'batch/--output' 'batch/--template' 'batch/--system' 'batch/-c' 'batch/--ctx-size' 'batch/-ngl' 'batch/--gpu-layers' 'batch/--n-gpu-layers' 'batch/-t' 'batch/--threads' 'batch/-b' 'batch/--batch-size' 'batch/-ctk' 'batch/--cache-type-k' 'batch/-ctv' 'batch/--cache-type-v' 'batch/--temperature' 'batch/--temp' 'batch/--top-k' 'batch/--top-p' 'batch/--min-p' 'batch/--repeat-penalty' 'batch/-s' 'batch/--seed' 'batch/-n' 'batch/--max-tokens' 'batch/--stop' 'batch/--grammar-file' 'batch/--json-schema' 'batch/--reasoning-budget' 'batch/--reasoning-budget-message' 'batch/--timeout' 'models list/--endpoint' 'bench/-m' 'bench/--model' 'bench/-p' 'bench/--n-prompt' 'bench/-n' 'bench/--n-gen' 'bench/-pg' 'bench/--pg' 'bench/-d' 'bench/--n-depth' 'bench/-t' 'bench/--threads' 'bench/-ngl' 'bench/--n-gpu-layers' 'bench/-b' 'bench/--batch-size' 'bench/-ub' 'bench/--ubatch-size' 'bench/-fa' 'bench/--flash-attn' 'bench/-ctk' 'bench/--cache-type-k' 'bench/-ctv' 'bench/--cache-type-v' 'bench/--repack' 'bench/-r' 'bench/--repetitions' 'bench/-o' 'bench/--output' 'bench/--scenario' 'bench/--ctx-size' 'bench/--delay' 'bench/--seed' 'bench/-np' 'bench/--parallel' 'bench/--busy' 'bench/--texts' 'bench/--concurrency' 'bench/--requests' 'bench/--request-rate' 'bench/--burstiness' 'bench/--ramp-up' 'bench/--goodput' 'bench/--percentiles' 'bench/--dataset' 'bench/--range-ratio' 'bench/--goodput-target' 'bench/--spec-type' 'bench/--spec-draft-n-max' 'bench/--spec-draft-n-min' 'bench/--spec-ngram-max' 'bench/--spec-ngram-min' 'bench/--spec-adaptive' 'bench/--spec-exact' 'bench/-md' 'bench/--model-draft' 'bench/--spec-draft-model' 'bench/-ngld' 'bench/--gpu-layers-draft' 'bench/--spec-draft-ngl' 'bench/--n-gpu-layers-draft' 'bench/-cd' 'bench/--ctx-size-draft' 'bench/-ctkd' 'bench/--cache-type-k-draft' 'bench/-ctvd' 'bench/--cache-type-v-draft' 'bench/--prompt' 'bench/-f' 'bench/--file' 'bench/--prompt-file' 'bench/--timeout' 'bench compare/--alpha' 'bench compare/-o' 'bench compare/--output' 'bench plot/-o' 'bench plot/--output' 'bench plot/--metric' 'logs/-q' 'logs/--query' 'logs/-m' 'logs/--model' 'logs/--since' 'logs/--cid' 'logs/--limit' 'logs/--count' 'logs/--like' 'logs/--embed-model' 'logs/--min-score' 'logs rerun/--mmproj' 'logs stats/-m' 'logs stats/--model' 'logs stats/--since' 'logs stats/--plot' 'logs prune/--older-than' 'logs prune/--keep' 'logs prune/--max-mb' 'tools list/--functions' 'tools list/--tool' 'tools list/--mcp'
             return 0
     end
     return 1
@@ -92,7 +92,7 @@ complete -c llmcli -n '__llmcli_at "" 1' -a kv -d 'Saved KV states of chat sessi
 complete -c llmcli -n '__llmcli_at "" 1' -a logs -d 'The conversation log: every generate and chat turn, with its settings and timings'
 complete -c llmcli -n '__llmcli_at "" 1' -a tools -d 'Tools a model may call (--functions, --tool, --mcp): list them with their schemas'
 complete -c llmcli -n '__llmcli_at "" 1' -a config -d 'Show and change the configuration file (flag > LLMCLI_* variable > file > default)'
-complete -c llmcli -n '__llmcli_at "" 1' -a collections -d 'Collections of embeddings (llmcli embed -c NAME): list, rm'
+complete -c llmcli -n '__llmcli_at "" 1' -a collections -d 'Collections of embeddings (llmcli embed --collection NAME): list, rm'
 complete -c llmcli -n '__llmcli_at ""' -s V -l version -d 'Print the version and exit'
 complete -c llmcli -n '__llmcli_at ""' -l debug -d 'Show tracebacks and llama.cpp logs'
 complete -c llmcli -n '__llmcli_at ""' -s q -l quiet -d 'Silence everything on stderr but errors and warnings'
@@ -162,7 +162,7 @@ complete -c llmcli -n '__llmcli_at "generate"' -o h -l help -d 'Show the help an
 
 # llmcli pull
 complete -c llmcli -n '__llmcli_at "pull"' -s l -l list -d 'List the repository\'s GGUF models with sizes and memory fit; download nothing'
-complete -c llmcli -n '__llmcli_at "pull"' -s f -l force -d 'Download again even if already present'
+complete -c llmcli -n '__llmcli_at "pull"' -l force -d 'Download again even if already present'
 complete -c llmcli -n '__llmcli_at "pull"' -l offline -d 'Never touch the network; use only models already downloaded'
 complete -c llmcli -n '__llmcli_at "pull"' -l json -d 'Print the result (or the --list) as JSON'
 complete -c llmcli -n '__llmcli_at "pull"' -s h -l help -d 'Show the help and exit'
@@ -233,16 +233,16 @@ complete -c llmcli -n '__llmcli_at "doctor"' -l offline -d 'Do not check whether
 complete -c llmcli -n '__llmcli_at "doctor"' -s h -l help -d 'Show the help and exit'
 
 # llmcli embed
-complete -c llmcli -n '__llmcli_at "embed"' -s m -l model -x -a '(__llmcli_dynamic "embed" model)' -d 'An embedding GGUF, or a served model (URL, NAME/MODEL)'
+complete -c llmcli -n '__llmcli_at "embed"' -s m -l model -x -a '(__llmcli_dynamic "embed" model)' -d 'An embedding GGUF, or a served model (URL, NAME/MODEL); default: the embed_model setting'
 complete -c llmcli -n '__llmcli_at "embed"' -s i -l input -x -d 'A file (or glob) to embed whole; repeatable'
 complete -c llmcli -n '__llmcli_at "embed"' -l whole -d 'Stdin is one text, not one per line'
-complete -c llmcli -n '__llmcli_at "embed"' -s c -l collection -x -d 'Store the vectors in this collection instead of printing them'
-complete -c llmcli -n '__llmcli_at "embed"' -l store -d 'With -c: keep each text\'s content beside its vector'
+complete -c llmcli -n '__llmcli_at "embed"' -l collection -x -d 'Store the vectors in this collection instead of printing them'
+complete -c llmcli -n '__llmcli_at "embed"' -l store -d 'With --collection: keep each text\'s content beside its vector'
 complete -c llmcli -n '__llmcli_at "embed"' -l prefix -x -d 'Put this before every id (a text\'s id is its content\'s hash)'
 complete -c llmcli -n '__llmcli_at "embed"' -l pooling -x -d 'Override the model\'s pooling: mean, cls or last'
 complete -c llmcli -n '__llmcli_at "embed"' -l normalize -l no-normalize -d 'Scale each vector to length 1 (default on)'
 complete -c llmcli -n '__llmcli_at "embed"' -l truncate -l no-truncate -d 'Cut texts longer than the context (default), or refuse them'
-complete -c llmcli -n '__llmcli_at "embed"' -l jsonl -d 'One JSON object per line: id, tokens, vector'
+complete -c llmcli -n '__llmcli_at "embed"' -l jsonl -d 'One JSON object per line: id, tokens (null for a served model), vector'
 complete -c llmcli -n '__llmcli_at "embed"' -s o -l output -r -F -d 'Write the vectors to FILE.npy (float32, one row per text)'
 complete -c llmcli -n '__llmcli_at "embed"' -s t -l threads -x -d 'CPU threads (default: the physical cores)'
 complete -c llmcli -n '__llmcli_at "embed"' -l batch-tokens -x -d 'Tokens per batch (default: the model\'s context)'
@@ -250,31 +250,49 @@ complete -c llmcli -n '__llmcli_at "embed"' -s h -l help -d 'Show the help and e
 
 # llmcli similar
 complete -c llmcli -n '__llmcli_at "similar"' -l id -x -d 'Search with the vector of this stored id instead'
-complete -c llmcli -n '__llmcli_at "similar"' -s n -l number -x -d 'How many matches to print'
-complete -c llmcli -n '__llmcli_at "similar"' -s m -l model -x -a '(__llmcli_dynamic "similar" model)' -d 'The model (default: the collection\'s own file, if found)'
+complete -c llmcli -n '__llmcli_at "similar"' -l limit -l number -x -d 'How many matches to print'
+complete -c llmcli -n '__llmcli_at "similar"' -s m -l model -x -a '(__llmcli_dynamic "similar" model)' -d 'The model (default: the embed_model setting, else the model the collection was last stored with)'
 complete -c llmcli -n '__llmcli_at "similar"' -s h -l help -d 'Show the help and exit'
 
 # llmcli batch
-complete -c llmcli -n '__llmcli_at "batch"' -s m -l model -x -a '(__llmcli_dynamic "batch" model)' -d 'A GGUF model, or a served model (URL, NAME/MODEL)'
-complete -c llmcli -n '__llmcli_at "batch"' -s n -l parallel -x -d 'Sequences (or requests) at once: a number, or auto'
-complete -c llmcli -n '__llmcli_at "batch"' -s o -l output -r -F -d 'Append each finished line to FILE; a rerun skips the ids in it'
+complete -c llmcli -n '__llmcli_at "batch"' -o m -l model -x -a '(__llmcli_dynamic "batch" model)' -d 'Model: a .gguf path, org/repo[:QUANT][@REV], org/repo/file.gguf, or an alias'
+complete -c llmcli -n '__llmcli_at "batch"' -o np -l parallel -x -d 'Sequences (or requests) at once: a number, or auto'
+complete -c llmcli -n '__llmcli_at "batch"' -o o -l output -r -F -d 'Append each finished line to FILE; a rerun skips the ids in it'
 complete -c llmcli -n '__llmcli_at "batch"' -l overwrite -d 'With -o: start FILE again'
 complete -c llmcli -n '__llmcli_at "batch"' -l unordered -d 'Write items as they finish'
 complete -c llmcli -n '__llmcli_at "batch"' -l text -d 'Print each answer\'s text, not JSON lines'
 complete -c llmcli -n '__llmcli_at "batch"' -l skip-bad -d 'Skip input lines that cannot be read'
 complete -c llmcli -n '__llmcli_at "batch"' -l each -d 'Each INPUT file (or glob) is one prompt; its id is its path'
 complete -c llmcli -n '__llmcli_at "batch"' -l template -x -d 'Put each prompt into this text: {content}, and with --each {name} and {path}, e.g'
-complete -c llmcli -n '__llmcli_at "batch"' -l system -x -d 'System prompt for every item'
-complete -c llmcli -n '__llmcli_at "batch"' -l stop -x -d 'Stop an answer where this text appears (repeatable; an item may say)'
-complete -c llmcli -n '__llmcli_at "batch"' -l grammar-file -r -F -d 'Constrain every answer with a GBNF grammar (an item may say)'
-complete -c llmcli -n '__llmcli_at "batch"' -l json-schema -r -F -d 'Every answer JSON matching this schema, a file or inline JSON (an item\'s response_format may say)'
-complete -c llmcli -n '__llmcli_at "batch"' -l max-tokens -x -d 'Tokens per answer at most (an item may say)'
-complete -c llmcli -n '__llmcli_at "batch"' -l temperature -x -d 'Sampling temperature (an item may say)'
-complete -c llmcli -n '__llmcli_at "batch"' -l seed -x -d 'Seed of every item (an item may say)'
-complete -c llmcli -n '__llmcli_at "batch"' -s c -l ctx-size -x -d 'Context tokens of each sequence'
-complete -c llmcli -n '__llmcli_at "batch"' -s t -l threads -x -d 'CPU threads'
-complete -c llmcli -n '__llmcli_at "batch"' -l log -l no-log -d 'Write each item to the conversation log, under the batch\'s id (default: config `log`, on)'
-complete -c llmcli -n '__llmcli_at "batch"' -s h -l help -d 'Show the help and exit'
+complete -c llmcli -n '__llmcli_at "batch"' -l system -x -d 'System prompt for every item (an item\'s own messages may have one)'
+complete -c llmcli -n '__llmcli_at "batch"' -l raw -d 'Plain text completion: no chat template'
+complete -c llmcli -n '__llmcli_at "batch"' -l fallback-template -d 'Use the architecture\'s fallback turn format even for a base model (one with no chat template and no instruct fine-tune), which otherwise gets plain continuation (generate) or is refused (chat)'
+complete -c llmcli -n '__llmcli_at "batch"' -o c -l ctx-size -x -d 'Context size in tokens (default: the model\'s trained context, capped at 4096; rounded up to 256)'
+complete -c llmcli -n '__llmcli_at "batch"' -o ngl -l gpu-layers -l n-gpu-layers -x -d 'Layers to offload to the GPU (default: all when this build can offload, else 0)'
+complete -c llmcli -n '__llmcli_at "batch"' -o t -l threads -x -d 'CPU threads, fixed (default: adaptive, up to the physical cores; see doctor)'
+complete -c llmcli -n '__llmcli_at "batch"' -o b -l batch-size -x -d 'Prompt tokens evaluated per batch (default 512)'
+complete -c llmcli -n '__llmcli_at "batch"' -o fa -l flash-attn -o nfa -l no-flash-attn -d 'Flash attention (default: auto, on where the backend supports it)'
+complete -c llmcli -n '__llmcli_at "batch"' -l repack -l no-repack -d 'Repack weights for the CPU\'s matmul kernels, llama.cpp\'s extra buffer types (default: on, except where llama.cpp would use its AMX kernels; see doctor)'
+complete -c llmcli -n '__llmcli_at "batch"' -o ctk -l cache-type-k -x -a 'f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1' -d 'KV cache type of the keys: f16 (default), f32, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1'
+complete -c llmcli -n '__llmcli_at "batch"' -o ctv -l cache-type-v -x -a 'f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1' -d 'KV cache type of the values, as -ctk (default f16); a quantized type needs flash attention'
+complete -c llmcli -n '__llmcli_at "batch"' -l temperature -l temp -x -d 'Sampling temperature; 0 is greedy (default 0.8)'
+complete -c llmcli -n '__llmcli_at "batch"' -l top-k -x -d 'Top-k; 0 disables (default 40)'
+complete -c llmcli -n '__llmcli_at "batch"' -l top-p -x -d 'Nucleus sampling, in (0, 1] (default 0.95)'
+complete -c llmcli -n '__llmcli_at "batch"' -l min-p -x -d 'Min-p, in [0, 1] (default 0.05)'
+complete -c llmcli -n '__llmcli_at "batch"' -l repeat-penalty -x -d 'Repetition penalty; 1.0 disables (default 1.0)'
+complete -c llmcli -n '__llmcli_at "batch"' -o s -l seed -x -d 'Random seed; the same seed and settings give the same text (default: random, and reported)'
+complete -c llmcli -n '__llmcli_at "batch"' -o n -l max-tokens -x -d 'Generate at most N tokens; 0 means until the end or a full context (default 512)'
+complete -c llmcli -n '__llmcli_at "batch"' -l stop -x -d 'Stop when this text appears (not included in the output); repeatable'
+complete -c llmcli -n '__llmcli_at "batch"' -l grammar-file -r -F -d 'Constrain the output with a GBNF grammar file'
+complete -c llmcli -n '__llmcli_at "batch"' -l json-schema -r -F -d 'Constrain the output to JSON matching this schema (a file or inline JSON)'
+complete -c llmcli -n '__llmcli_at "batch"' -l think -l no-think -d 'A reasoning model\'s thinking, on or off through its template\'s switch (enable_thinking; a served model\'s server gets it as chat_template_kwargs)'
+complete -c llmcli -n '__llmcli_at "batch"' -l reasoning-budget -x -d 'A reasoning model\'s budget in tokens: once spent, its block is closed for it and the answer follows (0: no thinking; -1: no limit)'
+complete -c llmcli -n '__llmcli_at "batch"' -l reasoning-budget-message -x -d 'Text written into the reasoning before the closing tag a spent --reasoning-budget forces (for example "Time to answer.")'
+complete -c llmcli -n '__llmcli_at "batch"' -l log -l no-log -d 'Write this request (each chat turn) to the conversation log, or not (default: config `log`, on; see `llmcli logs`)'
+complete -c llmcli -n '__llmcli_at "batch"' -l timeout -x -d 'A served model: seconds its server may stay silent (connecting, or mid-stream) before the request fails as stalled (default 120)'
+complete -c llmcli -n '__llmcli_at "batch"' -l offline -d 'Never touch the network; use only models already downloaded'
+complete -c llmcli -n '__llmcli_at "batch"' -l force -d 'Load even when the weights and KV cache look too big for the free memory'
+complete -c llmcli -n '__llmcli_at "batch"' -o h -l help -d 'Show the help and exit'
 
 # llmcli models
 complete -c llmcli -n '__llmcli_at "models" 1' -a list -d 'List downloaded models: name, quantization, size, architecture, parameters, context, source'
@@ -291,7 +309,7 @@ complete -c llmcli -n '__llmcli_at "models list"' -l endpoint -x -d 'List what a
 complete -c llmcli -n '__llmcli_at "models list"' -s h -l help -d 'Show the help and exit'
 
 # llmcli models show
-complete -c llmcli -n '__llmcli_at "models show"' -s a -l all -d 'Also list every metadata key'
+complete -c llmcli -n '__llmcli_at "models show"' -l all -d 'Also list every metadata key'
 complete -c llmcli -n '__llmcli_at "models show"' -l json -d 'Print one JSON document instead of a table'
 complete -c llmcli -n '__llmcli_at "models show"' -s h -l help -d 'Show the help and exit'
 complete -c llmcli -n '__llmcli_at "models show" 1' -a '(__llmcli_dynamic "models show" ref)' -d 'org/repo[:QUANT][@REV], org/repo/file.gguf, an alias, or a .gguf path'
@@ -302,7 +320,7 @@ complete -c llmcli -n '__llmcli_at "models rm"' -s h -l help -d 'Show the help a
 complete -c llmcli -n '__llmcli_at "models rm" 1+' -a '(__llmcli_dynamic "models rm" refs_)' -d 'Models to remove'
 
 # llmcli models alias
-complete -c llmcli -n '__llmcli_at "models alias"' -s d -l delete -d 'Remove the alias'
+complete -c llmcli -n '__llmcli_at "models alias"' -l delete -d 'Remove the alias'
 complete -c llmcli -n '__llmcli_at "models alias"' -l json -d 'Print one JSON document instead of a table'
 complete -c llmcli -n '__llmcli_at "models alias"' -s h -l help -d 'Show the help and exit'
 complete -c llmcli -n '__llmcli_at "models alias" 2' -a '(__llmcli_dynamic "models alias" ref)' -d 'What it names (any model reference)'
@@ -413,10 +431,12 @@ complete -c llmcli -n '__llmcli_at "logs"' -s q -l query -x -d 'Search prompts, 
 complete -c llmcli -n '__llmcli_at "logs"' -s m -l model -x -a '(__llmcli_dynamic "logs" model)' -d 'Only this model (its reference, or part of it)'
 complete -c llmcli -n '__llmcli_at "logs"' -l since -x -d 'Only entries from this long ago (30m, 12h, 7d, 2w) or since this date (2025-06-01)'
 complete -c llmcli -n '__llmcli_at "logs"' -l cid -x -d 'Only this conversation'
-complete -c llmcli -n '__llmcli_at "logs"' -s n -l count -x -d 'Show at most N entries (0: all)'
+complete -c llmcli -n '__llmcli_at "logs"' -l limit -l count -x -d 'Show at most N entries (0: all)'
 complete -c llmcli -n '__llmcli_at "logs"' -l json -d 'Print one JSON document instead of text'
 complete -c llmcli -n '__llmcli_at "logs"' -l like -x -d 'Rank entries by meaning, the closest to TEXT first (an embedding model: --embed-model or the embed_model setting)'
 complete -c llmcli -n '__llmcli_at "logs"' -l embed-model -x -d 'The embedding model of --like'
+complete -c llmcli -n '__llmcli_at "logs"' -l min-score -x -d 'With --like: only entries scoring S or more (cosine similarity, -1 to 1; default 0.25)'
+complete -c llmcli -n '__llmcli_at "logs"' -l with-batch -d 'With --like: rank batch items too (left out by default: many, alike, and slow to embed)'
 complete -c llmcli -n '__llmcli_at "logs"' -s h -l help -d 'Show the help and exit'
 
 # llmcli logs show

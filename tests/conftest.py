@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from embedserver import embedding_server  # noqa: F401 - a fixture
 from helpers import use_engine
 from servers import fault_server, llama_server, python_server, vllm_server  # noqa: F401 - fixtures
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -96,6 +97,7 @@ def test_outputs_jsonl_and_npy(model, isolated, tmp_path):
     result = run("embed", "-m", str(model), "--jsonl", input="first line\nsecond line\n")
     lines = [check(d, "embed/line") for d in vectors(result)]
     assert [d["id"] for d in lines] == [sha("first line"), sha("second line")]
+    assert [d["tokens"] for d in lines] == [4, 4]  # [CLS] first line [SEP]
     assert all(len(d["vector"]) == 384 for d in lines)
     out = tmp_path / "v.npy"
     files = [tmp_path / "a.txt", tmp_path / "b.txt"]
@@ -126,7 +128,7 @@ def test_long_texts_truncated_once_or_refused(model, isolated):
         ((), "", "no text"),
         (("",), None, "empty"),
         ((), b"fine\n\xff\xfe broken\n", "line 2 is not valid UTF-8"),
-        ((), "a\n\nb\n", "line 2 is empty"),
+        ((), "\n \n", "every line on stdin was blank"),  # a blank line among others is skipped (issue 63)
         (("--pooling", "max", "x"), None, "--pooling"),
     ],
 )
@@ -155,11 +157,11 @@ def test_the_wrong_kind_of_model_is_refused(model, isolated):
 
 def test_collections_store_search_and_skip_unchanged(model, isolated):
     texts = "A man is playing a guitar.\nThe stock market fell sharply today.\nCats sleep most of the day.\n"
-    result = run("embed", "-m", str(model), "-c", "notes", "--store", input=texts)
+    result = run("embed", "-m", str(model), "--collection", "notes", "--store", input=texts)
     assert result.exit_code == 0 and result.stdout == "" and "3 embedded" in result.stderr
-    result = run("embed", "-m", str(model), "-c", "notes", "--store", input=texts)
+    result = run("embed", "-m", str(model), "--collection", "notes", "--store", input=texts)
     assert "0 embedded, 3 unchanged" in result.stderr
-    result = run("similar", "notes", "Someone is strumming a guitar.", "-n", "2")
+    result = run("similar", "notes", "Someone is strumming a guitar.", "--limit", "2")
     matches = [check(m, "embed/match") for m in vectors(result)]
     assert [m["id"] for m in matches][0] == sha("A man is playing a guitar.") and len(matches) == 2
     assert matches[0]["content"] == "A man is playing a guitar." and matches[0]["score"] > matches[1]["score"]
@@ -174,17 +176,18 @@ def test_collections_store_search_and_skip_unchanged(model, isolated):
 
 
 def test_another_model_is_refused_by_a_collection(model, isolated, tmp_path):
-    assert run("embed", "-m", str(model), "-c", "notes", "hello").exit_code == 0
+    assert run("embed", "-m", str(model), "--collection", "notes", "hello").exit_code == 0
     copy = tmp_path / "other.gguf"
     os.symlink(model, copy)
-    result = run("embed", "-m", str(copy), "-c", "notes", "other")
+    result = run("embed", "-m", str(copy), "--collection", "notes", "other")
     if Path(copy).resolve() == Path(model).resolve():  # the same file under another name: the same model
         assert result.exit_code == 0
     from llmcli.embed import collections as store
 
     with store.connect() as db:
-        db.execute("UPDATE collections SET model = 'some-other-model.gguf'")
-    result = run("embed", "-m", str(model), "-c", "notes", "again")
+        # another model is another content hash (issue 63: a collection keys its model by content)
+        db.execute("UPDATE collections SET model = 'some-other-model.gguf', model_id = 'sha256:0'")
+    result = run("embed", "-m", str(model), "--collection", "notes", "again")
     assert result.exit_code == 2 and "some-other-model.gguf" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
@@ -222,7 +225,7 @@ def test_a_killed_writer_leaves_what_was_stored_and_readers_read_on(model, isola
         # a concurrent reader, mid-write: sees the committed rows, never the open transaction's
         listed = json.loads(run("collections", "list", "--json").stdout)["collections"]
         assert listed == [{"name": "big", "model": "m.gguf", "dimensions": 384, "items": 10}]
-        found = run("similar", "big", "--id", "3", "-n", "100")
+        found = run("similar", "big", "--id", "3", "--limit", "100")
         assert found.exit_code == 0, found.stderr
         assert sorted(m["id"] for m in vectors(found)) == [str(i) for i in range(10) if i != 3]
     finally:
@@ -233,23 +236,36 @@ def test_a_killed_writer_leaves_what_was_stored_and_readers_read_on(model, isola
     assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     assert db.execute("SELECT count(*) FROM embeddings").fetchone() == (10,)
     db.close()
-    assert run("embed", "-m", str(model), "-c", "more", "still writable").exit_code == 0
+    assert run("embed", "-m", str(model), "--collection", "more", "still writable").exit_code == 0
 
 
 def test_a_second_batch_of_stdin_lines_adds_to_a_collection(model, isolated):
     first = "A man is playing a guitar.\nThe stock market fell sharply today.\n"
     second = "Cats sleep most of the day.\nA man is playing a guitar.\nCats sleep most of the day.\n"
-    assert "2 embedded" in run("embed", "-m", str(model), "-c", "notes", "--store", input=first).stderr
-    result = run("embed", "-m", str(model), "-c", "notes", "--store", input=second)
+    stored = run("embed", "-m", str(model), "--collection", "notes", "--store", input=first)
+    assert "2 embedded" in stored.stderr
+    result = run("embed", "-m", str(model), "--collection", "notes", "--store", input=second)
     # the guitar line is known by its content: unchanged; the repeated cat line is embedded once
     assert result.exit_code == 0 and "1 embedded, 1 unchanged" in result.stderr
     listed = json.loads(run("collections", "list", "--json").stdout)["collections"]
     assert listed[0]["items"] == 3
-    matches = vectors(run("similar", "notes", "a sleepy kitten", "-n", "3"))
+    matches = vectors(run("similar", "notes", "a sleepy kitten", "--limit", "3"))
     cat = "Cats sleep most of the day."
     assert matches[0]["content"] == cat and matches[0]["id"] == sha(cat)
     # --prefix keeps sources apart: the same line under another prefix is another item
-    result = run("embed", "-m", str(model), "-c", "notes", "--prefix", "mail/", input=cat + "\n")
+    result = run("embed", "-m", str(model), "--collection", "notes", "--prefix", "mail/", input=cat + "\n")
     assert "1 embedded, 0 unchanged" in result.stderr
-    found = vectors(run("similar", "notes", "--id", "mail/" + sha(cat), "-n", "1"))
+    found = vectors(run("similar", "notes", "--id", "mail/" + sha(cat), "--limit", "1"))
     assert found[0]["id"] == sha(cat) and found[0]["score"] > 0.999
+
+
+def test_a_copy_of_the_model_elsewhere_searches_its_collection(model, isolated, tmp_path):
+    texts = "A man is playing a guitar.\nThe stock market fell sharply today.\n"
+    assert run("embed", "-m", str(model), "--collection", "notes", "--store", input=texts).exit_code == 0
+    copy = tmp_path / "copied" / "minilm-copy.gguf"
+    copy.parent.mkdir()
+    shutil.copyfile(model, copy)  # another file, the same content: the same model (issue 63)
+    matches = vectors(run("similar", "notes", "Someone is strumming a guitar.", "-m", str(copy)))
+    assert matches[0]["content"] == "A man is playing a guitar." and matches[0]["score"] > 0.5
+    result = run("embed", "-m", str(copy), "--collection", "notes", "Cats sleep most of the day.")
+    assert result.exit_code == 0 and "1 embedded, 0 unchanged" in result.stderr

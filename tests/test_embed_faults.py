@@ -47,11 +47,12 @@ def one_line(result, code: int = 2) -> str:
 
 
 def test_a_real_embed_killed_at_any_moment_keeps_the_earlier_rows(model, isolated):
-    assert run("embed", "-m", str(model), "-c", "notes", "--store", input=FIRST).exit_code == 0
+    assert run("embed", "-m", str(model), "--collection", "notes", "--store", input=FIRST).exit_code == 0
     before = stored()
     many = "".join(f"Sentence number {i} about the weather on day {i}.\n" for i in range(3000))
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    cmd = [sys.executable, "-m", "llmcli", "embed", "-m", str(model), "-c", "notes", "--store", "-t", "1"]
+    cmd = [sys.executable, "-m", "llmcli", "embed", "-m", str(model), "--collection", "notes", "--store",
+           "-t", "1"]  # fmt: skip
     writer = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)  # fmt: skip
     assert writer.stdin is not None
@@ -63,7 +64,7 @@ def test_a_real_embed_killed_at_any_moment_keeps_the_earlier_rows(model, isolate
     after = stored()
     assert {k: after[k] for k in before} == before  # the earlier rows, whole
     assert len(after) in (len(before), len(before) + 3000)  # the killed write: all of it or none
-    result = run("embed", "-m", str(model), "-c", "notes", "--store", input=FIRST)
+    result = run("embed", "-m", str(model), "--collection", "notes", "--store", input=FIRST)
     assert result.exit_code == 0 and "0 embedded, 3 unchanged" in result.stderr
 
 
@@ -71,28 +72,29 @@ def test_a_real_embed_killed_at_any_moment_keeps_the_earlier_rows(model, isolate
     ("args", "stdin", "says"),
     [
         ((), b"Good line.\n\xff\xfe broken\n", "line 2 is not valid UTF-8"),
-        ((), b"Good line.\n\nAnother.\n", "line 2 is empty"),
+        ((), b"\n \n", "every line on stdin was blank"),  # a blank line among others is skipped (issue 63)
         (("Good text.", " "), None, "text 2 is empty"),
         (("--no-truncate", "word " * 3000), None, "512"),
     ],
 )
 def test_bad_input_into_a_collection_stores_nothing_and_loses_nothing(model, isolated, args, stdin, says):
-    assert run("embed", "-m", str(model), "-c", "notes", "--store", input=FIRST).exit_code == 0
+    assert run("embed", "-m", str(model), "--collection", "notes", "--store", input=FIRST).exit_code == 0
     before = stored()
-    result = run("embed", "-m", str(model), "-c", "notes", "--store", *args, input=stdin)
+    result = run("embed", "-m", str(model), "--collection", "notes", "--store", *args, input=stdin)
     assert result.exit_code in (2, 4) and result.stdout == ""  # 4: longer than the context
     assert len(result.stderr.strip().splitlines()) == 1 and says in result.stderr
     assert stored() == before  # not even the good texts of the refused batch
 
 
 def test_a_ten_megabyte_line_goes_into_a_collection(model, isolated):
-    result = run("embed", "-m", str(model), "-c", "notes", input="word " * 2_000_000 + "\nCats sleep.\n")
+    long = "word " * 2_000_000 + "\nCats sleep.\n"
+    result = run("embed", "-m", str(model), "--collection", "notes", input=long)
     assert result.exit_code == 0 and "2 embedded" in result.stderr
     assert len(stored()) == 2
 
 
 def test_unknown_collections_and_ids_are_one_line(model, isolated):
-    assert run("embed", "-m", str(model), "-c", "notes", "--store", input=FIRST).exit_code == 0
+    assert run("embed", "-m", str(model), "--collection", "notes", "--store", input=FIRST).exit_code == 0
     before = stored()
     assert "no collection named 'nope' (collections: notes)" in one_line(run("similar", "nope", "x"))
     assert "no collection named 'nope'" in one_line(run("collections", "rm", "nope"))
@@ -110,7 +112,7 @@ def test_a_damaged_database_is_one_line_and_left_as_it_was(model, isolated):
     path.write_bytes(garbage)
     for args, stdin in [
         (("collections", "list"), None),
-        (("embed", "-m", str(model), "-c", "notes"), FIRST),
+        (("embed", "-m", str(model), "--collection", "notes"), FIRST),
         (("similar", "notes", "a guitar"), None),
         (("collections", "rm", "notes"), None),
     ]:

@@ -45,6 +45,15 @@ def test_served_vectors_agree_with_local_ones(server, isolated):
     assert cosines.min() >= 0.999, cosines
 
 
+def test_generate_against_the_embeddings_only_server_is_its_refusal_not_the_network(server, isolated):
+    _, running = server
+    result = run("generate", "-m", running.url, "hi")
+    assert result.exit_code == 1 and result.stdout == ""  # not 6: the network worked (issue 63)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("llmcli: ")]
+    assert len(errors) == 1 and "request refused" in errors[0] and "HTTP 500" in errors[0], result.stderr
+    assert "network" not in errors[0]
+
+
 @pytest.fixture(scope="module")
 def vllm_embedder(tmp_path_factory):
     """vLLM (its CPU build, tests/vllm_tools.py) serving all-MiniLM-L6-v2's Hugging Face folder, the

@@ -75,7 +75,9 @@ def test_a_server_that_takes_no_images_is_a_refusal_in_its_words():
     said = "image input is not supported - hint: if this is unexpected, you may need to provide the mmproj"
     error = refusal(500, said, "http://x/v1/chat/completions", "none")
     assert error.exit_code == ExitCode.ERROR and said in error.one_line() and "\n" not in error.one_line()
-    assert refusal(500, "something else", "u", "none").exit_code == ExitCode.NETWORK
+    # any server error in its own words is a refusal (exit 1) since issue 63; a gateway's is the network's
+    assert refusal(500, "something else", "u", "none").exit_code == ExitCode.ERROR
+    assert refusal(502, "something else", "u", "none").exit_code == ExitCode.NETWORK
 
 
 # -- a real llama-server --mmproj -----------------------------------------------------------------

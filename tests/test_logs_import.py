@@ -91,7 +91,7 @@ def test_import_what_llm_wrote(tmp_path, isolated, fake):
         "generate", "And a third?", "--cid", first["conversation_id"], "-m", os.environ["LLMCLI_MODEL"]
     )
     assert cont.exit_code == 0, cont.stderr
-    last = json.loads(run("logs", "--json", "-n", "1").stdout)[0]
+    last = json.loads(run("logs", "--json", "--limit", "1").stdout)[0]
     assert last["conversation_id"] == first["conversation_id"] and len(last["messages"]) == 6
 
 

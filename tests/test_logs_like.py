@@ -51,9 +51,14 @@ def like(*args: str):
 
 def test_related_entries_rank_first_and_only_new_rows_are_embedded(model, isolated):
     log(TOPICS)
-    result, ids = like("undo a commit in version control", "--embed-model", str(model))
+    # every entry, scored (--min-score -1); by default only those of 0.25 or more (issue 63)
+    result, ids = like("undo a commit in version control", "--embed-model", str(model), "--min-score", "-1")
     assert ids[0] == 3 and sorted(ids) == [1, 2, 3, 4]
+    scored = json.loads(run("logs", "--like", "undo a commit in version control", "--embed-model", str(model),
+                            "--json").stdout)  # fmt: skip
+    assert [e["id"] for e in scored] == [3] and scored[0]["score"] > 0.6  # 0.721 measured, the rest < 0.06
     assert "embedded 8 new texts (0 already indexed)" in result.stderr  # a prompt and an answer each
+    assert "embedding the log's texts (8 texts)" in result.stderr.splitlines()  # its progress (issue 63)
     result, ids = like("rings around a gas giant", "--embed-model", str(model))
     assert ids[0] == 2 and "embedded" not in result.stderr  # nothing new: nothing embedded
     log([("What should I feed a kitten?", "Kitten food, several small meals a day, and fresh water.")])
@@ -65,9 +70,9 @@ def test_related_entries_rank_first_and_only_new_rows_are_embedded(model, isolat
     result, ids = like("caring for a young cat")
     assert ids[0] == 5 and "embedded 2 new texts (8 already indexed)" in result.stderr
     # beside the other filters: -q narrows by full text, -n cuts, and the order stays by meaning
-    _, ids = like("baking", "-q", "HEAD")
+    _, ids = like("baking", "-q", "HEAD", "--min-score", "-1")
     assert ids == [3]
-    _, ids = like("a sore back", "-n", "2")
+    _, ids = like("a sore back", "--limit", "2", "--min-score", "-1")
     assert len(ids) == 2 and ids[0] == 4
 
 
@@ -75,7 +80,7 @@ def test_pruned_entries_leave_the_index(model, isolated):
     log(TOPICS)
     like("bread", "--embed-model", str(model))
     assert run("logs", "prune", "--keep", "2").exit_code == 0
-    result, ids = like("bread", "--embed-model", str(model))
+    result, ids = like("bread", "--embed-model", str(model), "--min-score", "-1")
     assert sorted(ids) == [3, 4] and "embedded" not in result.stderr
     from llmcli.embed import collections as store
     from llmcli.embed.log_index import COLLECTION

@@ -28,7 +28,7 @@ FIXED = ("-t", "2", "-c", "2048", "--fallback-template")
 
 
 def entries(env) -> list[dict]:
-    result = llmcli("logs", "--json", "-n", "0", env=env, check=True)
+    result = llmcli("logs", "--json", "--limit", "0", env=env, check=True)
     return json.loads(result.stdout)[::-1]  # oldest first
 
 
@@ -58,7 +58,7 @@ def test_generate_and_chat_write_rows_and_a_rerun_is_identical(env, isolated):
 def test_rerun_says_where_another_seed_departs(env, isolated):
     llmcli("generate", "Write a list of ten animals:", *FIXED, "-n", "24", "--temperature", "1.5",
            "--seed", "1", env=env, check=True)  # fmt: skip
-    llmcli("logs", "-n", "1", env=env, check=True)  # moves the one-shot's waiting row into the database
+    llmcli("logs", "--limit", "1", env=env, check=True)  # moves the one-shot's waiting row into the database
     db = sqlite3.connect(isolated / "data" / "logs.db")
     params = json.loads(db.execute("SELECT params FROM responses").fetchone()[0])
     db.execute("UPDATE responses SET seed = 2, params = ?", (json.dumps({**params, "seed": 2}),))

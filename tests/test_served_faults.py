@@ -295,6 +295,20 @@ def test_404_on_the_request(fault_server):
     assert "HTTP 404" in one_error_line(result.stderr) and "model gone" in result.stderr
 
 
+def test_a_server_error_in_its_own_words_is_a_refusal_not_the_network(fault_server):
+    # llama-server started with --embeddings, asked for a completion, answers 500 and says why
+    said = "This server does not support completions. Start it without `--embeddings`"
+    fault_server.state.behaviour = Behaviour(mode="status", status=500, failures=-1, message=said)
+    result = run("generate", "-m", fault_server.ref, "hi")
+    assert result.exit_code == 1 and result.stdout == ""
+    line = one_error_line(result.stderr)
+    assert "request refused" in line and "HTTP 500" in line and said in line and "network" not in line
+    # a gateway that could not reach the server is the network's fault: exit 6
+    fault_server.state.behaviour = Behaviour(mode="status", status=502, failures=-1, message="upstream down")
+    result = run("generate", "-m", fault_server.ref, "hi")
+    assert result.exit_code == 6 and "HTTP 502" in one_error_line(result.stderr)
+
+
 def test_a_context_overflow_reported_by_the_server(fault_server):
     too_long = "the request exceeds the available context size"
     fault_server.state.behaviour = Behaviour(mode="status", status=400, failures=-1, message=too_long)

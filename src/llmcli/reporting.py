@@ -17,10 +17,11 @@ from contextlib import contextmanager
 
 
 class Task:
-    """One file being transferred or hashed; a renderer's subclass draws it as it moves."""
+    """One file being transferred or hashed (`unit` "bytes"), or a count of things being worked
+    through (`unit` names them: "texts"); a renderer's subclass draws it as it moves."""
 
-    def __init__(self, name: str, total: int, done: int, verb: str) -> None:
-        self.name, self.total, self.done, self.verb = name, total, done, verb
+    def __init__(self, name: str, total: int, done: int, verb: str, unit: str = "bytes") -> None:
+        self.name, self.total, self.done, self.verb, self.unit = name, total, done, verb, unit
         self.started = time.monotonic()
         self.start_done = done
 
@@ -35,8 +36,9 @@ class Progress:
     """The tasks of one pull, verify or check; this base one reports nothing."""
 
     @contextmanager
-    def task(self, name: str, total: int, *, done: int = 0, verb: str = "downloading") -> Iterator[Task]:
-        yield Task(name, total, done, verb)
+    def task(self, name: str, total: int, *, done: int = 0, verb: str = "downloading",
+             unit: str = "bytes") -> Iterator[Task]:  # fmt: skip
+        yield Task(name, total, done, verb, unit)
 
 
 class Reporter:

@@ -26,8 +26,8 @@ SETTINGS: dict[str, Setting] = {
     s.key: s
     for s in [
         Setting("model", str, "", "Default model reference (empty: the bundled SmolLM2-135M-Instruct)."),
-        Setting("embed_model", str, "", "Embedding model for logs --like and bench --scenario embed (a "
-                "reference like model; empty: none)."),
+        Setting("embed_model", str, "", "Embedding model for embed, similar, logs --like and bench "
+                "--scenario embed (a reference like model; empty: none)."),
         Setting(
             "ctx_size",
             int,

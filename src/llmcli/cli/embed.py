@@ -6,12 +6,15 @@ from __future__ import annotations
 import glob
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from llmcli import render
-from llmcli.errors import UsageError
+from llmcli.errors import LlmcliError, UsageError
+
+if TYPE_CHECKING:
+    from llmcli.embed.runs import Vectors
 
 POOLINGS = ("mean", "cls", "last")
 MAX_LINE_BYTES = 64 << 20  # one text on stdin longer than this is refused rather than held in memory
@@ -27,7 +30,8 @@ def text_id(text: str) -> str:
 
 
 def _stdin_texts(whole: bool) -> list[tuple[str, str]]:
-    """(id, text) from stdin: one text per line, or all of it as one; ids are content hashes."""
+    """(id, text) from stdin: one text per line, or all of it as one; ids are content hashes. A
+    blank line is skipped, as `batch` skips one, and how many were is said in one line."""
     data = sys.stdin.buffer.read()
     if whole:
         try:
@@ -35,7 +39,7 @@ def _stdin_texts(whole: bool) -> list[tuple[str, str]]:
             return [(text_id(text), text)]
         except UnicodeDecodeError as exc:
             raise UsageError(f"stdin is not valid UTF-8 (byte {exc.start})") from None
-    out = []
+    out, blank = [], 0
     for n, line in enumerate(data.splitlines(), 1):
         if len(line) > MAX_LINE_BYTES:
             raise UsageError(f"stdin line {n} is {len(line)} bytes, more than {MAX_LINE_BYTES} a text may be")
@@ -44,8 +48,13 @@ def _stdin_texts(whole: bool) -> list[tuple[str, str]]:
         except UnicodeDecodeError as exc:
             raise UsageError(f"stdin line {n} is not valid UTF-8 (byte {exc.start})") from None
         if not text.strip():
-            raise UsageError(f"stdin line {n} is empty: there is nothing to embed")
+            blank += 1
+            continue
         out.append((text_id(text), text))
+    if blank and not out:
+        raise UsageError("no text to embed: every line on stdin was blank")
+    if blank:
+        render.info(f"{blank} blank line{'s' if blank != 1 else ''} skipped")
     return out
 
 
@@ -87,7 +96,12 @@ def embed(
         list[str] | None, typer.Argument(help="Texts to embed (else -i FILE, else stdin).")
     ] = None,
     model: Annotated[
-        str, typer.Option("--model", "-m", help="An embedding GGUF, or a served model (URL, NAME/MODEL).")
+        str,
+        typer.Option(
+            "--model",
+            "-m",
+            help="An embedding GGUF, or a served model (URL, NAME/MODEL); default: the embed_model setting.",
+        ),
     ] = "",
     inputs: Annotated[
         list[str] | None, typer.Option("--input", "-i", help="A file (or glob) to embed whole; repeatable.")
@@ -95,12 +109,10 @@ def embed(
     whole: Annotated[bool, typer.Option("--whole", help="Stdin is one text, not one per line.")] = False,
     collection: Annotated[
         str | None,
-        typer.Option(
-            "--collection", "-c", help="Store the vectors in this collection instead of printing them."
-        ),
+        typer.Option("--collection", help="Store the vectors in this collection instead of printing them."),
     ] = None,
     keep: Annotated[
-        bool, typer.Option("--store", help="With -c: keep each text's content beside its vector.")
+        bool, typer.Option("--store", help="With --collection: keep each text's content beside its vector.")
     ] = False,
     prefix: Annotated[
         str, typer.Option("--prefix", help="Put this before every id (a text's id is its content's hash).")
@@ -118,7 +130,10 @@ def embed(
         ),
     ] = True,
     jsonl: Annotated[
-        bool, typer.Option("--jsonl", help="One JSON object per line: id, tokens, vector.")
+        bool,
+        typer.Option(
+            "--jsonl", help="One JSON object per line: id, tokens (null for a served model), vector."
+        ),
     ] = False,
     output: Annotated[
         Path | None,
@@ -136,7 +151,10 @@ def embed(
 
     Example: llmcli embed -m all-minilm.gguf "A man is playing a guitar."
     """
-    _check(model, pooling, output)
+    from llmcli.cli.embed_store import default_model
+
+    model = default_model(model)
+    _check(model, pooling, output, collection, jsonl)
     items = gather(texts or [], inputs or [], whole, prefix)
     from llmcli.embed.runs import Model
 
@@ -149,31 +167,58 @@ def embed(
         result = engine.embed([t for _, t in items], truncate=truncate, normalize=normalize)
     finally:
         engine.close()
-    _write(items, result.matrix, output, jsonl)
+    _write(items, result, output, jsonl)
 
 
-def _check(model: str, pooling: str | None, output: Path | None) -> None:
+def _check(model: str, pooling: str | None, output: Path | None, collection: str | None, jsonl: bool) -> None:
     """The flags that can be refused before anything is read or loaded."""
     if not model:
-        raise UsageError("embed needs an embedding model: -m FILE.gguf or a served model")
+        raise UsageError("embed needs an embedding model: -m FILE.gguf, a served model, or the embed_model "
+                         "setting (llmcli config set embed_model FILE.gguf)")  # fmt: skip
     if pooling is not None and pooling not in POOLINGS:
         raise UsageError(f"--pooling is one of {', '.join(POOLINGS)}, not {pooling!r}")
-    if output is not None and output.suffix != ".npy":
+    if collection is not None and (jsonl or output is not None):
+        # a collection embeds only what is new or changed: there would be no vectors to print for
+        # the rest, and vectors read back from it would not be this run's
+        taken = "--jsonl" if jsonl else "-o"
+        raise UsageError(f"--collection stores the vectors instead of printing them: it takes no {taken} "
+                         f"(llmcli similar {collection} --id ID finds a stored one)")  # fmt: skip
+    if output is not None:
+        _check_output(output)
+
+
+def _check_output(output: Path) -> None:
+    """-o FILE.npy where it can be written, said before any text is embedded."""
+    import os
+
+    if output.suffix != ".npy":
         raise UsageError(f"-o writes a .npy file, not {output.name}")
+    folder = output.parent
+    if output.is_dir():
+        raise UsageError(f"-o {output} is a folder: give a file name ending in .npy")
+    if not folder.is_dir():
+        raise UsageError(f"-o {output}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (output.exists() and not os.access(output, os.W_OK)):
+        raise UsageError(f"-o {output}: cannot write there (permission denied)")
 
 
-def _write(items: list[tuple[str, str]], matrix, output: Path | None, jsonl: bool) -> None:
+def _write(items: list[tuple[str, str]], result: Vectors, output: Path | None, jsonl: bool) -> None:
     """The vectors: a .npy file (`output`), or one JSON array (`jsonl`: object) per text on stdout."""
+    matrix = result.matrix
     if output is not None:
         import numpy as np
 
-        np.save(output, matrix)
+        try:
+            np.save(output, matrix)
+        except OSError as exc:
+            raise LlmcliError(f"cannot write {output}: {exc.strerror or exc}") from None
         render.info(f"{len(items)} vectors of {matrix.shape[1]} dimensions written to {output}")
         return
-    for (id_, _text), row in zip(items, matrix, strict=True):
+    counts: list[int | None] = [None] * len(items) if result.counts is None else list(result.counts)
+    for (id_, _text), row, tokens in zip(items, matrix, counts, strict=True):
         vector = [round(float(x), 7) for x in row]
         if jsonl:
-            render.out_json({"id": id_, "vector": vector}, schema="embed/line", line=True)
+            render.out_json({"id": id_, "tokens": tokens, "vector": vector}, schema="embed/line", line=True)
         else:
             render.out_json(vector, schema="embed/vector", line=True)
 

@@ -1,5 +1,6 @@
-"""Collections from the command line: `embed -c NAME` (store), `similar NAME TEXT` (search),
-`collections list|rm` (llmcli.embed.collections)."""
+"""Collections from the command line: `embed --collection NAME` (store), `similar NAME TEXT`
+(search), `collections list|rm` (llmcli.embed.collections). A collection knows its model by what
+it is (llmcli.embed.identity), not where it is: a copy of the GGUF elsewhere searches it too."""
 
 from __future__ import annotations
 
@@ -15,10 +16,18 @@ if TYPE_CHECKING:
 
 collections_app = typer.Typer(
     name="collections",
-    help="Collections of embeddings (llmcli embed -c NAME): list, rm.",
+    help="Collections of embeddings (llmcli embed --collection NAME): list, rm.",
     no_args_is_help=True,
     rich_markup_mode=None,
 )
+
+
+def default_model(flag: str | None) -> str:
+    """The embedding model: -m, else the `embed_model` setting (LLMCLI_EMBED_MODEL, the config
+    file), as `logs --like` takes it."""
+    from llmcli import settings
+
+    return str(settings.resolve("embed_model", flag or None) or "")
 
 
 def embed_into(engine: Model, name: str, items: list[tuple[str, str]], *, keep: bool, truncate: bool,
@@ -30,7 +39,11 @@ def embed_into(engine: Model, name: str, items: list[tuple[str, str]], *, keep: 
     with store.connect() as db:
         found = store.get(db, name)
         if found is not None:
-            store.check_model(found, engine.name)
+            model_id = store.check_model(db, found, engine)
+        else:
+            from llmcli.embed import identity
+
+            model_id = identity.of_model(db, engine)
         # one row per id: a text given twice (the same hash, so the same id) is embedded once
         hashed = list({id_: (id_, text, content_hash(text)) for id_, text in items}.values())
         same = store.unchanged(db, name, [(i, h) for i, _, h in hashed]) if found else set()
@@ -41,7 +54,9 @@ def embed_into(engine: Model, name: str, items: list[tuple[str, str]], *, keep: 
                 (i, h, t if keep else None, row.tobytes())
                 for (i, t, h), row in zip(todo, result.matrix, strict=True)
             ]
-            store.store(db, name, engine.name, rows, int(result.matrix.shape[1]))
+            dimensions = int(result.matrix.shape[1])
+            store.check_dimensions(found, dimensions)
+            store.store(db, name, engine.name, rows, dimensions, model_id=model_id)
         render.info(f"collection {name}: {len(todo)} embedded, {len(same)} unchanged")
 
 
@@ -51,14 +66,22 @@ def similar(
     id_: Annotated[
         str | None, typer.Option("--id", help="Search with the vector of this stored id instead.")
     ] = None,
-    number: Annotated[int, typer.Option("--number", "-n", min=1, help="How many matches to print.")] = 10,
+    number: Annotated[
+        int, typer.Option("--limit", "--number", min=1, metavar="N", help="How many matches to print.")
+    ] = 10,
     model: Annotated[
-        str, typer.Option("--model", "-m", help="The model (default: the collection's own file, if found).")
+        str,
+        typer.Option(
+            "--model",
+            "-m",
+            help="The model (default: the embed_model setting, else the model the "
+            "collection was last stored with).",
+        ),
     ] = "",
 ) -> None:
     """The stored items closest in meaning to TEXT, best first: one JSON object per line.
 
-    Example: llmcli similar notes "how do I undo a commit" -n 5 -m all-minilm.gguf
+    Example: llmcli similar notes "how do I undo a commit" --limit 5 -m all-minilm.gguf
     """
     from llmcli.embed import collections as store
 
@@ -69,22 +92,25 @@ def similar(
         if id_ is not None:
             query = store.vector_of(db, name, id_)
         else:
-            query = _query_vector(found, model, text or "")
+            query = _query_vector(db, found, model, text or "")
         matches = store.rank(db, name, query, number, skip=id_)
     for match in matches:
         render.out_json(match, schema="embed/match", line=True)
 
 
-def _query_vector(found, model: str, text: str):
+def _query_vector(db, found, model: str, text: str):
+    """TEXT's vector by the model of -m, else of the embed_model setting, else the collection's."""
     from llmcli.embed import collections as store
     from llmcli.embed.runs import Model
 
-    engine = Model(model or found.model, debug=render.debug())
+    engine = Model(default_model(model) or found.model, debug=render.debug())
     try:
-        store.check_model(found, engine.name)
-        return engine.embed([text]).matrix[0]
+        store.check_model(db, found, engine)
+        query = engine.embed([text]).matrix[0]
     finally:
         engine.close()
+    store.check_dimensions(found, int(query.shape[0]))
+    return query
 
 
 @collections_app.command("list")

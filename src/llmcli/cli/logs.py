@@ -51,35 +51,45 @@ def logs(
     cid: Annotated[
         str | None, typer.Option("--cid", help="Only this conversation.", show_default=False)
     ] = None,
-    count: Annotated[int, typer.Option("--count", "-n", help="Show at most N entries (0: all).", min=0)] = 10,
+    count: Annotated[
+        int, typer.Option("--limit", "--count", help="Show at most N entries (0: all).", min=0, metavar="N")
+    ] = 10,
     as_json: AsJson = False,
     like: Annotated[str | None, typer.Option("--like", metavar="TEXT", show_default=False,
                     help="Rank entries by meaning, the closest to TEXT first (an embedding model: "
                     "--embed-model or the embed_model setting).")] = None,
     embed_model: Annotated[str | None, typer.Option("--embed-model", metavar="MODEL", show_default=False,
                            envvar="LLMCLI_EMBED_MODEL", help="The embedding model of --like.")] = None,
+    min_score: Annotated[float | None, typer.Option("--min-score", metavar="S", show_default=False,
+                         help="With --like: only entries scoring S or more (cosine similarity, -1 to 1; "
+                         "default 0.25).")] = None,
+    with_batch: Annotated[bool, typer.Option("--with-batch", help="With --like: rank batch items too (left "
+                          "out by default: many, alike, and slow to embed).")] = False,
 ) -> None:
     """The conversation log: every generate and chat turn, with its settings and timings. Alone:
     the recent entries (the newest last); -q searches them, best match first.
 
-    Example: llmcli logs -q "binary search" -m gemma -n 5
+    Example: llmcli logs -q "binary search" -m gemma --limit 5
     """
     if ctx.invoked_subcommand is not None:
         return
     from llmcli.log import queries
 
-    if like is not None or embed_model is not None:
+    scores: dict[int, float] = {}
+    if like is not None or embed_model is not None or min_score is not None or with_batch:
         from llmcli.cli.logs_like import check
 
         source = ctx.get_parameter_source("embed_model")
-        check(like, embed_model, source is not None and source.name == "COMMANDLINE")  # not the env var
+        check(like, embed_model, source is not None and source.name == "COMMANDLINE",  # not the env var
+              min_score, with_batch)  # fmt: skip
     db = queries.reader()
     try:
         if like is not None:
-            from llmcli.cli.logs_like import search
+            from llmcli.cli.logs_like import MIN_SCORE, search
 
-            rows = search(db, like, embed_model, query=query, model=model, since=parse_since(since), cid=cid,
-                          limit=count or None)  # fmt: skip
+            rows, scores = search(db, like, embed_model, query=query, model=model, since=parse_since(since),
+                                  cid=cid, limit=count or None, with_batch=with_batch,
+                                  min_score=MIN_SCORE if min_score is None else min_score)  # fmt: skip
         else:
             rows = queries.select(db, query=query, model=model, since=parse_since(since), cid=cid,
                                   limit=count or None)  # fmt: skip
@@ -94,19 +104,22 @@ def logs(
     finally:
         db.close()
     if as_json:
-        render.out_json([queries.as_json(r) for r in rows], schema="logs/entries")
+        render.out_json([{**queries.as_json(r), **({"score": scores[r["id"]]} if like is not None else {})}
+                         for r in rows], schema="logs/entries")  # fmt: skip
         return
     if not rows:
         render.info("no log entries" + (" match" if query or model or since or cid or like else " yet"))
         return
-    render.out_text("".join(_entry(r) for r in reversed(rows)))  # oldest first: the newest ends on screen
+    # oldest first (the newest ends on screen); by meaning, the best match last, as -q's
+    render.out_text("".join(_entry(r, scores.get(r["id"])) for r in reversed(rows)))
 
 
-def _entry(r) -> str:
+def _entry(r, score: float | None = None) -> str:
     from llmcli.render.tables import printable
 
     head = (f"#{r['id']}  {_when(r['created'])}  {r['model']}  cid {r['conversation_id']}"
-            f"{'  ' + r['finish_reason'] if r['finish_reason'] not in (None, 'stop') else ''}")  # fmt: skip
+            f"{'  ' + r['finish_reason'] if r['finish_reason'] not in (None, 'stop') else ''}"
+            f"{f'  score {score:.2f}' if score is not None else ''}")  # fmt: skip
     seed = f"  seed {r['seed']}" if r["seed"] is not None else ""
     speed = f"  {r['decode_tps']:.1f} tok/s" if r["decode_tps"] else ""
     return (f"{head}{seed}{speed}\n  > {printable(_clip(r['prompt']))}\n"
@@ -342,13 +355,14 @@ def stats(
 ) -> None:
     """Prefill and decode speed per model and prompt length, from the log: median and spread
     (quartiles), with a bar chart of the medians. A prefill served mostly from the KV cache is
-    left out of the prefill figures (it measures the cache, not the model).
+    left out of the prefill figures (it measures the cache, not the model), and batch items of
+    the figures (each decoded beside others: its speed is a share of the batch's).
 
     Example: llmcli logs stats -m gemma --since 30d --plot speeds.png
     """
     from llmcli.errors import UsageError
     from llmcli.log.queries import reader
-    from llmcli.log.stats import speeds
+    from llmcli.log.stats import batch_items, speeds
 
     if plot == "-" and as_json:
         raise UsageError("--plot - draws on stdout, where --json prints: choose one, or --plot FILE")
@@ -358,9 +372,15 @@ def stats(
         draw.check_format(Path(plot))
     db = reader()
     try:
-        groups = speeds(db, model=model, since=parse_since(since))
+        when = parse_since(since)
+        groups = speeds(db, model=model, since=when)
+        batched = batch_items(db, model=model, since=when)
     finally:
         db.close()
+    if batched:
+        items = f"{batched} batch item{'s' if batched != 1 else ''}"
+        render.info(f"{items} left out: each decoded beside others, so its speed is a share of the "
+                    "batch's (llmcli batch's summary says its throughput)")  # fmt: skip
     if plot is not None and groups:
         _plot_speeds(groups, plot)
     if as_json:

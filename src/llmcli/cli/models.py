@@ -136,7 +136,7 @@ def _model_row(info: dict[str, Any]) -> list[str]:
 @models_app.command("show")
 def show(
     ref: Ref,
-    all_keys: Annotated[bool, typer.Option("--all", "-a", help="Also list every metadata key.")] = False,
+    all_keys: Annotated[bool, typer.Option("--all", help="Also list every metadata key.")] = False,
     as_json: Json = False,
 ) -> None:
     """Show a downloaded model's metadata, read from its GGUF header (weights are not loaded).
@@ -272,7 +272,7 @@ def alias(
         str | None,
         typer.Argument(metavar="REF", help="What it names (any model reference).", show_default=False),
     ] = None,
-    delete: Annotated[bool, typer.Option("--delete", "-d", help="Remove the alias.")] = False,
+    delete: Annotated[bool, typer.Option("--delete", help="Remove the alias.")] = False,
     as_json: Json = False,
 ) -> None:
     """Name a model: `alias NAME REF` sets, `alias NAME` shows, `alias` lists, `--delete` removes.

@@ -34,7 +34,7 @@ def pull(
         ),
     ] = False,
     force: Annotated[
-        bool, typer.Option("--force", "-f", help="Download again even if already present.")
+        bool, typer.Option("--force", help="Download again even if already present.")
     ] = False,
     offline: o.Offline = False,
     as_json: Annotated[

@@ -24,6 +24,8 @@ from llmcli.errors import LlmcliError, UsageError
 if TYPE_CHECKING:
     import numpy as np
 
+    from llmcli.embed.runs import Model
+
 FILE = "embeddings.db"
 BUSY_TIMEOUT_MS = 5000
 
@@ -32,7 +34,8 @@ CREATE TABLE IF NOT EXISTS collections (
     name TEXT PRIMARY KEY,
     model TEXT NOT NULL,
     dimensions INTEGER NOT NULL,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    model_id TEXT
 );
 CREATE TABLE IF NOT EXISTS embeddings (
     collection TEXT NOT NULL REFERENCES collections(name) ON DELETE CASCADE,
@@ -43,12 +46,18 @@ CREATE TABLE IF NOT EXISTS embeddings (
     updated REAL NOT NULL,
     PRIMARY KEY (collection, id)
 );
+CREATE TABLE IF NOT EXISTS file_hashes (
+    path TEXT PRIMARY KEY,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    sha256 TEXT NOT NULL
+);
 """
 
 
 _LIST = (
     "SELECT c.name, c.model, c.dimensions,"
-    " (SELECT count(*) FROM embeddings e WHERE e.collection = c.name) FROM collections c"
+    " (SELECT count(*) FROM embeddings e WHERE e.collection = c.name), c.model_id FROM collections c"
 )
 _PUT = (
     "INSERT OR REPLACE INTO embeddings (collection, id, content_hash, content, vector, updated)"
@@ -63,9 +72,10 @@ class UnknownCollection(UsageError):
 @dataclass
 class Collection:
     name: str
-    model: str
+    model: str  # the model last used, as a person reads it: a file's path, a served reference
     dimensions: int
     count: int
+    model_id: str | None = None  # what the model is (llmcli.embed.identity); None: not known yet
 
 
 def db_path() -> Path:
@@ -87,12 +97,20 @@ def connect(path: Path | None = None) -> Iterator[sqlite3.Connection]:
         db.execute("PRAGMA foreign_keys = ON")
         db.execute("PRAGMA journal_mode = WAL")
         db.executescript(_SCHEMA)
+        _migrate(db)
         yield db
     except sqlite3.DatabaseError as exc:
         raise LlmcliError(f"the embeddings database {path} is damaged or locked: {exc}",
                           hint="move it aside to start afresh") from None  # fmt: skip
     finally:
         db.close()
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """A database from before model identities: the column, filled in on first use."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(collections)")}
+    if "model_id" not in columns:
+        db.execute("ALTER TABLE collections ADD COLUMN model_id TEXT")
 
 
 def get(db: sqlite3.Connection, name: str) -> Collection | None:
@@ -113,11 +131,26 @@ def listing(db: sqlite3.Connection) -> list[Collection]:
     return [Collection(*r) for r in rows]
 
 
-def check_model(found: Collection, model: str) -> None:
-    if found.model != model:
-        raise UsageError(f"collection {found.name!r} was embedded with {found.model}, not {model}: "
-                         "vectors of two models do not compare",
+def check_model(db: sqlite3.Connection, found: Collection, model: Model) -> str:
+    """`model`'s identity, when it is the model that made `found`'s vectors; else one line. A copy
+    of the same GGUF elsewhere, or the same served model on another server, is the same model."""
+    from llmcli.embed import identity
+
+    mine = identity.of_model(db, model)
+    theirs = identity.of_collection(db, found.name, found.model, found.model_id, model)
+    if theirs != mine:
+        changed = " (the file's content has changed since)" if found.model == model.name else ""
+        raise UsageError(f"collection {found.name!r} was embedded with {found.model}{changed}, not "
+                         f"{model.name}: vectors of two models do not compare",
                          hint=f"-m {found.model}, or another collection")  # fmt: skip
+    return mine
+
+
+def check_dimensions(found: Collection | None, dimensions: int) -> None:
+    """Vectors of another length than the collection's: another model under the same name."""
+    if found is not None and found.dimensions != dimensions:
+        raise UsageError(f"collection {found.name!r} holds vectors of {found.dimensions} dimensions, and "
+                         f"this model makes {dimensions}: vectors of two models do not compare")  # fmt: skip
 
 
 def unchanged(db: sqlite3.Connection, name: str, items: list[tuple[str, str]]) -> set[str]:
@@ -129,13 +162,17 @@ def unchanged(db: sqlite3.Connection, name: str, items: list[tuple[str, str]]) -
 
 
 def store(db: sqlite3.Connection, name: str, model: str, rows: list[tuple[str, str, str | None, bytes]],
-          dimensions: int) -> None:  # fmt: skip
-    """Write (id, hash, content, vector) rows in one transaction, the collection created if new."""
+          dimensions: int, *, model_id: str | None = None) -> None:  # fmt: skip
+    """Write (id, hash, content, vector) rows in one transaction, the collection created if new;
+    `model` (how the model reads: the one to load by default) and `model_id` (what it is,
+    llmcli.embed.identity) are the collection's from now on."""
     now = time.time()
     db.execute("BEGIN IMMEDIATE")
     try:
-        db.execute("INSERT OR IGNORE INTO collections (name, model, dimensions, created) VALUES (?, ?, ?, ?)",
-                   (name, model, dimensions, now))  # fmt: skip
+        db.execute("INSERT OR IGNORE INTO collections (name, model, dimensions, created, model_id)"
+                   " VALUES (?, ?, ?, ?, ?)", (name, model, dimensions, now, model_id))  # fmt: skip
+        db.execute("UPDATE collections SET model = ?, model_id = coalesce(?, model_id) WHERE name = ?",
+                   (model, model_id, name))  # fmt: skip
         db.executemany(_PUT, [(name, *r, now) for r in rows])
         db.execute("COMMIT")
     except BaseException:

@@ -28,6 +28,7 @@ class Vectors:
     matrix: np.ndarray
     tokens: int
     truncated: int
+    counts: list[int] | None = None  # each text's tokens as embedded (None: a server counts a request's)
 
 
 class Model:
@@ -64,8 +65,8 @@ class Model:
 
     @property
     def name(self) -> str:
-        """How a collection remembers the model: a local file by its absolute path, a served one
-        by its reference."""
+        """The model as a person reads it: a local file's absolute path, a served one's reference
+        (a collection keys its model by content, llmcli.embed.identity; this is what it shows)."""
         return str(self.local.path.resolve()) if self.local is not None else self.ref
 
     def embed(self, texts: list[str], *, truncate: bool = True, normalize: bool = True) -> Vectors:
@@ -74,18 +75,20 @@ class Model:
         for i, text in enumerate(texts):
             if not text.strip():
                 raise UsageError(f"text {i + 1} is empty: there is nothing to embed")
+        counts: list[int] | None = None
         if self.served is not None:
             rows, tokens = self.served.embed(texts)
             truncated = 0
         else:
             seqs, truncated = self._tokens(texts, truncate)
             rows = self.local.embed(seqs) if self.local is not None else []
-            tokens = sum(len(s) for s in seqs)
+            counts = [len(s) for s in seqs]
+            tokens = sum(counts)
         matrix: np.ndarray = np.asarray(rows, dtype=np.float32).reshape(len(texts), -1)
         if normalize:
             norms = np.linalg.norm(matrix, axis=1, keepdims=True)
             matrix = (matrix / np.where(norms == 0, 1, norms)).astype(np.float32)
-        return Vectors(matrix, tokens, truncated)
+        return Vectors(matrix, tokens, truncated, counts)
 
     def _tokens(self, texts: list[str], truncate: bool) -> tuple[list[list[int]], int]:
         assert self.local is not None

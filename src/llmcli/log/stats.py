@@ -1,5 +1,9 @@
 """Speed over time for `llmcli logs stats`: per model and prompt-length bucket, the prefill and
-decode speeds the log's rows measured."""
+decode speeds the log's rows measured.
+
+Batch items (`llmcli batch`, command "batch") are left out: each decoded beside up to -np others,
+so its per-sequence speed is a share of the batch's throughput, not the model's speed on one
+request, and mixed in it would drag a model's figures down. `batch_items` counts those left out."""
 
 from __future__ import annotations
 
@@ -20,12 +24,8 @@ def bucket(prompt_tokens: int | None) -> str:
     return f"{BUCKETS[-1]}+"
 
 
-def speeds(db: sqlite3.Connection, *, model: str | None = None, since: float | None = None) -> list[dict]:
-    """Per model and prompt-length bucket: the prefill and decode speeds of its rows (tokens/s),
-    their median, quartiles and count, oldest row's time to newest."""
-    import statistics
-
-    where = ["error IS NULL", "command != 'import'"]
+def _filters(model: str | None, since: float | None) -> tuple[list[str], list[Any]]:
+    where = ["error IS NULL"]
     args: list[Any] = []
     if model:
         where.append("(model = ? OR model LIKE ?)")
@@ -33,6 +33,23 @@ def speeds(db: sqlite3.Connection, *, model: str | None = None, since: float | N
     if since is not None:
         where.append("created >= ?")
         args.append(since)
+    return where, args
+
+
+def batch_items(db: sqlite3.Connection, *, model: str | None = None, since: float | None = None) -> int:
+    """How many batch items the same filters select: left out of `speeds`."""
+    where, args = _filters(model, since)
+    sql = "SELECT count(*) FROM responses WHERE command = 'batch' AND " + " AND ".join(where)
+    return int(db.execute(sql, args).fetchone()[0])
+
+
+def speeds(db: sqlite3.Connection, *, model: str | None = None, since: float | None = None) -> list[dict]:
+    """Per model and prompt-length bucket: the prefill and decode speeds of its rows (tokens/s),
+    their median, quartiles and count, oldest row's time to newest; batch items left out."""
+    import statistics
+
+    where, args = _filters(model, since)
+    where += ["command != 'import'", "command != 'batch'"]
     rows = db.execute(
         "SELECT model, prompt_tokens, cached_tokens, prefill_tps, decode_tps, created FROM responses WHERE "
         + " AND ".join(where) + " ORDER BY id", args

@@ -41,10 +41,11 @@ class LineProgress(Progress):
     """A line when each file starts and one when it ends."""
 
     @contextmanager
-    def task(self, name: str, total: int, *, done: int = 0, verb: str = "downloading") -> Iterator[Task]:
-        task = Task(name, total, done, verb)
-        resumed = f", resuming at {human_size(done)}" if done else ""
-        render.info(f"{verb} {name} ({human_size(total)}{resumed})")
+    def task(self, name: str, total: int, *, done: int = 0, verb: str = "downloading",
+             unit: str = "bytes") -> Iterator[Task]:  # fmt: skip
+        task = Task(name, total, done, verb, unit)
+        resumed = f", resuming at {_amount(done, unit)}" if done else ""
+        render.info(f"{verb} {name} ({_amount(total, unit)}{resumed})")
         yield task
         render.info(_summary(task))
 
@@ -53,7 +54,8 @@ class _BarTask(Task):
     def __init__(self, bar: Any, *args: Any) -> None:
         super().__init__(*args)
         self.bar = bar
-        self.task_id = bar.add_task(f"{self.verb} {self.name}", total=self.total, completed=self.done)
+        self.task_id = bar.add_task(f"{self.verb} {self.name}", total=self.total, completed=self.done,
+                                    unit=self.unit)  # fmt: skip
 
     def advance(self, n: int) -> None:
         super().advance(n)
@@ -71,13 +73,21 @@ class BarProgress(Progress):
         self.bar = bar
 
     @contextmanager
-    def task(self, name: str, total: int, *, done: int = 0, verb: str = "downloading") -> Iterator[Task]:
-        yield _BarTask(self.bar, name, total, done, verb)
+    def task(self, name: str, total: int, *, done: int = 0, verb: str = "downloading",
+             unit: str = "bytes") -> Iterator[Task]:  # fmt: skip
+        yield _BarTask(self.bar, name, total, done, verb, unit)
+
+
+def _amount(n: float, unit: str) -> str:
+    """Bytes as a size (1.2 MB), anything else counted (3,258 texts)."""
+    return human_size(n) if unit == "bytes" else f"{int(n):,} {unit}"
 
 
 def _summary(task: Task) -> str:
     elapsed = max(time.monotonic() - task.started, 1e-6)
     moved = task.done - task.start_done
+    if task.unit != "bytes":
+        return f"  {task.name}: {moved:,} {task.unit} in {elapsed:.1f}s ({moved / elapsed:.1f} {task.unit}/s)"
     return f"  {task.name}: {human_size(moved)} in {elapsed:.1f}s ({human_size(moved / elapsed)}/s)"
 
 
@@ -89,17 +99,33 @@ def _rich_bar():
     from rich.progress import (
         BarColumn,
         DownloadColumn,
+        ProgressColumn,
         TextColumn,
         TimeRemainingColumn,
         TransferSpeedColumn,
     )
     from rich.progress import Progress as RichProgress
+    from rich.text import Text
+
+    class ByUnit(ProgressColumn):
+        """Bytes as Rich draws a download; a count as done/total and its rate."""
+
+        def __init__(self, bytes_column: ProgressColumn, counted: str) -> None:
+            super().__init__()
+            self.bytes_column, self.counted = bytes_column, counted
+
+        def render(self, task):
+            unit = task.fields.get("unit", "bytes")
+            if unit == "bytes":
+                return self.bytes_column.render(task)
+            return Text(self.counted.format(done=int(task.completed), total=int(task.total or 0), unit=unit,
+                                            speed=task.speed or 0.0), style="progress.download")  # fmt: skip
 
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
+        ByUnit(DownloadColumn(), "{done:,}/{total:,} {unit}"),
+        ByUnit(TransferSpeedColumn(), "{speed:.1f} {unit}/s"),
         TimeRemainingColumn(),
     )
     return RichProgress(*columns, console=render.err_console(), transient=False)

@@ -1,5 +1,6 @@
 """How a server's faults become one error each: an HTTP error status (`refusal`: 401/403 with where
-the key came from, never the key; 404; 429/503 after the retries; a context overflow, exit 4) and a
+the key came from, never the key; 404; 429/503 after the retries; a context overflow, exit 4; any
+other status the server's refusal in its own words, exit 1; 502/504 a gateway's, exit 6) and a
 transport failure (`transport_error`: connection refused, DNS, TLS, a stall, a closed connection).
 `retry_after` reads the Retry-After header the client waits by."""
 
@@ -80,9 +81,8 @@ _CONTEXT_WORDS = (
 )
 
 
-# what a server says when its model takes no images (llama-server without --mmproj answers 500)
-_NO_IMAGES_WORDS = ("image input is not supported", "not a multimodal model", "does not support image",
-                    "mmproj")  # fmt: skip
+# a proxy in front of the server that could not reach it, or gave up waiting: the network's fault
+_GATEWAY = (502, 504)
 
 
 def refusal(status: int, message: str, url: str, key_source: str, *, retried: int = 0) -> LlmcliError:
@@ -107,11 +107,11 @@ def refusal(status: int, message: str, url: str, key_source: str, *, retried: in
         return ContextOverflowError(
             f"the server refused the prompt{said}", hint="shorten the prompt or the history"
         )
-    if any(w in message.lower() for w in _NO_IMAGES_WORDS):  # the server's own words, whatever its status
-        return RequestRefusedError(f"{url}: HTTP {status} ({reason(status)}){said}")
-    if 400 <= status < 500:
-        return RequestRefusedError(f"{url}: HTTP {status} ({reason(status)}){said}")
-    return NetworkError(f"{url}: HTTP {status} ({reason(status)}){said}")
+    if status in _GATEWAY:
+        return NetworkError(f"{url}: HTTP {status} ({reason(status)}){said}")
+    # the server answered and refused the request in its own words, whatever the status (llama-server
+    # --embeddings asked for a completion, or without --mmproj for an image, answers 500): exit 1
+    return RequestRefusedError(f"{url}: HTTP {status} ({reason(status)}){said}")
 
 
 def short(exc: BaseException) -> str:
