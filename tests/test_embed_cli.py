@@ -130,8 +130,11 @@ def test_similar_takes_the_embed_model_setting_flag_over_env_over_config(embeddi
 class BagOfWords:
     """Stands in for llama.cpp's embedding context (llmcli.engine.embedding.LlamaEmbedder)."""
 
+    tokenizes = True  # the contract's Embedder that tokenizes here
+
     def __init__(self, path, *, pooling=None, threads=None, batch_tokens=None, debug=False) -> None:
         self.path, self.n_ctx, self.pooling = Path(path), 512, pooling or "mean"
+        self.ref = str(path)
         self.words: list[str] = []
 
     def tokenize(self, text: str) -> list[int]:

@@ -522,6 +522,20 @@ class Many(Protocol):
         ...
 
 
+class Embedder(Protocol):
+    """An embedding model, as `loader.load_embedder` hands it out: a local embedding context
+    (engine/embedding.py) or a server's `/v1/embeddings` (served/embeddings.py). `tokenizes`: texts
+    are tokenized here (counted, cut to the context or refused by it: `tokenize`, `fit`, `embed` of
+    token sequences); else the server takes the texts (`embed` of texts) and counts them itself."""
+
+    ref: str
+    pooling: str
+    n_ctx: int  # 0: the server's
+    tokenizes: bool
+
+    def close(self) -> None: ...
+
+
 class Measured(Protocol):
     """What `Engine.calibrate` measured (engine/exact.py's cost table), for `--debug` to show."""
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llmcli import reporting
-from llmcli.contract import Engine, EngineOptions, Many
+from llmcli.contract import Embedder, Engine, EngineOptions, Many
 
 EngineFactory = Callable[[Path, EngineOptions, bool], Engine]
 
@@ -282,3 +282,40 @@ def respond_many(loaded: Loaded, parallel: int | None, items: int) -> Many:
     if loaded.path is not None and engine.can.parallel:
         room = batch_room(loaded.path, engine.options, engine.n_ctx)
     return engine.respond_many(parallel, items=items, room=room)
+
+
+def load_embedder(ref: str, *, pooling: str | None = None, threads: int | None = None,
+                  batch_tokens: int | None = None, debug: bool = False) -> Embedder:  # fmt: skip
+    """The embedding model `ref` names: a served one's `/v1/embeddings`, or a local GGUF in an
+    embedding context of llama.cpp (refused in one line where the file is a generative model)."""
+    from llmcli.errors import UsageError
+
+    if (endpoint := served_endpoint(ref)) is not None:
+        from llmcli.served.embeddings import ServedEmbedder
+
+        if pooling:
+            raise UsageError("--pooling applies to a local model; a served one pools as its server does")
+        return ServedEmbedder(endpoint, debug=debug)
+    from llmcli.hub.resolve import resolve_model
+
+    path = resolve_model(ref).path
+    _check_embedding(path)
+    from llmcli.engine.embedding import LlamaEmbedder
+
+    return LlamaEmbedder(path, pooling=pooling, threads=threads, batch_tokens=batch_tokens, debug=debug)
+
+
+def _check_embedding(path: Path) -> None:
+    from llmcli import gguf_file
+    from llmcli.errors import InvalidModelError, UsageError
+
+    try:
+        header = gguf_file.read_header(path)
+    except InvalidModelError as exc:
+        raise exc.about(str(path)) from None
+    if not header.is_embedding:
+        raise UsageError(
+            f"{path.name} is a generative model ({header.architecture}): it writes text and has no pooling "
+            "for vectors",
+            hint="embed needs an embedding GGUF (BERT, nomic-bert, Qwen3-Embedding, ...)",
+        )

@@ -36,32 +36,15 @@ class Model:
 
     def __init__(self, ref: str, *, pooling: str | None = None, threads: int | None = None,
                  batch_tokens: int | None = None, debug: bool = False) -> None:  # fmt: skip
-        from llmcli.loader import served_endpoint
+        from llmcli.loader import load_embedder
 
-        endpoint = served_endpoint(ref)
-        self.local: LlamaEmbedder | None = None
-        self.served: ServedEmbedder | None = None
-        self.pooling: str = ""
-        if endpoint is not None:
-            from llmcli.served.embeddings import ServedEmbedder
-
-            if pooling:
-                raise UsageError("--pooling applies to a local model; a served one pools as its server does")
-            self.served = ServedEmbedder(endpoint, debug=debug)
-            self.ref, self.pooling, self.n_ctx = self.served.ref, self.served.pooling, 0
-            return
-        from llmcli.hub.resolve import resolve_model
-
-        path = resolve_model(ref).path
-        _check_embedding(path)
-        from llmcli.engine.embedding import LlamaEmbedder
-
-        self.local = LlamaEmbedder(
-            path, pooling=pooling, threads=threads, batch_tokens=batch_tokens, debug=debug
-        )
-        self.ref = ref
-        self.pooling = self.local.pooling
-        self.n_ctx = self.local.n_ctx
+        port = load_embedder(ref, pooling=pooling, threads=threads, batch_tokens=batch_tokens, debug=debug)
+        # a local context tokenizes here (counts, cuts, refuses by the context); a server counts its own
+        self.local: LlamaEmbedder | None = port if port.tokenizes else None  # type: ignore[assignment]
+        self.served: ServedEmbedder | None = None if port.tokenizes else port  # type: ignore[assignment]
+        self.ref = port.ref if self.served is not None else ref
+        self.pooling: str = port.pooling
+        self.n_ctx: int = port.n_ctx
 
     @property
     def name(self) -> str:
@@ -119,22 +102,6 @@ class Model:
             self.local.close()
         if self.served is not None:
             self.served.close()
-
-
-def _check_embedding(path: Path) -> None:
-    from llmcli import gguf_file
-    from llmcli.errors import InvalidModelError
-
-    try:
-        header = gguf_file.read_header(path)
-    except InvalidModelError as exc:
-        raise exc.about(str(path)) from None
-    if not header.is_embedding:
-        raise UsageError(
-            f"{path.name} is a generative model ({header.architecture}): it writes text and has no pooling "
-            "for vectors",
-            hint="embed needs an embedding GGUF (BERT, nomic-bert, Qwen3-Embedding, ...)",
-        )
 
 
 def content_hash(text: str) -> str:

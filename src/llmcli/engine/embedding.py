@@ -23,7 +23,10 @@ MAX_SEQUENCES = 64  # sequences per batch (llama.cpp allows 256; more only adds 
 
 
 class LlamaEmbedder:
-    """One embedding model and its context; `embed(token_lists)` gives one vector per list."""
+    """One embedding model and its context; `embed(token_lists)` gives one vector per list (the
+    contract's `Embedder` that tokenizes here)."""
+
+    tokenizes = True
 
     def __init__(
         self,
@@ -39,6 +42,7 @@ class LlamaEmbedder:
 
         self._L = L = llama_cpp
         self.path = Path(path)
+        self.ref = str(path)
         if not debug:
             silence_logs(L)
         L.llama_backend_init()

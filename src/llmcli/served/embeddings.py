@@ -15,6 +15,8 @@ class ServedEmbedder:
     """A served embedding model: `embed(texts)` gives one vector per text, in order."""
 
     pooling = "the server's"
+    tokenizes = False  # the contract's `Embedder`: the server takes texts and counts their tokens
+    n_ctx = 0
 
     def __init__(self, endpoint: Endpoint, *, debug: bool = False) -> None:
         self.client = Client(endpoint, connections=1, debug=debug)
