@@ -167,3 +167,19 @@ def test_bench_sweeps_the_configured_threads_and_batch_size(tmp_path, monkeypatc
     if source == "flag":  # nothing configured: llama-bench's -b 2048 where no flag sets a batch size
         untouched = run("bench", "-p", "8", "-n", "4", "-r", "1", "-o", "json", "-t", "3")
         assert {r["n_batch"] for r in json.loads(untouched.stdout)["results"]} == {2048}
+
+
+@pytest.mark.parametrize("source", ("env", "config"))
+def test_logs_rerun_loads_with_the_runs_settings_and_the_entrys_own(fake, tmp_path, clean_env, source):
+    """A rerun repeats the logged sampling and context; how the model is loaded otherwise (threads,
+    batch size) comes from LLMCLI_* and the config file as for every other command."""
+    first = run("generate", "hello", "--seed", "11", "--temperature", "0.3", "--json")
+    assert first.exit_code == 0, first.output
+    recorded = json.loads(first.stdout)["model"]["context_size"]
+    _set(source, "threads", "-t", "3")
+    rerun = run("logs", "rerun", "1")
+    assert rerun.exit_code == 0, rerun.output
+    engine = fake.made[-1]
+    assert engine.options.threads == 3
+    assert engine.options.ctx_size == recorded  # the entry's own
+    assert engine.history[-1].params.temperature == pytest.approx(0.3)
