@@ -173,10 +173,10 @@ def test_bench_sweeps_the_configured_threads_and_batch_size(tmp_path, monkeypatc
 def test_logs_rerun_loads_with_the_runs_settings_and_the_entrys_own(fake, tmp_path, clean_env, source):
     """A rerun repeats the logged sampling and context; how the model is loaded otherwise (threads,
     batch size) comes from LLMCLI_* and the config file as for every other command."""
+    _set(source, "threads", "-t", "3")  # (the config file is read once per process: set it first)
     first = run("generate", "hello", "--seed", "11", "--temperature", "0.3", "--json")
     assert first.exit_code == 0, first.output
     recorded = json.loads(first.stdout)["model"]["context_size"]
-    _set(source, "threads", "-t", "3")
     rerun = run("logs", "rerun", "1")
     assert rerun.exit_code == 0, rerun.output
     engine = fake.made[-1]
