@@ -183,3 +183,18 @@ def test_logs_rerun_loads_with_the_runs_settings_and_the_entrys_own(fake, tmp_pa
     assert engine.options.threads == 3
     assert engine.options.ctx_size == recorded  # the entry's own
     assert engine.history[-1].params.temperature == pytest.approx(0.3)
+
+
+def test_a_typed_schema_is_every_items_constraint_whole(fake, tmp_path, clean_env):
+    """--json-schema on the command line wins over an item's grammar or response_format as one
+    constraint: never the item's grammar with the flag's schema."""
+    flag_schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    items = [{"id": "g", "prompt": "hi", "grammar": 'root ::= "x"'},
+             {"id": "s", "prompt": "hi", "response_format": {"type": "json_object"}}]  # fmt: skip
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps(i) + "\n" for i in items))
+    result = run("batch", str(tmp_path / "p.jsonl"), "--no-log", "-np", "1", "--json-schema",
+                 json.dumps(flag_schema))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    for request in fake.made[-1].history:
+        assert request.params.json_schema == flag_schema
+        assert 'root ::= "x"' not in (request.params.grammar or "")

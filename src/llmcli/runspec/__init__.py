@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 # The sampling settings a run resolves through the registry (the others: seed, stop, grammar, schema)
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "max_tokens")
+CONSTRAINT = {"grammar", "json_schema"}
 
 
 @dataclass
@@ -65,7 +66,10 @@ class RunSpec:
     def item_params(self, options: Mapping[str, Any]) -> SamplingParams:
         """The sampling of one item that carries `options` of its own: each over the run's value,
         except where a flag was typed (the flag wins)."""
-        own = {key: value for key, value in options.items() if self.sources.get(key) != "flag"}
+        typed = {key for key, source in self.sources.items() if source == "flag"}
+        if typed & CONSTRAINT:  # a grammar and a JSON schema are one constraint: the flag's, whole
+            typed |= CONSTRAINT
+        own = {key: value for key, value in options.items() if key not in typed}
         if not own:
             return self.sampling
         params = replace(self.sampling, **own)
