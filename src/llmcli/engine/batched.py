@@ -257,14 +257,33 @@ PROBE_PREFIX = 16  # tokens each probe sequence holds before its timed steps
 PROBE_STEPS = 2  # decode steps timed per size and round
 PROBE_ROUNDS = 2  # rounds over all sizes, interleaved: a burst of other work hits every size alike
 KNEE = 0.9  # the smallest N whose aggregate speed is within this share of the best measured
+PROBE_MORE = (32, 64)  # tried past PROBE_SIZES, each while the last doubling still paid
+RISE = 1.1  # "still paid": the aggregate speed of the largest N so far over the one before it, past noise
 
 
-def measure_knee(engine: LlamaEngine, sizes: tuple[int, ...] = PROBE_SIZES) -> tuple[int, dict[int, float]]:
+def measure_knee(engine: LlamaEngine, sizes: tuple[int, ...] = PROBE_SIZES,
+                 more: tuple[int, ...] = ()) -> tuple[int, dict[int, float]]:  # fmt: skip
     """The number of sequences past which decoding together stops paying, from measured steps:
     for each size N, the aggregate tokens/s of a decode step of N sequences (each at least
     `PROBE_PREFIX` tokens in, a row of logits per sequence as a real step asks), the fastest of
     `PROBE_STEPS` x `PROBE_ROUNDS` steps, the sizes taken in turn each round; the smallest N within
-    `KNEE` of the best. Returns N and {N: tokens/s}."""
+    `KNEE` of the best. Past the largest of `sizes`, each of `more` (32, 64: as many as the items
+    and the memory allow) is measured beside the largest so far while the aggregate speed still
+    rises by more than the noise (`RISE`). Returns N and {N: tokens/s}."""
+    speeds = _probe(engine, sizes)
+    for n in more:
+        largest = max(speeds)
+        if n <= largest or speeds[largest] < RISE * max(v for k, v in speeds.items() if k < largest):
+            break  # the last doubling gained no more than the noise: no further
+        pair = _probe(engine, (largest, n))
+        speeds[n] = pair[n] * speeds[largest] / pair[largest] if pair[largest] > 0 else 0.0
+    top = max(speeds.values())
+    chosen = min(n for n, v in speeds.items() if v >= KNEE * top)
+    return chosen, speeds
+
+
+def _probe(engine: LlamaEngine, sizes: tuple[int, ...]) -> dict[int, float]:
+    """{N: aggregate decode tokens/s} for each of `sizes`, measured in one probe context."""
     per_seq = PROBE_PREFIX + PROBE_ROUNDS * len(sizes) * PROBE_STEPS + 8
     probe = BatchDecoder(engine, max(sizes), ctx_per_seq=per_seq)
     L = probe._L
@@ -289,10 +308,7 @@ def measure_knee(engine: LlamaEngine, sizes: tuple[int, ...] = PROBE_SIZES) -> t
                         position[s] += 1
     finally:
         probe.close()
-    speeds = {n: (n / t if 0 < t < float("inf") else 0.0) for n, t in fastest.items()}
-    top = max(speeds.values())
-    chosen = min(n for n, v in speeds.items() if v >= KNEE * top)
-    return chosen, speeds
+    return {n: (n / t if 0 < t < float("inf") else 0.0) for n, t in fastest.items()}
 
 
 def respond_many(engine: LlamaEngine, parallel: int | None, items: int, *,
@@ -303,11 +319,15 @@ def respond_many(engine: LlamaEngine, parallel: int | None, items: int, *,
     above it is reduced, said once."""
     room = max(1, room) if room is not None else None
     if parallel is None:
-        sizes = tuple(n for n in PROBE_SIZES if n <= max(1, items) and (room is None or n <= room))
+        def fits(n: int) -> bool:
+            return n <= max(1, items) and (room is None or n <= room)
+
+        sizes = tuple(n for n in PROBE_SIZES if fits(n))
         if len(sizes) <= 1:
             parallel, how = 1, "auto: one item" if items <= 1 else "auto: memory for one sequence"
         else:
-            parallel, speeds = measure_knee(engine, sizes)
+            more = tuple(n for n in PROBE_MORE if fits(n)) if sizes == PROBE_SIZES else ()
+            parallel, speeds = measure_knee(engine, sizes, more)
             shown = ", ".join(f"{n}: {v:.0f}" for n, v in speeds.items())
             how = f"auto: measured tok/s by N {shown}"
     else:
