@@ -92,3 +92,38 @@ def test_llmcli_model_in_the_environment_gives_way_to_embed_model(model, isolate
     assert Path(json.loads(result.stdout)["results"][0]["model"]).name == model.name
     result = run("bench", "--scenario", "embed", "-m", str(smollm2_path()), "--texts", "3", env=env)
     assert result.exit_code == 2 and "generative model" in result.stderr
+
+
+def test_a_busy_machine_is_said_as_the_standard_tests_say_it(model, isolated, monkeypatch):
+    from llmcli.bench import cpu_load
+
+    monkeypatch.setattr(cpu_load, "other_share", lambda before, after: 0.6)  # a neighbour used 60%
+    result = bench("-m", str(model), "--texts", "8", "-r", "1", "--no-warmup", "-t", "1")
+    assert result.exit_code == 0, result.stderr
+    assert "busy machine: other processes used 60% of the CPU" in result.stdout
+    quiet = bench("-m", str(model), "--texts", "8", "-r", "1", "--no-warmup", "-t", "1", "-o", "json")
+    doc = check(json.loads(quiet.stdout), "bench-embed")
+    assert [r["other_load"] for r in doc["results"]] == [0.6]
+
+
+def test_embedding_threads_follow_the_run_queue_unless_fixed(model, monkeypatch):
+    """As generate's prefill: a core for each thread that will not wait for a busy one."""
+    from llmcli.engine import embedding
+
+    follows = embedding.LlamaEmbedder(model)
+    try:
+        follower = follows._follower
+        follower.cores, follower.read_busy = 2, lambda cores: cores  # every core busy
+        follows.embed([follows.tokenize("A man is playing a guitar.")])
+        assert follows.threads == 1
+        follower.read_busy = lambda cores: 0  # quiet again
+        follows.embed([follows.tokenize("A man is playing a guitar.")])
+        assert follows.threads == 2
+    finally:
+        follows.close()
+    fixed = embedding.LlamaEmbedder(model, threads=1)
+    try:
+        fixed.embed([fixed.tokenize("Cats sleep.")])
+        assert fixed.threads == 1
+    finally:
+        fixed.close()

@@ -69,6 +69,7 @@ class EmbedResult:
     test_time: str
     warmup: bool
     samples_ns: list[int] = field(default_factory=list)
+    other_load: float | None = None  # the share of the CPU other processes used while it was timed
 
     def record(self) -> dict[str, Any]:
         texts_s = [self.n_texts * 1e9 / ns for ns in self.samples_ns if ns > 0]
@@ -98,6 +99,7 @@ class EmbedResult:
             "samples_ns": list(self.samples_ns),
             "samples_texts_s": [round(v, 3) for v in texts_s],
             "samples_ts": [round(v, 3) for v in tokens_s],
+            "other_load": None if self.other_load is None else round(self.other_load, 3),
         }
 
 
@@ -108,6 +110,7 @@ def measure(ref: str, texts: list[str], *, threads: int, batch_tokens: int | Non
             progress: Progress = lambda line: None, debug: bool = False) -> EmbedResult:  # fmt: skip
     """Load `ref` (a local embedding GGUF), then embed all of `texts` `reps` times (after one untimed
     pass when `warmup`); each repetition's wall clock is one sample."""
+    from llmcli.bench import cpu_load
     from llmcli.embed.runs import Model
 
     clock = time.perf_counter_ns
@@ -123,13 +126,15 @@ def measure(ref: str, texts: list[str], *, threads: int, batch_tokens: int | Non
             progress(f"{label}: warm-up")
             model.embed(texts)
         samples, tokens = [], 0
+        before = cpu_load.snapshot()
         for rep in range(reps):
             progress(f"{label}: repetition {rep + 1}/{reps}")
             t0 = clock()
             tokens = model.embed(texts).tokens
             samples.append(clock() - t0)
+        other = cpu_load.other_share(before, cpu_load.snapshot())
         return EmbedResult(ref, str(model.local.path.resolve()), model.pooling, threads, batch_tokens,
-                           len(texts), tokens, load_ns, started, warmup, samples)  # fmt: skip
+                           len(texts), tokens, load_ns, started, warmup, samples, other)  # fmt: skip
     finally:
         model.close()
 

@@ -68,7 +68,7 @@ class LlamaEmbedder:
 
     def _new_context(self, pooling: str | None, threads: int | None) -> None:
         L = self._L
-        from llmcli.engine.threads import physical_cores
+        from llmcli.engine.threads import LoadFollower, physical_cores
 
         params = L.llama_context_default_params()
         params.embeddings = True
@@ -77,7 +77,11 @@ class LlamaEmbedder:
         params.n_batch = params.n_ubatch = self.batch_tokens
         params.n_seq_max = MAX_SEQUENCES
         params.kv_unified = True  # a decoder's sequences share the cache instead of n_ctx / n_seq_max each
-        params.n_threads = params.n_threads_batch = threads or physical_cores()
+        # threads fixed by -t, else prefill's rule (engine/threads.py LoadFollower): a core for each
+        # thread that will not wait for a busy one, read again before each batch
+        self._follower = None if threads else LoadFollower(physical_cores())
+        self.threads = threads or self._follower.current  # type: ignore[union-attr]
+        params.n_threads = params.n_threads_batch = self.threads
         params.no_perf = True
         self._ctx = L.llama_init_from_model(self._model, params)
         if not self._ctx:
@@ -136,6 +140,9 @@ class LlamaEmbedder:
 
     def _one_batch(self, seqs: list[list[int]]) -> list[list[float]]:
         L = self._L
+        if self._follower is not None and (n := self._follower.begin()) != self.threads:
+            self.threads = n  # the machine got busier or quieter since the last batch
+            L.llama_set_n_threads(self._ctx, n, n)
         total = sum(len(s) for s in seqs)
         batch = L.llama_batch_init(total, 0, 1)
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from llmcli.bench.cpu_load import NOISY
 from llmcli.render import tables
 
 
@@ -24,5 +25,11 @@ def markdown(doc: dict[str, Any]) -> str:
     env = doc["environment"]
     texts = "generated sentences" if s["texts"] == "generated" else s["texts"]
     warmup = "" if s["warmup"] else ", no warm-up"
+    busiest = max(((r["other_load"], r["model_filename"], r["n_threads"]) for r in doc["results"]
+                   if r.get("other_load") is not None), default=None)  # fmt: skip
+    busy = ""
+    if busiest is not None and busiest[0] > NOISY:
+        busy = (f"busy machine: other processes used {busiest[0]:.0%} of the CPU during {busiest[1]} at "
+                f"{busiest[2]} threads; numbers measured under load are noisy\n")  # fmt: skip
     return (f"{table}\nllmcli {env.get('llmcli_version')}, {s['n_texts']} texts ({texts}), "
-            f"{s['repetitions']} repetitions{warmup}; mean ± sd\n")  # fmt: skip
+            f"{s['repetitions']} repetitions{warmup}; mean ± sd\n{busy}")  # fmt: skip
