@@ -33,6 +33,7 @@ from llmcli.contract import Answered, Request
 from llmcli.engine.batch_seq import BatchItem, BatchResult, Seq, common_prefix
 from llmcli.engine.sampler import GrammarProbe, build_chain, pick
 from llmcli.engine.text import TextStream
+from llmcli.engine.threads import LoadFollower, physical_cores
 from llmcli.errors import LlmcliError, UsageError
 
 # The engine is a LlamaEngine (its model and library handle are used here), named `Any` since it
@@ -41,6 +42,7 @@ LlamaEngine = Any
 
 __all__ = ["BatchDecoder", "BatchItem", "BatchResult", "LocalMany", "measure_knee", "respond_many"]
 
+FOLLOW_EVERY = 8  # steps between two readings of the run queue (adaptive threads)
 WAIT_FOR_PREFIX = 16  # a new sequence waits a step for a sibling prefilling at least this much of its prompt
 
 
@@ -57,7 +59,11 @@ class BatchDecoder:
         params.n_batch = params.n_ubatch = max(512, self.parallel)
         params.n_seq_max = self.parallel
         params.kv_unified = True  # the sequences share one cache of n_ctx cells
-        params.n_threads = params.n_threads_batch = engine.threads
+        # -t fixes the threads; else a step of many sequences is compute-bound as a prefill is, and
+        # takes prefill's rule (engine/threads.py LoadFollower), the run queue read every few steps
+        self._follower = LoadFollower(physical_cores()) if engine.adaptive else None
+        self.threads = self._follower.current if self._follower is not None else engine.threads
+        params.n_threads = params.n_threads_batch = self.threads
         params.no_perf = True
         if hasattr(params, "n_outputs_max"):
             params.n_outputs_max = self.parallel  # one row of logits per sequence and step
@@ -184,6 +190,10 @@ class BatchDecoder:
     def _step(self, active: dict[int, Seq]) -> list[Seq]:
         """One decode of every active sequence's next tokens; the sequences that ended."""
         L = self._L
+        if self._follower is not None and self.steps % FOLLOW_EVERY == 0:
+            if (n := self._follower.begin()) != self.threads:  # the machine got busier or quieter
+                self.threads = n
+                L.llama_set_n_threads(self._ctx, n, n)
         batch = L.llama_batch_init(self.n_batch, 0, 1)
         try:
             rows: list[tuple[Seq, int]] = []
