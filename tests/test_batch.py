@@ -193,3 +193,23 @@ def test_each_item_is_logged_under_the_batch_id(fake, tmp_path):
     assert len(batch_rows) == 3 and len({e["conversation_id"] for e in batch_rows}) == 1
     assert run("batch", str(tmp_path / "p.txt"), "--no-log").exit_code == 0
     assert len(json.loads(run("logs", "--json").stdout)) == 3
+
+
+@pytest.mark.model
+def test_each_sequences_context_is_sized_to_the_work_unless_set(tmp_path):
+    """Without -c, a sequence's share of the batch's context is what its items can need (prompt and
+    answer, a bound), not the model's whole context: a smaller KV cache, made sooner; with -c, -c."""
+    src = tmp_path / "p.txt"
+    src.write_text("\n".join(PROMPTS) + "\n")
+    sized = _cli("batch", str(src), "-m", "smollm2-135m", "--temperature", "0", "-n", "16", "-np", "2")
+    assert sized.returncode == 0, sized.stderr
+    records = [d["record"] for d in _lines(sized.stdout)]
+    longest = max(r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"] for r in records)
+    assert {r["model"]["context_size"] for r in records} == {512}  # 256-rounded bound of the work
+    assert longest <= 512 and all(r["finish_reason"] in ("stop", "length") for r in records)
+    assert all(r["usage"]["completion_tokens"] <= 16 for r in records)
+    given = _cli("batch", str(src), "-m", "smollm2-135m", "--temperature", "0", "-n", "16", "-np", "2",
+                 "-c", "1024")  # fmt: skip
+    assert {d["record"]["model"]["context_size"] for d in _lines(given.stdout)} == {1024}
+    # the same texts either way: the context's size changes no answer
+    assert [d["record"]["text"] for d in _lines(given.stdout)] == [r["text"] for r in records]

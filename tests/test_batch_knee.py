@@ -52,7 +52,7 @@ def test_more_is_only_what_the_items_and_memory_hold(monkeypatch):
         return max(sizes), {n: float(n) for n in sizes}
 
     monkeypatch.setattr(batched, "measure_knee", knee)
-    monkeypatch.setattr(batched, "_made", lambda engine, n, how: (object(), n, how))
+    monkeypatch.setattr(batched, "_made", lambda engine, n, how, per_seq=None: (object(), n, how))
 
     class Engine:
         n_ctx = 512

@@ -87,7 +87,8 @@ def test_an_engine_without_interrupt_is_refused(tmp_path):
 
                 def close(self) -> None: ...
 
-                def respond_many(self, parallel: int | None, *, items: int, room: int | None = None) -> Many:
+                def respond_many(self, parallel: int | None, *, items: int, room: int | None = None,
+                     context: int | None = None) -> Many:
                     raise NotImplementedError
 
                 def prepare_images(self) -> None: ...

@@ -584,11 +584,13 @@ class Engine(Protocol):
         the iterator early stops the request and leaves the engine usable."""
         ...
 
-    def respond_many(self, parallel: int | None, *, items: int, room: int | None = None) -> Many:
+    def respond_many(self, parallel: int | None, *, items: int, room: int | None = None,
+                     context: int | None = None) -> Many:
         """Many requests at once: up to `parallel` (None: chosen here, by measuring where the engine
         can) of `items` requests; `room`: sequences whose KV cache the free memory holds (None:
-        unknown). A local engine decodes them as sequences of one context; a served one sends them
-        side by side and its server batches them."""
+        unknown); `context`: tokens each request needs at most, prompt and answer (None: the
+        engine's context). A local engine decodes them as sequences of one context; a served one
+        sends them side by side and its server batches them."""
         ...
 
     def prepare_images(self) -> None:

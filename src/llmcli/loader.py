@@ -274,14 +274,16 @@ def ready_for_images(engine: Engine) -> None:
     engine.prepare_images()
 
 
-def respond_many(loaded: Loaded, parallel: int | None, items: int) -> Many:
-    """Many requests at once on `loaded` (`Engine.respond_many`): a local model's sequences are
-    bounded by what the free memory holds of their KV cache (`batch_room`)."""
+def respond_many(loaded: Loaded, parallel: int | None, items: int, context: int | None = None) -> Many:
+    """Many requests at once on `loaded` (`Engine.respond_many`), each needing at most `context`
+    tokens (None: the model's context): a local model's sequences are bounded by what the free
+    memory holds of their KV cache (`batch_room`)."""
     engine = loaded.engine
     room = None
     if loaded.path is not None and engine.can.parallel:
-        room = batch_room(loaded.path, engine.options, engine.n_ctx)
-    return engine.respond_many(parallel, items=items, room=room)
+        per_seq = min(context, engine.n_ctx) if context else engine.n_ctx
+        room = batch_room(loaded.path, engine.options, per_seq)
+    return engine.respond_many(parallel, items=items, room=room, context=context)
 
 
 def load_embedder(ref: str, *, pooling: str | None = None, threads: int | None = None,

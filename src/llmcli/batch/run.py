@@ -212,3 +212,36 @@ def answer(many: Many, work: Iterator[tuple[int, Item]], spec: RunSpec,
         yield items.pop(answered.key), answered
     while refused:
         yield refused.popleft()
+
+
+TEMPLATE_MARGIN = 256  # tokens a chat template (its turns, a default system prompt) may add to an item
+
+
+def context_needed(source: Source, spec: RunSpec, written: set[str]) -> int | None:
+    """Tokens the largest item to do can need, prompt and answer, so that each sequence's share of
+    the batch's context is sized to the work rather than the model's whole context (a smaller KV
+    cache: made sooner, more sequences in the memory). An upper bound: a token covers at least one
+    byte of text, the template and the system prompt are within `TEMPLATE_MARGIN` and their bytes,
+    and the answer takes at most its max_tokens. None (the model's context) where an answer has no
+    cap, or an item holds images (their tokens are the projector's)."""
+    caps = {spec.sampling.max_tokens}
+    longest = 0
+    for item in source.read():
+        if isinstance(item, BadLine) or item.id in written:
+            continue
+        if source.template is not None:
+            item = source.template.apply_to(item)
+        if item.messages is not None:
+            if any(isinstance(m.get("content"), list) and any(p.get("type") != "text" for p in m["content"])
+                   for m in item.messages):  # fmt: skip
+                return None
+            size = sum(len(json.dumps(m.get("content"), ensure_ascii=False).encode()) for m in item.messages)
+        else:
+            size = len((item.prompt or "").encode())
+        longest = max(longest, size)
+        if "max_tokens" in item.options:
+            caps.add(spec.item_params({"max_tokens": item.options["max_tokens"]}).max_tokens)
+    if 0 in caps:
+        return None
+    need = longest + len((spec.system or "").encode()) + TEMPLATE_MARGIN + max(caps)
+    return -(-need // 256) * 256

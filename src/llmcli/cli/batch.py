@@ -177,8 +177,10 @@ def _answer(b, run: Run, flags: o.ModelFlags, plan, written, sink) -> None:
     from llmcli.request.log import log_request
 
     loaded, raw = _open(run, flags)
+    # each sequence's share of the context: what the items need, unless -c (or the settings) say
+    context = None if run.spec.engine.ctx_size else b.context_needed(run.source, run.spec, written)
     try:
-        many = respond_many(loaded, run.parallel, plan.todo)
+        many = respond_many(loaded, run.parallel, plan.todo, context)
     except BaseException:
         loaded.engine.close()
         raise

@@ -321,13 +321,15 @@ def _probe(engine: LlamaEngine, sizes: tuple[int, ...]) -> dict[int, float]:
     return {n: (n / t if 0 < t < float("inf") else 0.0) for n, t in fastest.items()}
 
 
-def respond_many(engine: LlamaEngine, parallel: int | None, items: int, *,
-                 room: int | None = None) -> LocalMany:  # fmt: skip
+def respond_many(engine: LlamaEngine, parallel: int | None, items: int, *, room: int | None = None,
+                 context: int | None = None) -> LocalMany:  # fmt: skip
     """`LlamaEngine.respond_many`: a batch decoder on `engine`'s model for `items` prompts, with the N
     it runs and how N was chosen (`parallel` None: the knee, `measure_knee`, among sizes up to
     `items`). `room`: how many sequences' KV cache the free memory holds (None: unknown); a set N
-    above it is reduced, said once."""
+    above it is reduced, said once. `context`: tokens a sequence needs at most (None: the engine's
+    context), each sequence's share of the decoder's context."""
     room = max(1, room) if room is not None else None
+    per_seq = min(context, engine.n_ctx) if context else engine.n_ctx
     if parallel is None:
         def fits(n: int) -> bool:
             return n <= max(1, items) and (room is None or n <= room)
@@ -347,20 +349,21 @@ def respond_many(engine: LlamaEngine, parallel: int | None, items: int, *,
         if room is not None and parallel > room:
             reporting.warn(
                 f"--parallel {asked}: the free memory holds the KV cache of {room} sequence(s) of "
-                f"{engine.n_ctx} tokens: {room} decode together (a smaller --ctx-size leaves room for more)"
+                f"{per_seq} tokens: {room} decode together (a smaller --ctx-size leaves room for more)"
             )
             parallel, how = room, f"{how}; reduced to fit the memory"
-    decoder, n, how = _made(engine, parallel, how)
+    decoder, n, how = _made(engine, parallel, how, per_seq)
     return LocalMany(engine, decoder, n, how)
 
 
-def _made(engine: LlamaEngine, parallel: int, how: str) -> tuple[BatchDecoder, int, str]:
+def _made(engine: LlamaEngine, parallel: int, how: str,
+          per_seq: int | None = None) -> tuple[BatchDecoder, int, str]:  # fmt: skip
     """The decoder of `parallel` sequences, or of fewer where llama.cpp cannot make that context
     (halved until it can, said once)."""
     asked = parallel
     while True:
         try:
-            decoder = BatchDecoder(engine, parallel)
+            decoder = BatchDecoder(engine, parallel, ctx_per_seq=per_seq)
             break
         except LlmcliError:
             if parallel == 1:

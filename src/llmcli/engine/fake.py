@@ -170,7 +170,8 @@ class FakeEngine:
     def respond(self, request: Request) -> Iterator[Event]:
         return local.respond(self, request)
 
-    def respond_many(self, parallel: int | None, *, items: int, room: int | None = None) -> Many:
+    def respond_many(self, parallel: int | None, *, items: int, room: int | None = None,
+                     context: int | None = None) -> Many:
         """Requests one after another's turn in threads (it has no batch decoder): 4 by default."""
         from llmcli.many import SideBySide, side_by_side_n
 

@@ -396,10 +396,11 @@ class LlamaEngine(SpeculationCosts):
     def respond(self, request: Request) -> Iterator[Event]:
         return local.respond(self, request)
 
-    def respond_many(self, parallel: int | None, *, items: int, room: int | None = None) -> Many:
+    def respond_many(self, parallel: int | None, *, items: int, room: int | None = None,
+                     context: int | None = None) -> Many:
         from llmcli.engine.batched import respond_many
 
-        return respond_many(self, parallel, items, room=room)
+        return respond_many(self, parallel, items, room=room, context=context)
 
     def prepare_images(self) -> None:
         self.projector()

@@ -228,7 +228,8 @@ class ServedEngine:
         body["prompt"] = prompt
         return Exchange(self.client, "/completions", body, chat=False)
 
-    def respond_many(self, parallel: int | None, *, items: int, room: int | None = None) -> Many:
+    def respond_many(self, parallel: int | None, *, items: int, room: int | None = None,
+                     context: int | None = None) -> Many:
         """Requests side by side, `parallel` at once (default 4): the server batches them."""
         from llmcli.many import SideBySide, side_by_side_n
 
