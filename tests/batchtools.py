@@ -18,8 +18,10 @@ PROMPTS = ["What is 2+2?", "Name three colors.", "Tell me a joke.", "Why is the 
 
 
 def lines(text: str) -> list[dict]:
-    """Each output line, checked against docs/batch.schema.json."""
-    return [check(json.loads(line), "batch/line") for line in text.splitlines() if line.strip()]
+    """Each output line, checked against docs/batch.schema.json (llmcli's line, or OpenAI's batch
+    output line for OpenAI input)."""
+    docs = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return [check(d, "batch/openai_line" if "custom_id" in d else "batch/line") for d in docs]
 
 
 def cli(*args: str, **kw) -> subprocess.CompletedProcess:

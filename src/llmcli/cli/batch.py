@@ -100,26 +100,72 @@ def batch(
     Example: llmcli batch prompts.txt -m qwen2.5-coder-0.5b -o answers.jsonl
     """
     from llmcli.batch import run as b
-    from llmcli.batch.output import Sink, done_ids
+    from llmcli.batch.output import Sink
 
     n = _parallel(parallel)
     if text and output is not None:
         raise UsageError("--text prints to stdout; -o FILE keeps JSON lines to resume by")
     source = _source(inputs, each, template)
-    written = set() if output is None or overwrite else done_ids(output)
+    written = _written(output, overwrite, source)
     plan = b.check(source, skip_bad=skip_bad, written=written)
-    if plan.bad:
-        render.warn(f"{plan.bad} bad line(s) skipped")
-    if plan.todo == 0 and plan.done_before:
-        render.info(f"batch: all {plan.done_before} items are already in {output} (--overwrite starts again)")
-        return
+    _said(plan, source, written)
     params = _params(max_tokens, temperature, seed, stop, grammar_file, json_schema)
-    sink = Sink(output, overwrite=overwrite, unordered=unordered or text)
+    sink = Sink(output, overwrite=overwrite, unordered=unordered)
     try:
         run = Run(model, source, params, system, n, ctx_size, threads, text, log)
         _answer(b, run, plan, written, sink)
+    except KeyboardInterrupt:
+        _interrupted(plan, sink, output)
+        raise
     finally:
         sink.close()
+
+
+def _written(output: Path | None, overwrite: bool, source):
+    """What `-o FILE` already holds (nothing with --overwrite or no -o): refused where FILE is one
+    of the inputs, or holds lines that are not batch output."""
+    from llmcli.batch.identity import Written
+
+    if output is None:
+        return Written()
+    inputs = source.files if source.files is not None else [source.path]
+    for name in inputs:
+        if Path(name).resolve() == output.resolve():
+            raise UsageError(f"-o {output} is an input file: write the answers to another file")
+    return Written(output) if overwrite else Written.read(output)
+
+
+def _said(plan, source, written) -> None:
+    """What the check of the input found that the user should know, a line each: bad lines
+    skipped (the first few named), blank lines, fields of OpenAI bodies not read, and lines
+    already in -o that cannot be checked; an -o FILE of the other format is refused."""
+    if written.openai is not None and written.openai != plan.openai:
+        kinds = ("llmcli's lines", "OpenAI batch lines")
+        raise UsageError(f"-o {written.path} holds {kinds[written.openai]} and this input writes "
+                         f"{kinds[plan.openai]}: write to another file, or --overwrite")  # fmt: skip
+    if plan.bad:
+        render.warn(plan.bad_said())
+    if plan.blank:
+        render.info(f"batch: {plan.blank} blank line(s) of {source.label} skipped (a blank line is no item)")
+    for name, items in plan.unknown.items():
+        render.warn(f"`{name}` is not read ({items} item(s)): llmcli batch does not know it")
+    if plan.done_before and (unchecked := sum(1 for k, d in written.ids.items() if d is None)):
+        render.info(f"batch: {unchecked} line(s) of {written.path} record no prompt, model or settings "
+                    "(an older llmcli wrote them): resumed by id, unchecked")  # fmt: skip
+
+
+def _interrupted(plan, sink, output: Path | None) -> None:
+    """Ctrl-C: how many items are saved, and the command that resumes."""
+    import shlex
+    import sys
+
+    if output is None:
+        render.warn(f"batch: {sink.written} item(s) printed before Ctrl-C; with -o FILE a rerun resumes")
+        return
+    args = [a for a in sys.argv[1:] if a != "--overwrite"]
+    saved = plan.done_before + sink.written
+    render.warn(f"batch: {saved} of {plan.total} item(s) saved in {output}; resume with: "
+                f"llmcli {shlex.join(args)}")  # fmt: skip
 
 
 def _source(inputs: list[str], each: bool, template: str | None):
@@ -244,6 +290,11 @@ def _answer(b, run: Run, plan, written, sink) -> None:
     tally = b.Tally(started=time.perf_counter())
     work = b.items_to_do(source, written, sink)
     try:
+        b.verify(source, written, params, system, b.model_of(loaded))  # before anything is generated
+        if plan.todo == 0:
+            render.info(f"batch: all {plan.done_before} items are already in {written.path} "
+                        "(--overwrite starts again)")  # fmt: skip
+            return
         with progress(plan.todo) as bar:
 
             def finished(order, item, request, done, fmt, error) -> None:
