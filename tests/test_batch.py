@@ -62,7 +62,8 @@ def test_bad_line_stops_before_anything_is_generated(fake, tmp_path):
     assert result.exit_code == 2 and result.stdout == ""
     assert "line 2" in result.stderr
     skipped = run("batch", str(src), "--skip-bad")
-    assert [d["id"] for d in _lines(skipped.stdout)] == [1] and "2 bad line(s)" in skipped.stderr  # id: JSON type
+    assert [d["id"] for d in _lines(skipped.stdout)] == [1]  # the id's JSON type is kept (issue 63)
+    assert "2 bad line(s)" in skipped.stderr
     assert "skipped: line 2, line 3" in skipped.stderr  # which lines (issue 63)
 
 

@@ -63,6 +63,10 @@ class SamplingParams:
     min_p: float = defaults.MIN_P
     repeat_penalty: float = defaults.REPEAT_PENALTY
     repeat_last_n: int = defaults.REPEAT_LAST_N
+    # OpenAI's penalties (llama.cpp's penalties sampler takes them): a token's logit less
+    # frequency x its count so far, and presence once it has appeared (0: none)
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
     seed: int | None = None
     max_tokens: int = defaults.MAX_TOKENS  # 0 means: until end of generation or the context is full
     stop: list[str] = field(default_factory=list)
@@ -94,6 +98,10 @@ class SamplingParams:
                 f"{n('repeat_penalty')} must be > 0 and finite, got {self.repeat_penalty}",
             ),
             (self.max_tokens >= 0, f"{n('max_tokens')} must be >= 0 (0: no limit), got {self.max_tokens}"),
+            (
+                -2 <= self.frequency_penalty <= 2 and -2 <= self.presence_penalty <= 2,
+                f"{n('frequency_penalty')} and {n('presence_penalty')} must be in [-2, 2]",
+            ),
             (
                 self.seed is None or 0 <= self.seed < 2**32 - 1,
                 f"{n('seed')} must be in [0, 4294967294], got {self.seed}",
