@@ -92,8 +92,9 @@ def work(request: Request, model: dict, *, system: str | None, response_format: 
     return {
         "prompt": prompt_digest(request),
         "model": model,
-        "settings": settings(request.params, system=system, raw=request.text is not None,
-                             response_format=response_format),  # fmt: skip
+        "settings": settings(
+            request.params, system=system, raw=request.text is not None, response_format=response_format
+        ),  # fmt: skip
     }
 
 

@@ -130,4 +130,3 @@ def output_line(item: Item, model: str, record: dict, work: dict) -> dict[str, A
     return {"id": f"llmcli-{uuid.uuid4().hex}", "custom_id": item.output_id,
             "response": {"status_code": 200, "request_id": request_id, "body": body}, "error": None,
             "llmcli": ours}  # fmt: skip
-
