@@ -191,7 +191,8 @@ def test_batch_writes_the_lines_vllm_run_batch_writes(tmp_path):
     bodies = [
         {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0},
         {"messages": [{"role": "system", "content": "Be brief."},
-                      {"role": "user", "content": "Name a colour."}], "max_completion_tokens": 8, "seed": 3, "top_p": 0.9, "frequency_penalty": 0.5},
+                      {"role": "user", "content": "Name a colour."}],
+         "max_completion_tokens": 8, "seed": 3, "top_p": 0.9, "frequency_penalty": 0.5},
         {"messages": [{"role": "user", "content": "Give a JSON object."}], "max_tokens": 12,
          "response_format": {"type": "json_object"}, "presence_penalty": 0.2, "stop": ["\n\n"]},
     ]  # fmt: skip
