@@ -11,7 +11,7 @@ import json
 from batchtools import lines as _lines
 from helpers import run
 
-from llmcli.batch import inputs
+from llmcli.batch import inputs, items
 from llmcli.batch.run import request_for
 from llmcli.contract import SamplingParams
 
@@ -136,7 +136,7 @@ def test_image_content_parts_pass_through_to_the_items_messages(tmp_path):
     src.write_text(_line("img", {"messages": [{"role": "developer", "content": "Be brief."},
                                               {"role": "user", "content": parts}]}))  # fmt: skip
     (item,) = list(inputs.read(src))
-    assert isinstance(item, inputs.Item) and item.openai == "chat"
+    assert isinstance(item, items.Item) and item.openai == "chat"
     request = request_for(item, SamplingParams(), None)
     assert request.messages == [
         {"role": "system", "content": "Be brief."},

@@ -10,7 +10,7 @@ import string
 from collections.abc import Iterator
 from pathlib import Path
 
-from llmcli.batch.inputs import BadLine, Item
+from llmcli.batch.items import BadLine, Item
 from llmcli.errors import UsageError
 
 FIELDS = ("content", "name", "path")

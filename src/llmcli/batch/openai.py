@@ -16,7 +16,7 @@ import time
 import uuid
 from typing import Any
 
-from llmcli.batch.inputs import OPTIONS, Item, fill
+from llmcli.batch.items import OPTIONS, Item, fill
 
 ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
 READ = {*OPTIONS, "messages", "prompt", "stop", "response_format", "grammar"}

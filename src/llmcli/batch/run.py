@@ -17,7 +17,8 @@ from functools import lru_cache
 from llmcli import record
 from llmcli.batch import each, identity, inputs
 from llmcli.batch.identity import Written
-from llmcli.batch.inputs import JSON_OBJECT, BadLine, Blanks, Item
+from llmcli.batch.inputs import Blanks
+from llmcli.batch.items import JSON_OBJECT, BadLine, Item
 from llmcli.batch.output import Sink
 from llmcli.contract import Done, Prepared, Request, SamplingParams
 from llmcli.errors import LlmcliError, UsageError
