@@ -182,7 +182,7 @@ def test_a_prompt_longer_than_a_sequence_context_fails_alone(tmp_path):
     )
     assert result.returncode == 1 and "1 of 3 items failed" in result.stderr
     lines = _lines(result.stdout)
-    assert [d["id"] for d in lines] == ["0", "1", "2"]
+    assert [d["id"] for d in lines] == [0, 1, 2]  # the ids' JSON type is kept (issue 63)
     assert lines[1]["record"]["finish_reason"] == "error" and "context" in lines[1]["record"]["error"]
     assert lines[0]["record"]["text"] and lines[2]["record"]["text"]
 
