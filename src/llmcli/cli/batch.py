@@ -95,7 +95,7 @@ def batch(
         ),
     ] = None,  # fmt: skip
 ) -> None:
-    """Answer many prompts in one run: one JSON line per item, {"id", "record"}.
+    """Answer many prompts in one run: one JSON line per item, {"id", "work", "record"}.
 
     Example: llmcli batch prompts.txt -m qwen2.5-coder-0.5b -o answers.jsonl
     """
