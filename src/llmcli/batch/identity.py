@@ -31,7 +31,6 @@ from llmcli.contract import Request, SamplingParams
 from llmcli.errors import UsageError
 
 SAMPLE = 64 << 10  # bytes of tensor data hashed at each end of a GGUF
-KINDS = ("prompt", "model", "settings")
 
 
 def _sha(data: bytes) -> str:
@@ -87,30 +86,19 @@ def settings(params: SamplingParams, *, system: str | None, raw: bool, response_
     return kept
 
 
-def work(request: Request, model: dict, *, system: str | None, response_format: str | None) -> dict:
-    """What an output line records of its item's work (its `work` field)."""
-    return {
-        "prompt": prompt_digest(request),
-        "model": model,
-        "settings": settings(
-            request.params, system=system, raw=request.text is not None, response_format=response_format
-        ),  # fmt: skip
-    }
-
-
 def digest(done: dict) -> str:
     """What two `work` records are compared by: the model's ref is a name, not the weights."""
-    model = {k: v for k, v in done["model"].items() if k != "ref"}
-    return _sha(_canonical({"prompt": done["prompt"], "model": model, "settings": done["settings"]}))[:32]
+    model = {k: v for k, v in (done.get("model") or {}).items() if k != "ref"}
+    kept = {"prompt": done.get("prompt"), "model": model, "settings": done.get("settings")}
+    return _sha(_canonical(kept))[:32]
 
 
 def difference(was: dict, now: dict) -> str:
     """What differs between a line's `work` and this run's for the same id, in a few words."""
-    if was.get("model", {}).get("file") != now["model"]["file"] or was["model"].get("served") != now[
-        "model"
-    ].get("served"):
-        return f"another model ({was.get('model', {}).get('ref')}, now {now['model']['ref']})"
-    a, b = was.get("settings", {}), now["settings"]
+    was_model, now_model = was.get("model") or {}, now["model"]
+    if any(was_model.get(k) != now_model.get(k) for k in ("file", "served")):
+        return f"another model ({was_model.get('ref')}, now {now_model['ref']})"
+    a, b = was.get("settings") or {}, now["settings"]
     changed = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
     if changed:
         k = changed[0]

@@ -149,9 +149,9 @@ def _said(plan, source, written) -> None:
         render.info(f"batch: {plan.blank} blank line(s) of {source.label} skipped (a blank line is no item)")
     for name, items in plan.unknown.items():
         render.warn(f"`{name}` is not read ({items} item(s)): llmcli batch does not know it")
-    if plan.done_before and (unchecked := sum(1 for k, d in written.ids.items() if d is None)):
-        render.info(f"batch: {unchecked} line(s) of {written.path} record no prompt, model or settings "
-                    "(an older llmcli wrote them): resumed by id, unchecked")  # fmt: skip
+    if plan.done_before and written.unchecked:
+        render.info(f"batch: {written.unchecked} line(s) of {written.path} record no prompt, model or settings "
+                    "(an older llmcli's, or another tool's): resumed by id, unchecked")  # fmt: skip
 
 
 def _interrupted(plan, sink, output: Path | None) -> None:
