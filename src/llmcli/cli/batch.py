@@ -150,8 +150,8 @@ def _said(plan, source, written) -> None:
     for name, items in plan.unknown.items():
         render.warn(f"`{name}` is not read ({items} item(s)): llmcli batch does not know it")
     if plan.done_before and written.unchecked:
-        render.info(f"batch: {written.unchecked} line(s) of {written.path} record no prompt, model or settings "
-                    "(an older llmcli's, or another tool's): resumed by id, unchecked")  # fmt: skip
+        render.info(f"batch: {written.unchecked} line(s) of {written.path} record no prompt, model or "
+                    "settings (an older llmcli's, or another tool's): resumed by id, unchecked")  # fmt: skip
 
 
 def _interrupted(plan, sink, output: Path | None) -> None:
