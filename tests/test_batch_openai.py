@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from batchtools import lines as _lines
 from helpers import run
 
@@ -167,3 +168,20 @@ def test_text_prints_the_answers_in_input_order(fake, tmp_path):
     result = run("batch", str(tmp_path / "p.txt"), "--text", "-n", "4")
     assert result.exit_code == 0, result.stderr
     assert result.stdout.splitlines() == [f"echo: prompt {i}" for i in range(12)]
+
+
+@pytest.mark.model
+def test_frequency_and_presence_penalties_reach_llama_cpps_sampler(tmp_path):
+    """On SmolLM2 at temperature 0, raw text that invites repetition: the answer changes under each
+    penalty (the batch decoder's chain takes them; a greedy shortcut would ignore them)."""
+    from batchtools import cli
+
+    ask = {"prompt": " ".join(["1"] * 16), "max_tokens": 24, "temperature": 0}
+    src = tmp_path / "in.jsonl"
+    asks = (("plain", {}), ("freq", {"frequency_penalty": 2}), ("presence", {"presence_penalty": 2}))
+    src.write_text("".join(_line(name, {**ask, **extra}, url="/v1/completions") for name, extra in asks))
+    result = cli("batch", str(src), "-m", "smollm2-135m", "--parallel", "1", "--no-log")
+    assert result.returncode == 0, result.stderr
+    texts = {d["custom_id"]: d["response"]["body"]["choices"][0]["text"] for d in _lines(result.stdout)}
+    assert texts["plain"].count("1") > texts["freq"].count("1"), texts  # it goes on repeating without them
+    assert texts["plain"].count("1") > texts["presence"].count("1"), texts
