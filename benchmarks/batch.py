@@ -89,7 +89,8 @@ def summary_line(stderr: str) -> dict:
 def batch(model: str, path: str, tokens: int, parallel: str) -> dict:
     done, wall = cli("batch", path, "-m", model, "--temperature", "0", "--max-tokens", str(tokens),
                      "-np", parallel)  # fmt: skip
-    total = sum(json.loads(line)["record"]["usage"]["completion_tokens"] for line in done.stdout.splitlines())
+    lines = [json.loads(line) for line in done.stdout.splitlines()]  # OpenAI input: OpenAI's lines
+    total = sum((d.get("record") or d["llmcli"]["record"])["usage"]["completion_tokens"] for d in lines)
     said = {f"run_{k}": v for k, v in summary_line(done.stderr).items()}
     return {"tokens": total, "e2e_wall": wall, **said}
 

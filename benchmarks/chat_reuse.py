@@ -30,8 +30,8 @@ QUESTIONS = [
 
 
 def conversation_ttfts(engine, turns: int, answer_tokens: int, reuse: bool) -> list[dict]:
-    from llmcli.conversation import Conversation
     from llmcli.contract import SamplingParams
+    from llmcli.conversation import Conversation
     from llmcli.loader import Loaded
     from llmcli.repl.chat_session import ChatSession
 

@@ -47,8 +47,8 @@ def engine(path: str, ctx: int):
 
 
 def session(eng, messages):
-    from llmcli.conversation import Conversation, Message
     from llmcli.contract import SamplingParams
+    from llmcli.conversation import Conversation, Message
     from llmcli.loader import Loaded
     from llmcli.repl.chat_session import ChatSession
 

@@ -85,7 +85,7 @@ complete -c llmcli -n '__llmcli_at "" 1' -a chat -d 'Chat with a model; the whol
 complete -c llmcli -n '__llmcli_at "" 1' -a doctor -d 'Check this installation: versions, compute backend and GPU, directories, hub, default model'
 complete -c llmcli -n '__llmcli_at "" 1' -a embed -d 'Turn texts into vectors with an embedding model: one JSON array per text on stdout'
 complete -c llmcli -n '__llmcli_at "" 1' -a similar -d 'The stored items closest in meaning to TEXT, best first: one JSON object per line'
-complete -c llmcli -n '__llmcli_at "" 1' -a batch -d 'Answer many prompts in one run: one JSON line per item, {"id", "record"}'
+complete -c llmcli -n '__llmcli_at "" 1' -a batch -d 'Answer many prompts in one run: one JSON line per item, {"id", "work", "record"}'
 complete -c llmcli -n '__llmcli_at "" 1' -a models -d 'Manage downloaded models: list, show, rm, alias, path, verify'
 complete -c llmcli -n '__llmcli_at "" 1' -a bench -d 'Measure prefill (pp) and decode (tg) speed, as llama-bench does: mean ± sd over repetitions'
 complete -c llmcli -n '__llmcli_at "" 1' -a kv -d 'Saved KV states of chat sessions (warm resume): list, clear'

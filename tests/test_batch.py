@@ -38,15 +38,15 @@ def test_jsonl_and_openai_batch_formats_with_per_item_options(fake, tmp_path):
         + "\n"
     )
     lines = _lines(run("batch", str(src)).stdout)
-    assert [d["id"] for d in lines] == ["a", "2"]
+    assert [d["id"] for d in lines] == ["a", 2]  # the id's JSON type is kept (issue 63)
     assert lines[0]["record"]["params"]["max_tokens"] == 3 and lines[0]["record"]["params"]["seed"] == 7
     assert lines[1]["record"]["params"]["temperature"] == 0
     openai = tmp_path / "openai.jsonl"
     body = {"model": "x", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 5}
     openai.write_text(json.dumps({"custom_id": "req-1", "method": "POST", "url": "/v1/chat/completions",
                                   "body": body}) + "\n")  # fmt: skip
-    (line,) = _lines(run("batch", str(openai)).stdout)
-    assert line["id"] == "req-1" and line["record"]["params"]["max_tokens"] == 5
+    (line,) = _lines(run("batch", str(openai)).stdout)  # OpenAI input: OpenAI's output line (issue 63)
+    assert line["custom_id"] == "req-1" and line["llmcli"]["record"]["params"]["max_tokens"] == 5
 
 
 def test_text_mode_prints_answers_only(fake, tmp_path):
@@ -62,7 +62,9 @@ def test_bad_line_stops_before_anything_is_generated(fake, tmp_path):
     assert result.exit_code == 2 and result.stdout == ""
     assert "line 2" in result.stderr
     skipped = run("batch", str(src), "--skip-bad")
-    assert [d["id"] for d in _lines(skipped.stdout)] == ["1"] and "2 bad line(s)" in skipped.stderr
+    assert [d["id"] for d in _lines(skipped.stdout)] == [1]  # the id's JSON type is kept (issue 63)
+    assert "2 bad line(s)" in skipped.stderr
+    assert "skipped: line 2, line 3" in skipped.stderr  # which lines (issue 63)
 
 
 def test_empty_file_and_duplicate_ids_are_refused(fake, tmp_path):
@@ -180,7 +182,7 @@ def test_a_prompt_longer_than_a_sequence_context_fails_alone(tmp_path):
     )
     assert result.returncode == 1 and "1 of 3 items failed" in result.stderr
     lines = _lines(result.stdout)
-    assert [d["id"] for d in lines] == ["0", "1", "2"]
+    assert [d["id"] for d in lines] == [0, 1, 2]  # the ids' JSON type is kept (issue 63)
     assert lines[1]["record"]["finish_reason"] == "error" and "context" in lines[1]["record"]["error"]
     assert lines[0]["record"]["text"] and lines[2]["record"]["text"]
 

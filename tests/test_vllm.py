@@ -160,3 +160,70 @@ def test_batch_sends_four_at_once_and_resumes_by_id(vllm_server, tmp_path):
 
     every = served_batch_resumes(vllm_server.ref, tmp_path)
     assert all(d["record"]["model"]["server"] == "vllm" for d in every)
+
+
+# Run by vLLM's interpreter: each of llmcli's output lines read by vLLM's own model of a batch
+# output line; the body must come out as its chat completion
+_READ_BACK = """
+import sys
+from vllm.entrypoints.launchers.run_batch import BatchRequestOutput
+
+for line in open(sys.argv[1]):
+    out = BatchRequestOutput.model_validate_json(line)
+    print(out.custom_id, type(out.response.body).__name__, out.response.status_code)
+"""
+
+
+def test_batch_writes_the_lines_vllm_run_batch_writes(tmp_path):
+    """The same OpenAI batch file through `vllm run-batch` and `llmcli batch` (SmolLM2 on each):
+    the same ids in the same order, the same line shape (llmcli's own fields under `llmcli` only),
+    bodies whose fields are among vLLM's, and vLLM's own reader takes llmcli's lines."""
+    import subprocess
+
+    import vllm_tools
+    from batchtools import cli
+
+    try:
+        interpreter, folder = vllm_tools.python(), vllm_tools.smollm2()
+    except vllm_tools.VllmUnavailable as exc:
+        pytest.skip(f"vLLM cannot be installed here: {exc}")
+    src, theirs, ours = tmp_path / "in.jsonl", tmp_path / "vllm.jsonl", tmp_path / "llmcli.jsonl"
+    bodies = [
+        {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0},
+        {"messages": [{"role": "system", "content": "Be brief."},
+                      {"role": "user", "content": "Name a colour."}],
+         "max_completion_tokens": 8, "seed": 3, "top_p": 0.9, "frequency_penalty": 0.5},
+        {"messages": [{"role": "user", "content": "Give a JSON object."}], "max_tokens": 12,
+         "response_format": {"type": "json_object"}, "presence_penalty": 0.2, "stop": ["\n\n"]},
+    ]  # fmt: skip
+    url = "/v1/chat/completions"
+    src.write_text("".join(json.dumps({"custom_id": f"req-{i}", "method": "POST", "url": url,
+                                       "body": {"model": "smollm2", **b}}) + "\n"
+                           for i, b in enumerate(bodies, 1)))  # fmt: skip
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    env.pop("PYTHONPATH", None)
+    cmd = [str(interpreter), "-m", "vllm.entrypoints.openai.run_batch", "-i", str(src), "-o", str(theirs),
+           "--model", str(folder), "--served-model-name", "smollm2", "--max-model-len", "2048",
+           "--dtype", "bfloat16", "-O0"]  # fmt: skip
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    mine = cli("batch", str(src), "-m", "smollm2-135m", "-o", str(ours), "--no-log")
+    assert mine.returncode == 0, mine.stderr
+    vllm_lines = [json.loads(x) for x in theirs.read_text().splitlines()]
+    our_lines = [json.loads(x) for x in ours.read_text().splitlines()]
+    ids = ["req-1", "req-2", "req-3"]
+    assert [d["custom_id"] for d in our_lines] == [d["custom_id"] for d in vllm_lines] == ids
+    for v, o in zip(vllm_lines, our_lines, strict=True):
+        assert set(o) - {"llmcli"} == set(v) and set(o["response"]) == set(v["response"])
+        assert o["response"]["status_code"] == v["response"]["status_code"] == 200
+        assert o["error"] is None and v["error"] is None
+        vb, ob = v["response"]["body"], o["response"]["body"]
+        assert set(ob) <= set(vb) and ob["object"] == vb["object"] == "chat.completion"
+        assert set(ob["choices"][0]) <= set(vb["choices"][0])
+        assert set(ob["choices"][0]["message"]) <= set(vb["choices"][0]["message"]) | {"reasoning_content"}
+        assert set(ob["usage"]) <= set(vb["usage"]) and ob["usage"]["completion_tokens"] > 0
+        assert ob["choices"][0]["message"]["content"].strip()
+    read = subprocess.run([str(interpreter), "-c", _READ_BACK, str(ours)], env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert read.returncode == 0, read.stderr[-3000:]
+    assert read.stdout.split() == [w for i in ids for w in (i, "ChatCompletionResponse", "200")]

@@ -63,6 +63,8 @@ class SamplingParams:
     min_p: float = defaults.MIN_P
     repeat_penalty: float = defaults.REPEAT_PENALTY
     repeat_last_n: int = defaults.REPEAT_LAST_N
+    frequency_penalty: float = 0.0  # OpenAI's penalties, in llama.cpp's penalties sampler (0: none)
+    presence_penalty: float = 0.0
     seed: int | None = None
     max_tokens: int = defaults.MAX_TOKENS  # 0 means: until end of generation or the context is full
     stop: list[str] = field(default_factory=list)
@@ -82,18 +84,16 @@ class SamplingParams:
 
         n = names or flag_name
         checks = [
-            (
-                0 <= self.temperature < math.inf,
-                f"{n('temperature')} must be >= 0 and finite, got {self.temperature}",
-            ),
+            (0 <= self.temperature < math.inf,
+             f"{n('temperature')} must be >= 0 and finite, got {self.temperature}"),  # fmt: skip
             (self.top_k >= 0, f"{n('top_k')} must be >= 0, got {self.top_k}"),
             (0 < self.top_p <= 1, f"{n('top_p')} must be in (0, 1], got {self.top_p}"),
             (0 <= self.min_p <= 1, f"{n('min_p')} must be in [0, 1], got {self.min_p}"),
-            (
-                0 < self.repeat_penalty < math.inf,
-                f"{n('repeat_penalty')} must be > 0 and finite, got {self.repeat_penalty}",
-            ),
+            (0 < self.repeat_penalty < math.inf,
+             f"{n('repeat_penalty')} must be > 0 and finite, got {self.repeat_penalty}"),  # fmt: skip
             (self.max_tokens >= 0, f"{n('max_tokens')} must be >= 0 (0: no limit), got {self.max_tokens}"),
+            (abs(self.frequency_penalty) <= 2 and abs(self.presence_penalty) <= 2,
+             f"{n('frequency_penalty')} and {n('presence_penalty')} must be in [-2, 2]"),  # fmt: skip
             (
                 self.seed is None or 0 <= self.seed < 2**32 - 1,
                 f"{n('seed')} must be in [0, 4294967294], got {self.seed}",

@@ -10,7 +10,7 @@ import string
 from collections.abc import Iterator
 from pathlib import Path
 
-from llmcli.batch.inputs import BadLine, Item
+from llmcli.batch.items import BadLine, Item
 from llmcli.errors import UsageError
 
 FIELDS = ("content", "name", "path")
@@ -51,7 +51,14 @@ class Template:
         messages = [dict(m) for m in item.messages]
         for m in reversed(messages):
             if m["role"] == "user":
-                m["content"] = self.apply(m["content"], item.path)
+                if isinstance(m["content"], str):
+                    m["content"] = self.apply(m["content"], item.path)
+                else:  # content parts: the template takes the last text part
+                    parts = [dict(p) for p in m["content"]]
+                    texts = [p for p in parts if p.get("type") == "text"]
+                    if texts:
+                        texts[-1]["text"] = self.apply(texts[-1]["text"], item.path)
+                    m["content"] = parts
                 break
         item.messages = messages
         return item

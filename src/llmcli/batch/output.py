@@ -1,6 +1,7 @@
 """Where a batch's lines go: stdout, or `-o FILE` appended durably (each line flushed and fsynced
-as its item finishes), the ids already in that file skipped on a rerun; and the order they go in
-(the input's, holding finished items back until those before them are written, or as they end)."""
+as its item finishes; what is already there is read by batch/identity.py's `Written`); and the
+order they go in (the input's, holding finished items back until those before them are written,
+or as they end)."""
 
 from __future__ import annotations
 
@@ -15,22 +16,9 @@ from llmcli.render.documents import stamped
 Line = dict[str, Any] | str | None  # a JSON line's document, an answer's text (--text), or nothing
 
 
-def done_ids(path: Path) -> set[str]:
-    """The ids of the complete lines in `path` (a line cut short by a kill is not complete)."""
-    ids: set[str] = set()
-    if not path.exists():
-        return ids
-    with open(path, "rb") as f:
-        for raw in f:
-            if not raw.endswith(b"\n"):
-                break
-            try:
-                doc = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(doc, dict) and "id" in doc:
-                ids.add(str(doc["id"]))
-    return ids
+def schema_of(line: dict[str, Any]) -> str:
+    """The published schema of an output line: llmcli's, or OpenAI's batch output line."""
+    return "batch/openai_line" if "custom_id" in line else "batch/line"
 
 
 class Sink:
@@ -41,6 +29,7 @@ class Sink:
         self.unordered = unordered
         self._held: dict[int, Line] = {}
         self._next = 0
+        self.written = 0  # lines written in this run
         self._file: IO[bytes] | None = None
         if path is not None:
             if overwrite or not path.exists():
@@ -74,13 +63,17 @@ class Sink:
             self._next += 1
 
     def _write(self, line: dict[str, Any] | str) -> None:
+        self.written += 1
         if isinstance(line, str):
             render.out_text(line if line.endswith("\n") else line + "\n")
             return
         if self._file is None:
-            render.out_json(line, schema="batch/line", line=True)
+            if "custom_id" in line:
+                render.out_json(line, schema="batch/openai_line", line=True)
+            else:
+                render.out_json(line, schema="batch/line", line=True)
             return
-        text = json.dumps(stamped(line, "batch/line"), ensure_ascii=False)
+        text = json.dumps(stamped(line, schema_of(line)), ensure_ascii=False)
         self._file.write((text + "\n").encode("utf-8"))
         self._file.flush()
         os.fsync(self._file.fileno())

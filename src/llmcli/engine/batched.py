@@ -31,7 +31,7 @@ from typing import Any
 from llmcli import reporting
 from llmcli.contract import Answered, Request
 from llmcli.engine.batch_seq import BatchItem, BatchResult, Seq, common_prefix
-from llmcli.engine.sampler import GrammarProbe, build_chain, pick
+from llmcli.engine.sampler import GrammarProbe, build_chain, penalised, pick
 from llmcli.engine.text import TextStream
 from llmcli.engine.threads import LoadFollower, physical_cores
 from llmcli.errors import LlmcliError, UsageError
@@ -151,7 +151,7 @@ class BatchDecoder:
             chain = build_chain(self._L, e.tokenizer, e.n_vocab, params, seed, debug=e._debug)
         except UsageError as exc:
             return None, exc.message
-        greedy = params.temperature <= 0 and not params.grammar and params.repeat_penalty == 1.0
+        greedy = params.temperature <= 0 and not params.grammar and not penalised(params)
         probe = GrammarProbe(e.tokenizer, chain) if params.grammar else None
         seq = Seq(item, seq_id, seed, chain, greedy, time.perf_counter(), TextStream(params.stop), probe)
         self._share(seq, active)

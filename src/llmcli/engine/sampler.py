@@ -26,8 +26,9 @@ def build_chain(L, tokenizer: Tokenizer, n_vocab: int, params: SamplingParams, s
             L.llama_sampler_free(chain)
             raise UsageError(grammar_error(params.grammar, "".join(printed)))
         add(grammar)
-    if params.repeat_penalty != 1.0:
-        add(penalty_sampler(L, n_vocab, params.repeat_last_n, params.repeat_penalty))
+    if penalised(params):
+        add(penalty_sampler(L, n_vocab, params.repeat_last_n, params.repeat_penalty,
+                            params.frequency_penalty, params.presence_penalty))  # fmt: skip
     if params.temperature <= 0:
         add(L.llama_sampler_init_greedy())
         return chain
@@ -42,12 +43,19 @@ def build_chain(L, tokenizer: Tokenizer, n_vocab: int, params: SamplingParams, s
     return chain
 
 
-def penalty_sampler(L, n_vocab: int, last_n: int, repeat: float):
-    """The repetition-penalty sampler; llama.cpp builds differ on whether it takes n_vocab first."""
+def penalised(params: SamplingParams) -> bool:
+    """Whether the chain has llama.cpp's penalties sampler: repeat, frequency or presence."""
+    return params.repeat_penalty != 1.0 or bool(params.frequency_penalty) or bool(params.presence_penalty)
+
+
+def penalty_sampler(L, n_vocab: int, last_n: int, repeat: float, frequency: float = 0.0,
+                    presence: float = 0.0):  # fmt: skip
+    """The penalties sampler (repetition, frequency, presence over the last `last_n` tokens);
+    llama.cpp builds differ on whether it takes n_vocab first."""
     try:
-        return L.llama_sampler_init_penalties(n_vocab, last_n, repeat, 0.0, 0.0)
+        return L.llama_sampler_init_penalties(n_vocab, last_n, repeat, frequency, presence)
     except TypeError:  # the four-argument form of other llama.cpp versions
-        return L.llama_sampler_init_penalties(last_n, repeat, 0.0, 0.0)
+        return L.llama_sampler_init_penalties(last_n, repeat, frequency, presence)
 
 
 def pick(L, ctx, sampler, n_vocab: int, greedy: bool):

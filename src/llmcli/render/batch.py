@@ -48,7 +48,8 @@ def summary(*, items: int, failed: int, skipped: int, tokens: int, wall_s: float
     """The line at the end, on stderr (shown unless --quiet): `prompt_tokens` of the items, `reused`
     of them taken from a shared prefix's cells rather than prefilled."""
     rate = tokens / wall_s if wall_s > 0 else 0.0
-    parts = [f"{items} items", f"{failed} failed"] if failed else [f"{items} items"]
+    # `items` answered; with failures the count of both, said so that none reads as no item at all
+    parts = [f"{items + failed} items: {items} done, {failed} failed"] if failed else [f"{items} items"]
     if skipped:
         parts.append(f"{skipped} already done")
     if prompt_tokens:

@@ -35,13 +35,19 @@ VERSIONS: dict[str, int | None] = {
     "doctor": 1,
     "pull": 1,
     "embed": 1,
-    "batch": 1,
+    "batch": 2,
 }
+
+
+# documents whose shape is another's (OpenAI's batch output lines): their version is inside them
+UNSTAMPED = {"batch/openai_line"}
 
 
 def stamped(doc: Any, schema: str) -> Any:
     """`doc` with the `schema_version` of `schema` ("FILE/DEF"); a field it already has is kept."""
     file = schema.split("/", 1)[0]
+    if schema in UNSTAMPED:
+        return doc
     if file not in VERSIONS:
         raise ValueError(f"no published schema {file!r} (llmcli.render.documents.VERSIONS)")
     version = VERSIONS[file]

@@ -122,6 +122,9 @@ def request_body(
         body["top_p"] = params.top_p
     if params.max_tokens:
         body["max_tokens"] = params.max_tokens
+    for name in ("frequency_penalty", "presence_penalty"):  # OpenAI's own: every server takes them
+        if getattr(params, name):
+            body[name] = getattr(params, name)
     if params.stop:
         body["stop"] = list(params.stop)
     llama_like = flavour in ("llama-server", "llama-cpp-python")
