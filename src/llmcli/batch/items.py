@@ -85,7 +85,7 @@ def options(source: dict, item: Item) -> str | None:
             continue
         if not isinstance(value, kind) or isinstance(value, bool):
             return f"`{key}` must be a number, got {json.dumps(value)}"
-        if not ok(float(value)):
+        if not ok(float(value)):  # type: ignore[arg-type]  # a number: checked just above
             return f"`{key}` is out of range: {value} (it must be {says})"
         item.options[ALIASES.get(key, key)] = value
     return _constraints(source, item)
