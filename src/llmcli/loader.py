@@ -301,13 +301,16 @@ def load_embedder(ref: str, *, pooling: str | None = None, threads: int | None =
     from llmcli.hub.resolve import resolve_model
 
     path = resolve_model(ref).path
-    _check_embedding(path)
+    check_embedding(path)
     from llmcli.engine.embedding import LlamaEmbedder
 
     return LlamaEmbedder(path, pooling=pooling, threads=threads, batch_tokens=batch_tokens, debug=debug)
 
 
-def _check_embedding(path: Path) -> None:
+def check_embedding(path: Path, *, purpose: str = "", hint: str | None = None) -> None:
+    """Refuse, in one line, a file that is no embedding model (read from its header alone);
+    `purpose` is said after why (", and ... measures an embedding model"), `hint` replaces the
+    default one."""
     from llmcli import gguf_file
     from llmcli.errors import InvalidModelError, UsageError
 
@@ -318,6 +321,6 @@ def _check_embedding(path: Path) -> None:
     if not header.is_embedding:
         raise UsageError(
             f"{path.name} is a generative model ({header.architecture}): it writes text and has no pooling "
-            "for vectors",
-            hint="embed needs an embedding GGUF (BERT, nomic-bert, Qwen3-Embedding, ...)",
+            f"for vectors{purpose}",
+            hint=hint or "embed needs an embedding GGUF (BERT, nomic-bert, Qwen3-Embedding, ...)",
         )

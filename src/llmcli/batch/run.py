@@ -249,13 +249,6 @@ def _request(item: Item, spec: RunSpec, raw: bool) -> Request:
     users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
     last = images.pop(users[-1], ()) if users else ()
     return Request(params, messages=messages, images=last, history_images=images)
-    if item.messages is not None:
-        messages = list(item.messages)
-    else:
-        messages = [{"role": "user", "content": item.prompt or ""}]
-    if spec.system and not any(m["role"] == "system" for m in messages):
-        messages = [{"role": "system", "content": spec.system}, *messages]
-    return Request(params, messages=messages)
 
 
 def _plain(item: Item, params: SamplingParams) -> Request:

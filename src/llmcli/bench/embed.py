@@ -175,25 +175,15 @@ class Embed(Measurer):
 def check_models(refs: list[str]) -> None:
     """Refuse, in one line and before anything is measured, a model that is not a local embedding
     model: a served one, or a generative one (it writes text and has no pooling for vectors)."""
-    from llmcli import gguf_file
-    from llmcli.errors import InvalidModelError
     from llmcli.hub.resolve import resolve_model
-    from llmcli.loader import served_endpoint
+    from llmcli.loader import check_embedding, served_endpoint
 
     for ref in refs:
         if served_endpoint(ref) is not None:
             raise UsageError("--scenario embed measures a local embedding model, not a served one")
         path = resolve_model(ref).path
-        try:
-            header = gguf_file.read_header(path)
-        except InvalidModelError as exc:
-            raise exc.about(str(path)) from None
-        if not header.is_embedding:
-            raise UsageError(
-                f"{path.name} is a generative model ({header.architecture}): it writes text and has no "
-                "pooling for vectors, and --scenario embed measures an embedding model",
-                hint=f"measure it with llmcli bench -m {path}",
-            )
+        check_embedding(path, purpose=", and --scenario embed measures an embedding model",
+                        hint=f"measure it with llmcli bench -m {path}")  # fmt: skip
 
 
 def run(request: Request, progress: Progress = lambda line: None, debug: bool = False) -> dict[str, Any]:
