@@ -536,6 +536,18 @@ class Embedder(Protocol):
     def close(self) -> None: ...
 
 
+class Reranker(Protocol):
+    """A reranking model (a cross-encoder), as `loader.load_reranker` hands it out: a local GGUF
+    under llama.cpp's rank pooling (engine/rerank.py) or a server's `/v1/rerank` (served/rerank.py).
+    `rerank` gives one score per document, in order; higher is more relevant to `query`."""
+
+    ref: str
+
+    def rerank(self, query: str, documents: list[str]) -> list[float]: ...
+
+    def close(self) -> None: ...
+
+
 class Measured(Protocol):
     """What `Engine.calibrate` measured (engine/exact.py's cost table), for `--debug` to show."""
 
