@@ -542,6 +542,7 @@ class Reranker(Protocol):
     `rerank` gives one score per document, in order; higher is more relevant to `query`."""
 
     ref: str
+    cut: int  # documents the last `rerank` cut to fit the model's context (0: none, or a server's)
 
     def rerank(self, query: str, documents: list[str]) -> list[float]: ...
 

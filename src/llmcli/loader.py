@@ -348,7 +348,7 @@ def _check_reranker(path: Path) -> None:
         raise exc.about(str(path)) from None
     if header.pooling == "rank" or any(t.name == "cls.output.weight" for t in header.tensors):
         return
-    hint = "a reranker is a cross-encoder GGUF with a classifier head (bge-reranker, jina-reranker, ...)"
+    hint = "a reranker is a cross-encoder GGUF with a classifier head: bge-reranker, jina-reranker, ..."
     if header.is_embedding:
         raise UsageError(f"{path.name} is an embedding model ({header.architecture}, {header.pooling} pooling): "
                          "it gives vectors, not relevance scores", hint=hint)  # fmt: skip

@@ -7,6 +7,7 @@ so the same GGUF scores the same here and there: the model's `rerank` chat templ
 and `{document}` filled in where it has one; else `[BOS] query [EOS] [SEP] document [EOS]`, each
 special token only where the vocabulary adds it (EOS falls back to SEP). A pair longer than the
 context has its document cut (the closing token kept); `cut` counts them for the caller to say.
+Each pair is decoded alone, so its score is the same whatever else is reranked with it.
 """
 
 from __future__ import annotations
@@ -61,5 +62,7 @@ class LlamaReranker(LlamaEmbedder):
         self.cut = 0
         if not documents:
             return []
-        seqs = [self.pair(query, document) for document in documents]
-        return [vector[0] for vector in self.embed(seqs)]
+        # one pair per decode: a batch of several rounds differently (f16 matmuls of another shape,
+        # ~1e-3 apart), and a document's score should not depend on what it was ranked beside; so
+        # it is also exactly what llama-server gives a pair in one slot
+        return [self.embed([self.pair(query, document)])[0][0] for document in documents]

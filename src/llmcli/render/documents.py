@@ -36,6 +36,7 @@ VERSIONS: dict[str, int | None] = {
     "pull": 1,
     "embed": 1,
     "batch": 1,
+    "rerank": 1,
 }
 
 
