@@ -1,6 +1,7 @@
 """A batch's input, read line by line: plain text (one prompt per line), JSON lines (`id` and a
 `prompt` or `messages`, with per-item `max_tokens`, `temperature`, `seed`, `stop`, `grammar`,
-`response_format`), or the OpenAI batch format `vllm run-batch` reads (`custom_id`, `body` with
+`response_format`, and `attachments`: text files whose text goes before the item's prompt, or
+its last user message, as `generate -a` puts it), or the OpenAI batch format `vllm run-batch` reads (`custom_id`, `body` with
 `messages`, `max_tokens`, ...). The format is the first non-blank line's: a JSON object makes the
 file JSON lines, anything else plain text. (`--each`'s files, one prompt each: batch/each.py.)"""
 
@@ -24,6 +25,7 @@ class Item:
     prompt: str | None = None
     options: dict = field(default_factory=dict)  # per-item max_tokens, temperature, seed, stop, ...
     path: str | None = None  # --each: the file the prompt is
+    attachments: list[str] = field(default_factory=list)  # text files for its (last) user message
     keyed: bool = False  # the id is the input's own (JSON lines), not a line number or a path
 
 
@@ -93,6 +95,10 @@ def _json_item(name: str, n: int, line: str) -> Item | BadLine:
         if (key_ == "max_tokens" and number < 1) or (key_ == "temperature" and number < 0):
             return BadLine(name, n, f"`{key_}` is out of range: {value}")
         item.options[key_] = value
+    attachments = source.get("attachments", [])
+    if not isinstance(attachments, list) or not all(isinstance(a, str) and a for a in attachments):
+        return BadLine(name, n, "`attachments` must be a list of file paths or URLs")
+    item.attachments = attachments
     why = _constraints(source, item.options)
     return BadLine(name, n, why) if why else item
 

@@ -20,6 +20,7 @@ from llmcli.batch.inputs import BadLine, Item
 from llmcli.batch.output import Sink
 from llmcli.contract import Answered, Done, Many, Request, SamplingParams
 from llmcli.errors import LlmcliError, UsageError
+from llmcli.media.fragment import Placed, TextFile, compose
 from llmcli.loader import Loaded
 
 if TYPE_CHECKING:
@@ -160,18 +161,37 @@ def request_for(item: Item, spec: RunSpec, raw: bool) -> Request:
     elif "grammar" in options:
         options["json_schema"] = None
     params = spec.item_params(options)
+    texts = _texts(item)
     if raw:
         if item.messages is not None:
             raise UsageError("this item's messages need a chat template, and this run is plain text "
                              "(--raw, or a base model: --fallback-template gives it one)")  # fmt: skip
-        return Request(params, text=item.prompt or "")
+        return Request(params, text=compose(texts, item.prompt or ""),
+                       fragments=tuple(Placed(t, -1, None) for t in texts))  # fmt: skip
     if item.messages is not None:
-        messages = list(item.messages)
+        messages = [dict(m) for m in item.messages]
     else:
         messages = [{"role": "user", "content": item.prompt or ""}]
     if spec.system and not any(m["role"] == "system" for m in messages):
         messages = [{"role": "system", "content": spec.system}, *messages]
-    return Request(params, messages=messages)
+    fragments: tuple[Placed, ...] = ()
+    if texts:
+        last = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
+        if last < 0:
+            raise UsageError("this item's attachments need a user message to go with")
+        messages[last]["content"] = compose(texts, messages[last]["content"])
+        fragments = tuple(Placed(t, last, None) for t in texts)  # counted by the engine, in the prompt
+    return Request(params, messages=messages, fragments=fragments)
+
+
+def _texts(item: Item) -> tuple[TextFile, ...]:
+    """The item's text attachments, read (a file that cannot be read, or an image, fails the item)."""
+    from llmcli.media.attach import load
+
+    found = tuple(load(name) for name in item.attachments)
+    if any(not isinstance(a, TextFile) for a in found):
+        raise UsageError("a batch item's attachments are text files; images go through generate or chat")
+    return found  # type: ignore[return-value]
 
 
 def constraint(params: SamplingParams) -> str | None:
@@ -180,11 +200,12 @@ def constraint(params: SamplingParams) -> str | None:
 
 
 def line(item: Item, loaded: Loaded, params: SamplingParams, done: Done | None, fmt: str | None,
-         error: str | None = None) -> dict:  # fmt: skip
+         error: str | None = None, fragments: tuple = ()) -> dict:  # fmt: skip
     kind = constraint(params)
     complete = done is not None and done.constraint_complete is not False
     rec = record.build(ref=loaded.ref, info=loaded.engine.info, params=params, done=done, prompt_format=fmt,
-                       constraint=kind, constraint_complete=complete, error=error)  # fmt: skip
+                       constraint=kind, constraint_complete=complete, error=error,
+                       fragments=fragments)  # fmt: skip
     return {"id": item.id, "record": rec}
 
 
