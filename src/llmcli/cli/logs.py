@@ -221,8 +221,10 @@ def show(
     out += _attachment_lines(attachments)
     out.append("")
     for i, m in enumerate(d.get("messages") or [{"role": "text", "content": d["prompt"]}]):
-        names = [str(a["name"]) for a in attachments if a["message"] == i]
-        images = f" [image: {', '.join(names)}]" if names else ""
+        here = [a for a in attachments if a["message"] == i]
+        names = [str(a["name"]) for a in here if str(a["media_type"]).startswith("image/")]
+        texts = [str(a["name"]) for a in here if not str(a["media_type"]).startswith("image/")]
+        images = (f" [image: {', '.join(names)}]" if names else "") + (f" [text: {', '.join(texts)}]" if texts else "")
         out.append(f"## {m['role']}{images}\n{m['content']}\n")
     if d["reasoning"]:
         out.append(f"## reasoning\n{d['reasoning']}\n")
@@ -233,7 +235,7 @@ def show(
 
 
 def _attachment_lines(attachments: list[dict[str, Any]]) -> list[str]:
-    """`logs show`'s images: name, media type, size, sha256 (and the positions each took)."""
+    """`logs show`'s images and texts: name, media type, size, sha256 (and the positions each took)."""
     from llmcli.units import human_size
 
     lines = [f"attachments: {len(attachments)}"] if attachments else []
