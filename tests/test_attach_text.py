@@ -6,6 +6,7 @@ one real-model test that a fact only in the attached file reaches the answer (Sm
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import sqlite3
 
@@ -91,9 +92,7 @@ def test_a_pdf_is_read_or_said_not_read_in_one_line(fake, tmp_path):
     path = tmp_path / "paper.pdf"
     path.write_bytes(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n1 0 obj\n<<>>\nendobj\n")
     result = run("generate", "-a", str(path), "q")
-    try:
-        import pypdf  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("pypdf") is None:  # the `pdf` extra
         assert result.exit_code == 2 and "paper.pdf: a PDF" in one_error(result) and "pypdf" in result.stderr
     else:
         assert result.exit_code == 2 and "paper.pdf" in one_error(result)  # this one holds no text

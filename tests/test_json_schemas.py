@@ -46,6 +46,7 @@ PRINTED = {
     "embed/match": "similar NAME TEXT (a line per match; tests/test_embed.py)",
     "embed/collections": "collections list --json (tests/test_embed.py)",
     "batch/line": "batch FILE (a line per item; tests/test_batch.py)",
+    "rerank/ranking": "rerank QUERY FILE... --json (tests/test_rerank.py, on the test reranker)",
 }
 # json.dumps in the output layers that is not a document on stdout: text for people, CSV cells,
 # and bench's -o json / -o jsonl (held against "bench" and "bench/line" below)
