@@ -42,8 +42,8 @@ def path() -> Path:
         folder = minilm.hf_model()
         script, interpreter, env = minilm._toolchain(work)
         hf = work / "cross-encoder"
-        result = subprocess.run([str(interpreter), "-c", MAKE, str(folder), str(hf), str(SEED)],
-                                capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)  # fmt: skip
+        cmd = [str(interpreter), "-c", MAKE, str(folder), str(hf), str(SEED)]
+        result = subprocess.run(cmd, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
         if result.returncode != 0:
             raise minilm.Unavailable(f"making the cross-encoder failed: {result.stderr.strip()[-600:]}")
         out = work / "reranker.gguf"

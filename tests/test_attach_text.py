@@ -38,7 +38,9 @@ def test_generate_puts_the_named_block_before_the_question_and_records_it(fake, 
     assert block in prompt and prompt.index(block) < prompt.index("What is the code?")
     [attached] = json.loads(result.stdout)["attachments"]  # the record is checked against its schema
     assert attached["name"] == str(notes) and attached["media_type"] == "text/markdown"
-    assert attached["bytes"] == len(SECRET) and attached["sha256"] == hashlib.sha256(SECRET.encode()).hexdigest()
+    assert (
+        attached["bytes"] == len(SECRET) and attached["sha256"] == hashlib.sha256(SECRET.encode()).hexdigest()
+    )
     assert attached["tokens"] == len(block)  # the fake's tokens are characters: the block's, whole
 
 
@@ -119,7 +121,9 @@ def test_chat_attach_lists_counts_in_context_and_detaches(fake, notes):
     assert f"{notes}\n```markdown\n{SECRET}```\n\nWhat is the code?" in fake.made[0].history[0].prompt
     block = len(f"{notes}\n```markdown\n{SECRET}```")
     rows = [line for line in result.stderr.splitlines() if "tok" in line]
-    assert any(line.split()[:2] == ["1", "user"] and line.rstrip().endswith("What is the code?") for line in rows)
+    assert any(
+        line.split()[:2] == ["1", "user"] and line.rstrip().endswith("What is the code?") for line in rows
+    )
     assert any(line.split()[:3] == ["text", str(block), "tok"] and str(notes) in line for line in rows), rows
     assert "detached 1 text(s)" in result.stderr
 
@@ -136,9 +140,12 @@ def test_chat_refuses_a_text_too_long_and_keeps_it_attached(fake, tmp_path):
 
 def test_batch_items_name_their_attachments(fake, tmp_path, notes):
     source = tmp_path / "in.jsonl"
-    source.write_text(json.dumps({"id": "a", "prompt": "What is the code?", "attachments": [str(notes)]}) + "\n"
-                      + json.dumps({"id": "b", "prompt": "hi", "attachments": [str(tmp_path / "gone.md")]}) + "\n"
-                      + json.dumps({"id": "c", "prompt": "hi"}) + "\n")  # fmt: skip
+    items = [
+        {"id": "a", "prompt": "What is the code?", "attachments": [str(notes)]},
+        {"id": "b", "prompt": "hi", "attachments": [str(tmp_path / "gone.md")]},
+        {"id": "c", "prompt": "hi"},
+    ]
+    source.write_text("".join(json.dumps(item) + "\n" for item in items))
     result = run("batch", str(source))
     lines = {d["id"]: d["record"] for d in map(json.loads, result.stdout.splitlines())}
     for line in result.stdout.splitlines():
@@ -177,8 +184,8 @@ def test_a_served_model_gets_the_text_in_the_message(fault_server, notes):
     result = run("generate", "-m", fault_server.ref, "-a", str(notes), "What is the code?")
     assert result.exit_code == 0, result.stderr
     body = [r for r in fault_server.state.requests if r["body"]][0]["body"]
-    assert body["messages"][-1] == {"role": "user",
-                                    "content": f"{notes}\n```markdown\n{SECRET}```\n\nWhat is the code?"}  # fmt: skip
+    content = f"{notes}\n```markdown\n{SECRET}```\n\nWhat is the code?"
+    assert body["messages"][-1] == {"role": "user", "content": content}
 
 
 @pytest.mark.model

@@ -57,8 +57,12 @@ def test_json_is_the_schema_document_with_the_same_scores_as_the_port(model, fil
         scores = reranker.rerank("what do cats eat?", [Path(f).read_text() for f in files])
     finally:
         reranker.close()
-    assert {r["file"]: r["score"] for r in doc["results"]} == pytest.approx(dict(zip(files, scores)), abs=1e-5)
-    assert [r["file"] for r in doc["results"]] == [f for _, f in sorted(zip(scores, files), reverse=True)]
+    assert {r["file"]: r["score"] for r in doc["results"]} == pytest.approx(
+        dict(zip(files, scores, strict=True)), abs=1e-5
+    )
+    assert [r["file"] for r in doc["results"]] == [
+        f for _, f in sorted(zip(scores, files, strict=True), reverse=True)
+    ]
 
 
 def test_pair_is_the_cross_encoders_input_and_long_documents_are_cut(model, isolated):

@@ -46,8 +46,8 @@ def test_local_scores_agree_with_llama_server(server, isolated):
     from llmcli import loader
 
     model, running = server
-    answer = httpx.post(f"{running.url}/rerank", json={"model": running.model, "query": QUERY,
-                                                        "documents": DOCUMENTS}, timeout=120).json()  # fmt: skip
+    body = {"model": running.model, "query": QUERY, "documents": DOCUMENTS}
+    answer = httpx.post(f"{running.url}/rerank", json=body, timeout=120).json()
     served = {r["index"]: r["relevance_score"] for r in answer["results"]}
     reranker = loader.load_reranker(str(model))
     try:
@@ -69,7 +69,10 @@ def test_rerank_command_against_the_server_matches_the_local_one(server, isolate
     served = run("rerank", "-m", running.url, QUERY, *files, "--json")
     local = run("rerank", "-m", str(model), QUERY, *files, "--json")
     assert served.exit_code == 0 and local.exit_code == 0, served.stderr + local.stderr
-    a, b = check(json.loads(served.stdout), "rerank/ranking"), check(json.loads(local.stdout), "rerank/ranking")
+    a, b = (
+        check(json.loads(served.stdout), "rerank/ranking"),
+        check(json.loads(local.stdout), "rerank/ranking"),
+    )
     assert [r["file"] for r in a["results"]] == [r["file"] for r in b["results"]]
     assert [r["score"] for r in a["results"]] == pytest.approx([r["score"] for r in b["results"]], rel=1e-5,
                                                                abs=1e-5)  # fmt: skip

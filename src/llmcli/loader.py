@@ -350,7 +350,7 @@ def _check_reranker(path: Path) -> None:
         return
     hint = "a reranker is a cross-encoder GGUF with a classifier head: bge-reranker, jina-reranker, ..."
     if header.is_embedding:
-        raise UsageError(f"{path.name} is an embedding model ({header.architecture}, {header.pooling} pooling): "
-                         "it gives vectors, not relevance scores", hint=hint)  # fmt: skip
+        raise UsageError(f"{path.name} is an embedding model ({header.architecture}, {header.pooling} "
+                         "pooling): it gives vectors, not relevance scores", hint=hint)  # fmt: skip
     raise UsageError(f"{path.name} is a generative model ({header.architecture}): it writes text and "
                      "scores no documents", hint=hint)  # fmt: skip

@@ -1,7 +1,8 @@
 """A batch's input, read line by line: plain text (one prompt per line), JSON lines (`id` and a
 `prompt` or `messages`, with per-item `max_tokens`, `temperature`, `seed`, `stop`, `grammar`,
 `response_format`, and `attachments`: text files whose text goes before the item's prompt, or
-its last user message, as `generate -a` puts it), or the OpenAI batch format `vllm run-batch` reads (`custom_id`, `body` with
+its last user message, as `generate -a` puts it), or the OpenAI batch format `vllm run-batch`
+reads (`custom_id`, `body` with
 `messages`, `max_tokens`, ...). The format is the first non-blank line's: a JSON object makes the
 file JSON lines, anything else plain text. (`--each`'s files, one prompt each: batch/each.py.)"""
 

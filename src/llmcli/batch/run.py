@@ -20,8 +20,8 @@ from llmcli.batch.inputs import BadLine, Item
 from llmcli.batch.output import Sink
 from llmcli.contract import Answered, Done, Many, Request, SamplingParams
 from llmcli.errors import LlmcliError, UsageError
-from llmcli.media.fragment import Placed, TextFile, compose
 from llmcli.loader import Loaded
+from llmcli.media.fragment import Placed, TextFile, compose
 
 if TYPE_CHECKING:
     from llmcli.runspec import RunSpec

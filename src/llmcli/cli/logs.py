@@ -224,7 +224,8 @@ def show(
         here = [a for a in attachments if a["message"] == i]
         names = [str(a["name"]) for a in here if str(a["media_type"]).startswith("image/")]
         texts = [str(a["name"]) for a in here if not str(a["media_type"]).startswith("image/")]
-        images = (f" [image: {', '.join(names)}]" if names else "") + (f" [text: {', '.join(texts)}]" if texts else "")
+        images = f" [image: {', '.join(names)}]" if names else ""
+        images += f" [text: {', '.join(texts)}]" if texts else ""
         out.append(f"## {m['role']}{images}\n{m['content']}\n")
     if d["reasoning"]:
         out.append(f"## reasoning\n{d['reasoning']}\n")

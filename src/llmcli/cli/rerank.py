@@ -36,11 +36,19 @@ def rerank(
     files: Annotated[list[str], typer.Argument(help="Text files to score (- reads stdin as one).")],
     model: Annotated[
         str,
-        typer.Option("--model", "-m", help="A reranking GGUF (a cross-encoder), or a served model "
-                     "(URL, NAME/MODEL) of llama-server --rerank; default: the rerank_model setting."),
+        typer.Option(
+            "--model",
+            "-m",
+            help="A reranking GGUF (a cross-encoder), or a served model "
+            "(URL, NAME/MODEL) of llama-server --rerank; default: the rerank_model setting.",
+        ),
     ] = "",  # fmt: skip
-    json_out: Annotated[bool, typer.Option("--json", help="One JSON document: the model, the query, "
-                                           "the files with their scores, best first.")] = False,  # fmt: skip
+    json_out: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="One JSON document: the model, the query, the files with their scores, best first."
+        ),
+    ] = False,  # fmt: skip
     threads: Annotated[
         int | None, typer.Option("--threads", "-t", min=1, help="CPU threads (default: the physical cores).")
     ] = None,

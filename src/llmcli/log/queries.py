@@ -146,7 +146,8 @@ def expand(db: sqlite3.Connection, row: sqlite3.Row | dict[str, Any]) -> dict[st
     from llmcli.media.fragment import TextFile
 
     d = dict(row)
-    if "\x00attachment:" not in (d.get("prompt") or "") and "\\u0000attachment:" not in (d.get("messages") or ""):
+    marked = "\x00attachment:" in (d.get("prompt") or "") or "\\u0000attachment:" in (d.get("messages") or "")
+    if not marked:
         return d
     blocks: dict[str, str] = {}
     found = db.execute(

@@ -180,9 +180,9 @@ def attachments(placed: dict[int, tuple[Any, ...]], encoded: list[dict[str, Any]
              "width": image.width, "height": image.height, "content": image.data, "message": index,
              "name": image.name, "tokens": tokens.get(image.sha256)}
             for index, images in sorted(placed.items()) for image in images] + [
-            {"sha256": p.file.sha256, "media_type": p.file.media_type, "bytes": p.file.size, "width": None,
-             "height": None, "content": p.file.text.encode("utf-8"), "message": p.message, "name": p.file.name,
-             "tokens": p.tokens} for p in fragments]  # fmt: skip
+            {"sha256": p.file.sha256, "media_type": p.file.media_type, "bytes": p.file.size,
+             "width": None, "height": None, "content": p.file.text.encode("utf-8"), "message": p.message,
+             "name": p.file.name, "tokens": p.tokens} for p in fragments]  # fmt: skip
 
 
 def insert(db: sqlite3.Connection, row: dict[str, Any], *, source: str = "llmcli",

@@ -30,9 +30,8 @@ def fetch(url: str, limit: int, *, offline: bool = False, timeout: float | None 
     timeout = FETCH_TIMEOUT_S if timeout is None else timeout
     from llmcli import __version__
 
-    request = urllib.request.Request(
-        url, headers={"User-Agent": f"llmcli/{__version__}", "Accept": "image/*" if what == "image" else "*/*"}
-    )
+    accept = "image/*" if what == "image" else "*/*"
+    request = urllib.request.Request(url, headers={"User-Agent": f"llmcli/{__version__}", "Accept": accept})
     deadline = time.monotonic() + timeout
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:

@@ -73,7 +73,7 @@ def from_text(name: str, text: str, kind: str | None = None) -> TextFile:
 
 def decode(name: str, data: bytes) -> TextFile | None:
     """`data` as a text attachment, or None where it is not text (NUL bytes, not UTF-8)."""
-    if b"\x00" in data[:1 << 16]:
+    if b"\x00" in data[: 1 << 16]:
         return None
     try:
         text = data.decode("utf-8-sig")
@@ -89,8 +89,8 @@ def from_pdf(name: str, data: bytes) -> TextFile:
     try:
         import pypdf  # the `pdf` extra
     except ImportError:
-        raise UsageError(f"{name}: a PDF, which llmcli does not read without pypdf",
-                         hint="pip install 'llmcli[pdf]', or attach its text (pdftotext FILE -)") from None  # fmt: skip
+        hint = "pip install 'llmcli[pdf]', or attach its text: pdftotext FILE -"
+        raise UsageError(f"{name}: a PDF, which llmcli does not read without pypdf", hint=hint) from None
     import io
 
     try:
@@ -121,7 +121,8 @@ class Placed:
         """Its entry in the record's `attachments`."""
         f = self.file
         return {"name": f.name, "media_type": f.media_type, "bytes": f.size, "sha256": f.sha256,
-                "width": None, "height": None, "tokens": self.tokens, "encode_ms": None, "cached": None}  # fmt: skip
+                "width": None, "height": None, "tokens": self.tokens, "encode_ms": None,
+                "cached": None}  # fmt: skip
 
 
 def count(texts: tuple[TextFile, ...] | list[TextFile], tokens_of: Callable[[str], int]) -> list[int | None]:
@@ -149,6 +150,6 @@ def check_room(texts: tuple[TextFile, ...] | list[TextFile], tokens: list[int | 
     raise ContextOverflowError(
         f"{what} needs {need} tokens but the context leaves {max(room, 0)} ({n_ctx} tokens, {rest} for the "
         f"rest of the prompt, {reserve} kept for the answer)",
-        hint="ask about it in passages: llmcli embed -i FILE -c NAME, then llmcli ask NAME \"...\" "
+        hint='ask about it in passages: llmcli embed -i FILE -c NAME, then llmcli ask NAME "..." '
         "(or generate --from NAME); or a larger -c",
     )

@@ -68,5 +68,6 @@ def counted(attached: list) -> str:
     from llmcli.media.image import Image
 
     images = sum(isinstance(a, Image) for a in attached)
-    parts = [f"{images} image(s)" if images else "", f"{len(attached) - images} text(s)" if len(attached) > images else ""]
+    texts = len(attached) - images
+    parts = [f"{images} image(s)" if images else "", f"{texts} text(s)" if texts else ""]
     return " and ".join(p for p in parts if p)

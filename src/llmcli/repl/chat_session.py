@@ -252,8 +252,9 @@ class ChatSession(SessionSettings):
         """The conversation's text attachments where its request holds them (media.fragment.Placed)."""
         from llmcli.media.fragment import Placed
 
-        return tuple(Placed(t, index, self.text_tokens.get(t.sha256))
-                     for index, texts in self.conversation.texts_by_index().items() for t in texts)  # fmt: skip
+        placed = self.conversation.texts_by_index().items()
+        tokens = self.text_tokens
+        return tuple(Placed(t, index, tokens.get(t.sha256)) for index, texts in placed for t in texts)
 
     def retry(self, sink: Sink) -> TurnResult | None:
         """Regenerate the last answer, its tool calls and results included (the previous one is

@@ -30,4 +30,3 @@ def attach_texts(engine: Engine, texts: tuple[TextFile, ...], prompt: str, *, re
     check_room(texts, tokens, engine.n_ctx, rest_tokens, answer_reserve(engine, max_tokens))
     placed = tuple(Placed(t, message, n) for t, n in zip(texts, tokens, strict=True))
     return compose(texts, prompt), placed
-

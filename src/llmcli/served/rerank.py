@@ -34,8 +34,8 @@ class ServedReranker:
             data = self.client.post_json("/rerank", body)
         except LlmcliError as exc:
             if "not support rerank" in exc.message or "404" in exc.message or "Not Found" in exc.message:
-                raise UsageError(f"{self.ref} does not rerank: {exc.message}",
-                                 hint="a reranker is served by llama-server --rerank with a reranking GGUF") from None  # fmt: skip
+                hint = "a reranker is served by llama-server --rerank with a reranking GGUF"
+                raise UsageError(f"{self.ref} does not rerank: {exc.message}", hint=hint) from None
             raise
         rows = data.get("results") if isinstance(data, dict) else None
         if not isinstance(rows, list) or len(rows) != len(documents):
@@ -44,8 +44,11 @@ class ServedReranker:
         for row in rows:
             index = row.get("index") if isinstance(row, dict) else None
             score = row.get("relevance_score", row.get("score")) if isinstance(row, dict) else None
-            if not isinstance(index, int) or not 0 <= index < len(documents) or not isinstance(score, int | float):
-                raise NetworkError(f"{url} sent a rerank result without a valid index and relevance_score")
+            bad = f"{url} sent a rerank result without a valid index and relevance_score"
+            if not isinstance(index, int) or not isinstance(score, int | float):
+                raise NetworkError(bad)
+            if not 0 <= index < len(documents):
+                raise NetworkError(bad)
             scores[index] = float(score)
         if any(s is None for s in scores):
             raise NetworkError(f"{url} left some documents without a score")
