@@ -95,7 +95,7 @@ class LlamaEmbedder:
         )
         self._add_eos = bool(L.llama_vocab_get_add_eos(self._vocab))
         # what one pooled sequence gives: a vector, or a reranker's score(s) from its classifier head
-        self.width = max(1, L.llama_model_n_cls_out(self._model)) if self.ranks else self.n_embd
+        self.width: int = max(1, L.llama_model_n_cls_out(self._model)) if self.ranks else self.n_embd
 
     def tokenize(self, text: str, special: bool = True, parse: bool = False) -> list[int]:
         """The tokens of `text` as the model embeds it (its BOS/CLS and EOS/SEP added, unless not
