@@ -39,6 +39,8 @@ def rerank(
         typer.Option(
             "--model",
             "-m",
+            envvar="LLMCLI_RERANK_MODEL",
+            show_envvar=True,
             help="A reranking GGUF (a cross-encoder), or a served model "
             "(URL, NAME/MODEL) of llama-server --rerank; default: the rerank_model setting.",
         ),
