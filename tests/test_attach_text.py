@@ -178,6 +178,20 @@ def test_the_log_stores_a_text_once_and_gives_the_prompt_back_whole(fake, notes,
     assert f"[text: {notes}]" in run("logs", "show", "1").stdout
     assert run("generate", "--continue", "And now?").exit_code == 0
     assert f"```markdown\n{SECRET}```\n\nAgain?" in fake.made[-1].history[0].prompt  # the history, whole
+    continued = json.loads(run("logs", "show", "3", "--json").stdout)
+    assert [a["message"] for a in continued["attachments"]] == [0]  # the history's text, where it is
+    db = sqlite3.connect(isolated / "data" / "logs.db")
+    try:
+        assert db.execute("SELECT count(*) FROM attachments").fetchone()[0] == 1
+        assert "7431" not in db.execute("SELECT messages FROM responses WHERE id = 3").fetchone()[0]
+    finally:
+        db.close()
+    rerun = run("logs", "rerun", "1", "--json")  # the same prompt, the text back in place
+    assert rerun.exit_code == 0, rerun.stderr
+    assert f"{notes}\n```markdown\n{SECRET}```\n\nWhat is the code?" in fake.made[-1].history[-1].prompt
+    chat = run("chat", "--continue", input="/context\n")  # the text is still its message's in chat
+    assert chat.exit_code == 0, chat.stderr
+    assert any(line.split()[:1] == ["text"] and str(notes) in line for line in chat.stderr.splitlines())
 
 
 def test_a_served_model_gets_the_text_in_the_message(fault_server, notes):

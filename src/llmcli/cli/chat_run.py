@@ -156,6 +156,11 @@ def _continue(chat_session, flags: o.RunFlags, name: str | None, saved: dict | N
         for index, images in history.images.items():  # re-attached from the log, where they were
             if 0 <= index < len(chat_session.conversation.messages):
                 chat_session.conversation.messages[index].images = images
+        for placed in history.texts:  # so are the texts (their blocks are in the content)
+            if 0 <= placed.message < len(chat_session.conversation.messages):
+                message = chat_session.conversation.messages[placed.message]
+                message.texts = (*message.texts, placed.file)
+                chat_session.text_tokens[placed.file.sha256] = placed.tokens
         state = history.last.get("kv_state")
         if state and loaded.engine.can.kv_state and Path(state).is_file():
             chat_session.kv_restore = Path(state)  # warm: kvstore uses it only where it belongs

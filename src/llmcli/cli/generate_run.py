@@ -92,17 +92,26 @@ def run(ctx: typer.Context, flags: o.RunFlags, g: Generate) -> None:
 
 def _with_texts(engine, texts, text: str, system, history, raw: bool, max_tokens: int):
     """The prompt with the text attachments before it, and where they went (request/fragments.py)."""
+    from dataclasses import replace
+
     from llmcli.request.fragments import attach_texts
 
+    # a continued conversation's texts, where its messages go (after the system prompt), so the
+    # log keeps them once again
+    offset = 0 if raw else (1 if system else 0)
+    before = tuple(replace(p, message=p.message + offset if p.message >= 0 else -1)
+                   for p in (history.texts if history is not None else ()))  # fmt: skip
     if not texts:
-        return text, ()
+        return text, before
     if raw:
         rest = (history.text if history is not None else "") + text
-        return attach_texts(engine, texts, text, rest=rest, message=-1, max_tokens=max_tokens)
+        text, placed = attach_texts(engine, texts, text, rest=rest, message=-1, max_tokens=max_tokens)
+        return text, before + placed
     earlier = history.messages if history is not None else []
     rest = "\n".join([system or "", *(str(m.get("content") or "") for m in earlier), text])
-    message = (1 if system else 0) + len(earlier)
-    return attach_texts(engine, texts, text, rest=rest, message=message, max_tokens=max_tokens)
+    message = offset + len(earlier)
+    text, placed = attach_texts(engine, texts, text, rest=rest, message=message, max_tokens=max_tokens)
+    return text, before + placed
 
 
 def _answer(

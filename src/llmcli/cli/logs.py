@@ -301,7 +301,7 @@ def rerun(
     from llmcli.runspec import resolve_run
 
     number = entry_id(entry)
-    found, placed = _row(number, queries.images)  # its images, read back from the log
+    found, (placed, attached) = _row(number, lambda db, n: (queries.images(db, n), queries.texts(db, n)))
     row = queries.as_json(found)
     if row["command"] == "import":
         raise UsageError(f"entry #{number} was imported from llm: its model and settings are llm's")
@@ -326,9 +326,10 @@ def rerun(
     last = max((i for i, m in enumerate(messages or []) if m.get("role") == "user"), default=-1)
     images = placed.pop(last, ())  # the last user message's, as generate sends them; the rest its history's
     request = (
-        Request(params, text=row["prompt"])
+        Request(params, text=row["prompt"], fragments=attached)
         if row["raw"]
-        else Request(params, messages=messages, think=think, images=images, history_images=placed)
+        else Request(params, messages=messages, think=think, images=images, history_images=placed,
+                     fragments=attached)  # fmt: skip
     )
     logged = rows.Logged(loaded.ref, "rerun") if log and writer.enabled() else None
     done, _, _ = consume(loaded.engine, request, stream_stdout=not as_json, log=logged)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,9 @@ class History:
     last: dict[str, Any]  # its latest row
     # the images of its user messages (media.image.Image), by their index in `messages`
     images: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    # its text attachments (media.fragment.Placed), by the index of their message in `messages`
+    # (-1: a plain-text conversation's), their blocks already in the content
+    texts: tuple[Any, ...] = ()
 
     @property
     def text(self) -> str:
@@ -84,6 +87,7 @@ def history(cid: str | None = None, path: Path | None = None) -> History:
             if row is None:
                 raise UsageError(f"--cid: no logged conversation {cid!r}", hint="`llmcli logs` lists them")
         placed = images(db, row["id"])
+        attached = texts(db, row["id"])
         last = expand(db, row)
     finally:
         db.close()
@@ -98,7 +102,9 @@ def history(cid: str | None = None, path: Path | None = None) -> History:
     shift = 1 if messages and messages[0]["role"] == "system" else 0  # the system prompt is kept apart
     return History(last["conversation_id"], last["model"], system,
                    [m for m in messages if m["role"] != "system"], bool(last["raw"]), last,
-                   {i - shift: imgs for i, imgs in placed.items() if i >= shift})  # fmt: skip
+                   {i - shift: imgs for i, imgs in placed.items() if i >= shift},
+                   tuple(p if p.message < 0 else replace(p, message=p.message - shift)
+                         for p in attached if p.message < 0 or p.message >= shift))  # fmt: skip
 
 
 def attachments(db: sqlite3.Connection, rowid: int) -> list[dict[str, Any]]:
@@ -134,6 +140,23 @@ def images(db: sqlite3.Connection, rowid: int) -> dict[int, tuple[Any, ...]]:
             raise UsageError(f"entry #{rowid}: the log's copy of the image {name} is damaged (another hash)")
         placed.setdefault(-1 if message is None else int(message), []).append(image)
     return {index: tuple(imgs) for index, imgs in placed.items()}
+
+
+def texts(db: sqlite3.Connection, rowid: int) -> tuple[Any, ...]:
+    """Row `rowid`'s text attachments (media.fragment.Placed, by the index of their user message in
+    the row's messages), as the log keeps them."""
+    from llmcli.media.fragment import Placed, TextFile
+
+    found = db.execute(
+        "SELECT ra.name, ra.message, ra.tokens, a.id, a.media_type, a.content FROM response_attachments ra "
+        "JOIN attachments a ON a.id = ra.attachment_id WHERE ra.response_id = ? AND a.media_type NOT LIKE "
+        "'image/%' ORDER BY ra.position", (rowid,),
+    )  # fmt: skip
+    return tuple(
+        Placed(TextFile(name or sha[:12], kind, bytes(content).decode("utf-8", errors="replace"), sha,
+                        len(content)), -1 if message is None else int(message), tokens)
+        for name, message, tokens, sha, kind, content in found
+    )  # fmt: skip
 
 
 _MARKED = re.compile(MARK.format("([0-9a-f]{64})").replace("\x00", "\\x00"))
