@@ -58,7 +58,8 @@ def generate(
     attach: Annotated[
         list[str] | None,
         typer.Option("--attach", "-a", help="An image (PNG, JPEG, WebP, GIF) or a text file (Markdown, "
-                     "code, JSON, CSV, ...) for the prompt: a file, an http(s) URL, or '-' (stdin); repeatable.", metavar="FILE|URL", show_default=False),
+                     "code, JSON, CSV, ...) for the prompt: a file, an http(s) URL, or '-' (stdin); "
+                     "repeatable.", metavar="FILE|URL", show_default=False),
     ] = None,
     mmproj: Annotated[
         str | None,
