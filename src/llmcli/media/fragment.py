@@ -128,9 +128,11 @@ class Placed:
 def count(texts: tuple[TextFile, ...] | list[TextFile], tokens_of: Callable[[str], int]) -> list[int | None]:
     """Each text's tokens as its block goes into the prompt (None for all where the model's
     tokenizer cannot be asked: a server that does not tokenize for clients)."""
+    from llmcli.errors import LlmcliError
+
     try:
         return [tokens_of(t.block()) for t in texts]
-    except UsageError:
+    except LlmcliError:  # its server counts (and refuses an overflow) itself
         return [None] * len(texts)
 
 
