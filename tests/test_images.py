@@ -94,8 +94,8 @@ def test_bad_images_refused_in_one_line(data, words):
 def test_cli_refuses_bad_input_before_loading_anything(tmp_path):
     from helpers import run
 
-    bad = tmp_path / "notes.txt"
-    bad.write_text("plain text")
+    bad = tmp_path / "notes.bin"
+    bad.write_bytes(b"\x00\x01 binary")  # neither an image nor text (issue 65: a text file is taken now)
     for args, words in [
         (["-a", str(bad)], "not an image"),
         (["-a", str(tmp_path / "absent.png")], "cannot read image"),

@@ -32,6 +32,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, RED, "text/plain")
         elif self.path == "/notes.txt":
             self._send(200, b"plain text, not a picture", "text/plain")
+        elif self.path == "/blob.bin":  # neither an image nor text
+            self._send(200, b"\x00\x01binary, not a picture", "application/octet-stream")
         elif self.path == "/huge.png":
             self._send(200, HUGE_HEADER, "image/png")
         elif self.path == "/big.png":  # no Content-Length: the limit is found while reading
@@ -131,7 +133,8 @@ def test_a_closed_port_and_offline_are_one_line():
 
 def test_cli_refuses_a_bad_url_before_loading_anything(site):
     for url, code, words in [
-        (site + "/notes.txt", 2, "not an image"),
+        (site + "/blob.bin", 2, "not an image"),  # (issue 65: a text URL is a text attachment now)
+        (site + "/notes.txt", 3, "model not found"),  # the text was taken: the next thing said is the model
         (site + "/missing.png", 6, "HTTP 404"),
         (site + "/huge.png", 2, "20000 x 20000"),
     ]:

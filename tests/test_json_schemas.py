@@ -47,6 +47,7 @@ PRINTED = {
     "embed/collections": "collections list --json (tests/test_embed.py)",
     "batch/line": "batch FILE (a line per item; tests/test_batch.py)",
     "batch/openai_line": "batch OPENAI.jsonl (OpenAI's batch output lines; tests/test_batch_openai.py)",
+    "rerank/ranking": "rerank QUERY FILE... --json (tests/test_rerank.py, on the test reranker)",
 }
 # json.dumps in the output layers that is not a document on stdout: text for people, CSV cells,
 # and bench's -o json / -o jsonl (held against "bench" and "bench/line" below)

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
 from llmcli import defaults
+from llmcli.media.fragment import Placed
 from llmcli.media.image import Image
 from llmcli.reasoning import ReasoningFormat
 
@@ -376,6 +377,9 @@ class Request:
     # holds them where they were, so a later turn about the same image reuses its cached positions
     # (media.placed gives every image by its message)
     history_images: dict[int, tuple[Image, ...]] = field(default_factory=dict)
+    # Text attachments (media.fragment.Placed): already in their user message's content (or the
+    # text), so no engine reads this; the record and the log list them, the log keeps each once
+    fragments: tuple[Placed, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.text is None):
@@ -532,6 +536,19 @@ class Embedder(Protocol):
     pooling: str
     n_ctx: int  # 0: the server's
     tokenizes: bool
+
+    def close(self) -> None: ...
+
+
+class Reranker(Protocol):
+    """A reranking model (a cross-encoder), as `loader.load_reranker` hands it out: a local GGUF
+    under llama.cpp's rank pooling (engine/rerank.py) or a server's `/v1/rerank` (served/rerank.py).
+    `rerank` gives one score per document, in order; higher is more relevant to `query`."""
+
+    ref: str
+    cut: int  # documents the last `rerank` cut to fit the model's context (0: none, or a server's)
+
+    def rerank(self, query: str, documents: list[str]) -> list[float]: ...
 
     def close(self) -> None: ...
 

@@ -39,6 +39,10 @@ class Message:
     # a user message's images (`/attach`, `chat -a`): beside its text, never in the template's
     # message; a saved session keeps their references (`attachments`), the bytes once by hash
     images: tuple[Image, ...] = ()
+    # a user message's text attachments (media.fragment.TextFile): their blocks are already at the
+    # start of `content`, where the template and a server read them; kept here for the log (which
+    # stores each once) and `/context`; a saved session keeps them as the content holds them
+    texts: tuple[Any, ...] = ()
 
     def template(self, reasoning: bool = False) -> dict[str, Any]:
         """The message as chat templates and servers take it; with `reasoning`, an answer's
@@ -129,8 +133,13 @@ class Conversation:
         out += [m.template(reasoning) for m in (self.messages if messages is None else messages)]
         return out
 
-    def add_user(self, text: str, images: tuple[Image, ...] = ()) -> None:
-        self.messages.append(Message("user", text, images=tuple(images)))
+    def add_user(self, text: str, images: tuple[Image, ...] = (), texts: tuple[Any, ...] = ()) -> None:
+        self.messages.append(Message("user", text, images=tuple(images), texts=tuple(texts)))
+
+    def texts_by_index(self) -> dict[int, tuple[Any, ...]]:
+        """The user messages' text attachments by the index of their message in `template_messages()`."""
+        first = 1 if self.system else 0
+        return {first + i: m.texts for i, m in enumerate(self.messages) if m.texts}
 
     def images_by_index(self, *, offset: int = 0) -> dict[int, tuple[Image, ...]]:
         """The user messages' images by the index of their message in `template_messages()` (the

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llmcli import reporting
-from llmcli.contract import Embedder, Engine, EngineOptions, Many
+from llmcli.contract import Embedder, Engine, EngineOptions, Many, Reranker
 
 EngineFactory = Callable[[Path, EngineOptions, bool], Engine]
 
@@ -324,3 +324,38 @@ def check_embedding(path: Path, *, purpose: str = "", hint: str | None = None) -
             f"for vectors{purpose}",
             hint=hint or "embed needs an embedding GGUF (BERT, nomic-bert, Qwen3-Embedding, ...)",
         )
+
+
+def load_reranker(ref: str, *, threads: int | None = None, debug: bool = False) -> Reranker:
+    """The reranking model `ref` names: a served one's `/v1/rerank`, or a local cross-encoder GGUF
+    under llama.cpp's rank pooling (a generative or embedding-only model is refused in one line)."""
+    if (endpoint := served_endpoint(ref)) is not None:
+        from llmcli.served.rerank import ServedReranker
+
+        return ServedReranker(endpoint, debug=debug)
+    from llmcli.hub.resolve import resolve_model
+
+    path = resolve_model(ref).path
+    _check_reranker(path)
+    from llmcli.engine.rerank import LlamaReranker
+
+    return LlamaReranker(path, threads=threads, debug=debug)
+
+
+def _check_reranker(path: Path) -> None:
+    """A reranker is an encoder with a classifier head (`cls.output`) or rank pooling."""
+    from llmcli import gguf_file
+    from llmcli.errors import InvalidModelError, UsageError
+
+    try:
+        header = gguf_file.read_header(path)
+    except InvalidModelError as exc:
+        raise exc.about(str(path)) from None
+    if header.pooling == "rank" or any(t.name == "cls.output.weight" for t in header.tensors):
+        return
+    hint = "a reranker is a cross-encoder GGUF with a classifier head: bge-reranker, jina-reranker, ..."
+    if header.is_embedding:
+        raise UsageError(f"{path.name} is an embedding model ({header.architecture}, {header.pooling} "
+                         "pooling): it gives vectors, not relevance scores", hint=hint)  # fmt: skip
+    raise UsageError(f"{path.name} is a generative model ({header.architecture}): it writes text and "
+                     "scores no documents", hint=hint)  # fmt: skip

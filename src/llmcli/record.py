@@ -33,10 +33,13 @@ def build(
     error: str | None = None,
     partial_text: str = "",
     tool_calls: list[dict] | None = None,
+    fragments: tuple = (),
 ) -> dict[str, Any]:
     """The record of one request. `done` None: it failed before its end (`error` says why, and
     `partial_text` is what was streamed); its counts and timings are then unknown (null).
-    `tool_calls`: each call run in the answer (request/tool_loop.py); None: no tools offered."""
+    `tool_calls`: each call run in the answer (request/tool_loop.py); None: no tools offered.
+    `fragments`: the request's text attachments (media.fragment.Placed), after its images in
+    `attachments`."""
     s = done.stats if done is not None else None
     used = params.as_dict()
     if done is not None:
@@ -62,7 +65,8 @@ def build(
         "sources": _sources(s) if s is not None and served else None,
         "server_timings": (s.server or None) if s is not None else None,
         "tool_calls": tool_calls,
-        "attachments": [dict(a) for a in s.images] if s is not None and s.images else None,
+        "attachments": ([dict(a) for a in (s.images if s is not None else [])]
+                        + [p.attachment() for p in fragments]) or None,
         "versions": versions(info),
     }
 

@@ -28,6 +28,8 @@ SETTINGS: dict[str, Setting] = {
         Setting("model", str, "", "Default model reference (empty: the bundled SmolLM2-135M-Instruct)."),
         Setting("embed_model", str, "", "Embedding model for embed, similar, logs --like and bench "
                 "--scenario embed (a reference like model; empty: none)."),
+        Setting("rerank_model", str, "", "Reranking model (a cross-encoder GGUF or a served /v1/rerank) "
+                "for rerank (a reference like model; empty: none)."),
         Setting(
             "ctx_size",
             int,

@@ -1,8 +1,9 @@
 """A batch's input, read line by line: plain text (one prompt per line), JSON lines (`id` and a
-`prompt` or `messages`, with per-item options: batch/items.py), or the OpenAI batch format that
-`vllm run-batch` reads (`custom_id`, `body` with `messages`, ...: batch/openai.py). The format is
-the first non-blank line's: a JSON object makes the file JSON lines, anything else plain text.
-(`--each`'s files, one prompt each: batch/each.py.)"""
+`prompt` or `messages`, with per-item options: batch/items.py, and `attachments`: text files whose
+text goes before its prompt, or its last user message, as `generate -a` puts it), or the OpenAI
+batch format that `vllm run-batch` reads (`custom_id`, `body` with `messages`, ...:
+batch/openai.py). The format is the first non-blank line's: a JSON object makes the file JSON
+lines, anything else plain text. (`--each`'s files, one prompt each: batch/each.py.)"""
 
 from __future__ import annotations
 
@@ -61,6 +62,10 @@ def _json_item(name: str, n: int, line: str) -> Item | BadLine:
     messages, prompt = doc.get("messages"), doc.get("prompt")
     if (messages is None) == (prompt is None):
         return BadLine(name, n, "give exactly one of `prompt` and `messages`")
+    attachments = doc.get("attachments", [])
+    if not isinstance(attachments, list) or not all(isinstance(a, str) and a for a in attachments):
+        return BadLine(name, n, "`attachments` must be a list of file paths or URLs")
+    item.attachments = attachments
     why = fill(item, doc, messages=messages, prompt=prompt)
     return BadLine(name, n, why) if why else item
 

@@ -38,6 +38,7 @@ class Item:
     prompt: str | None = None
     options: dict = field(default_factory=dict)  # per-item max_tokens, temperature, seed, stop, ...
     path: str | None = None  # --each: the file the prompt is
+    attachments: list[str] = field(default_factory=list)  # text files for its (last) user message
     keyed: bool = False  # the id is the input's own (JSON lines), not a line number or a path
     given_id: str | int | None = None  # the id as the input wrote it (its JSON type kept in the output)
     raw: bool = False  # `prompt` is text to continue, with no chat template (/v1/completions)

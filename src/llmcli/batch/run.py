@@ -24,6 +24,7 @@ from llmcli.batch.output import Sink
 from llmcli.contract import Answered, Done, Many, Request, SamplingParams
 from llmcli.errors import LlmcliError, UsageError
 from llmcli.loader import Loaded
+from llmcli.media.fragment import Placed, TextFile, compose
 from llmcli.media.parts import split_parts
 
 if TYPE_CHECKING:
@@ -232,23 +233,40 @@ def _request(item: Item, spec: RunSpec, raw: bool) -> Request:
     elif "grammar" in options:
         options["json_schema"] = None
     params = spec.item_params(options)
-    if item.raw:
-        return Request(params, text=item.prompt or "")
-    if raw:
-        if item.messages is not None:
-            raise UsageError("this item's messages need a chat template, and this run is plain text "
-                             "(--raw, or a base model: --fallback-template gives it one)")  # fmt: skip
-        return Request(params, text=item.prompt or "")
+    texts = _texts(item)
+    if raw and not item.raw and item.messages is not None:
+        raise UsageError("this item's messages need a chat template, and this run is plain text "
+                         "(--raw, or a base model: --fallback-template gives it one)")  # fmt: skip
+    if raw or item.raw:  # the run's plain text, or an OpenAI /v1/completions item's
+        return Request(params, text=compose(texts, item.prompt or ""),
+                       fragments=tuple(Placed(t, -1, None) for t in texts))  # fmt: skip
     if item.messages is not None:
-        messages = list(item.messages)
+        messages = [dict(m) for m in item.messages]
     else:
         messages = [{"role": "user", "content": item.prompt or ""}]
     if spec.system and not any(m["role"] == "system" for m in messages):
         messages = [{"role": "system", "content": spec.system}, *messages]
     messages, images = split_parts(messages)
+    fragments: tuple[Placed, ...] = ()
+    if texts:
+        last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
+        if last_user < 0:
+            raise UsageError("this item's attachments need a user message to go with")
+        messages[last_user]["content"] = compose(texts, messages[last_user]["content"])
+        fragments = tuple(Placed(t, last_user, None) for t in texts)  # counted by the engine, in the prompt
     users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
     last = images.pop(users[-1], ()) if users else ()
-    return Request(params, messages=messages, images=last, history_images=images)
+    return Request(params, messages=messages, images=last, history_images=images, fragments=fragments)
+
+
+def _texts(item: Item) -> tuple[TextFile, ...]:
+    """The item's text attachments, read (a file that cannot be read, or an image, fails the item)."""
+    from llmcli.media.attach import load
+
+    found = tuple(load(name) for name in item.attachments)
+    if any(not isinstance(a, TextFile) for a in found):
+        raise UsageError("a batch item's attachments are text files; images go through generate or chat")
+    return found  # type: ignore[return-value]
 
 
 def _plain(item: Item, params: SamplingParams) -> Request:
@@ -273,12 +291,13 @@ def model_of(loaded: Loaded) -> dict:
 
 
 def line(item: Item, loaded: Loaded, params: SamplingParams, done: Done | None, fmt: str | None,
-         error: str | None = None) -> dict:  # fmt: skip
+         error: str | None = None, fragments: tuple = ()) -> dict:  # fmt: skip
     """An item's output line: `{"id", "work", "record"}`, or OpenAI's for an OpenAI batch line."""
     kind = constraint(params)
     complete = done is not None and done.constraint_complete is not False
     rec = record.build(ref=loaded.ref, info=loaded.engine.info, params=params, done=done, prompt_format=fmt,
-                       constraint=kind, constraint_complete=complete, error=error)  # fmt: skip
+                       constraint=kind, constraint_complete=complete, error=error,
+                       fragments=fragments)  # fmt: skip
     parts = item.work or work_of(item, _plain(item, params))
     work = {"prompt": parts["prompt"], "model": model_of(loaded), "settings": parts["settings"]}
     if item.openai is not None:

@@ -271,7 +271,7 @@ def _each(b, run: Run, flags: o.ModelFlags, loaded, many, raw: bool, work, tally
             if run.text:
                 sink.put(order, done.text if done is not None else None)
             else:
-                sink.put(order, b.line(item, loaded, request.params, done, fmt, error))
+                sink.put(order, b.line(item, loaded, request.params, done, fmt, error, request.fragments))
             bar.update(tally.done, tally.failed, tally.tok_s())
             if logged is not None:
                 prepared = Prepared(fmt) if fmt is not None else None

@@ -59,8 +59,8 @@ def chat(
     fallback_template: o.FallbackTemplate = False,
     attach: Annotated[
         list[str] | None,
-        typer.Option("--attach", "-a", help="An image (PNG, JPEG, WebP, GIF) for the first message; "
-                     "repeatable (later ones: /attach PATH).", metavar="FILE", show_default=False),
+        typer.Option("--attach", "-a", help="An image (PNG, JPEG, WebP, GIF) or a text file for the first "
+                     "message; repeatable (later ones: /attach PATH).", metavar="FILE", show_default=False),
     ] = None,  # fmt: skip
     mmproj: Annotated[
         str | None,

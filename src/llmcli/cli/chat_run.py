@@ -86,11 +86,13 @@ def run(ctx: typer.Context, flags: o.RunFlags, c: Chat) -> None:
         chat_session.check_model(loaded)
         if toolset is not None:  # a template that takes no tools: refused now (a server's is its own)
             loaded.engine.call_format()
-        if images:  # a model without a projector: refused now, in one line naming --mmproj
+        from llmcli.media.image import Image
+
+        if any(isinstance(a, Image) for a in images):  # no projector: refused now, naming --mmproj
             from llmcli.loader import ready_for_images
 
             ready_for_images(loaded.engine)
-            chat_session.pending = images
+        chat_session.pending = images
     except UsageError:
         loaded.engine.close()
         raise
@@ -101,10 +103,10 @@ def run(ctx: typer.Context, flags: o.RunFlags, c: Chat) -> None:
 
 
 def _first_images(names: list[str], offline: bool) -> list:
-    """`chat -a`'s images (files or http(s) URLs), checked (one line each for a bad one); stdin
-    holds the conversation."""
+    """`chat -a`'s images and texts (files or http(s) URLs), checked (one line each for a bad one);
+    stdin holds the conversation."""
     from llmcli.errors import UsageError
-    from llmcli.media.image import load
+    from llmcli.media.attach import load
 
     if "-" in names:
         raise UsageError("chat reads the conversation from stdin: give --attach a file, not '-'")
@@ -154,6 +156,11 @@ def _continue(chat_session, flags: o.RunFlags, name: str | None, saved: dict | N
         for index, images in history.images.items():  # re-attached from the log, where they were
             if 0 <= index < len(chat_session.conversation.messages):
                 chat_session.conversation.messages[index].images = images
+        for placed in history.texts:  # so are the texts (their blocks are in the content)
+            if 0 <= placed.message < len(chat_session.conversation.messages):
+                message = chat_session.conversation.messages[placed.message]
+                message.texts = (*message.texts, placed.file)
+                chat_session.text_tokens[placed.file.sha256] = placed.tokens
         state = history.last.get("kv_state")
         if state and loaded.engine.can.kv_state and Path(state).is_file():
             chat_session.kv_restore = Path(state)  # warm: kvstore uses it only where it belongs

@@ -57,8 +57,9 @@ def generate(
     ] = False,
     attach: Annotated[
         list[str] | None,
-        typer.Option("--attach", "-a", help="An image (PNG, JPEG, WebP, GIF) for the prompt: a file, an "
-                     "http(s) URL, or '-' (stdin); repeatable.", metavar="FILE|URL", show_default=False),
+        typer.Option("--attach", "-a", help="An image (PNG, JPEG, WebP, GIF) or a text file (Markdown, "
+                     "code, JSON, CSV, ...) for the prompt: a file, an http(s) URL, or '-' (stdin); "
+                     "repeatable.", metavar="FILE|URL", show_default=False),
     ] = None,
     mmproj: Annotated[
         str | None,

@@ -43,11 +43,9 @@ def run(ctx: typer.Context, flags: o.RunFlags, g: Generate) -> None:
         raise UsageError("--prompt-cache-ro needs --prompt-cache FILE")
     from dataclasses import replace
 
-    from llmcli.media.image import load
+    from llmcli.media.attach import load_all
 
-    if g.attach.count("-") > 1:
-        raise UsageError("stdin holds one image: give '-' to --attach once")
-    images = tuple(load(name, offline=g.offline) for name in g.attach)  # checked before anything loads
+    images, texts = load_all(g.attach, offline=g.offline)  # checked before anything loads
     text = read_prompt(g.prompt, g.file, stdin_text="-" not in g.attach)
     spec = flags.spec(ctx, system=g.system, raw=g.raw, fallback_template=g.fallback_template)
     params = spec.sampling
@@ -83,16 +81,42 @@ def run(ctx: typer.Context, flags: o.RunFlags, g: Generate) -> None:
             + ("is plain text" if raw else "is not"),
             hint="continue it the way it began" + (" (add --raw)" if history.raw else ""),
         )
+    text, fragments = _with_texts(loaded.engine, texts, text, system, history, raw, params.max_tokens)
     if history is not None and history.raw:
         text = history.text + text
     if images and raw:
         raise UsageError("an image needs the chat template: --raw (or a base model's plain continuation) "
                          "cannot take one")  # fmt: skip
-    _answer(flags, g, loaded, text, params, system, raw, history, images)
+    _answer(flags, g, loaded, text, params, system, raw, history, images, fragments)
+
+
+def _with_texts(engine, texts, text: str, system, history, raw: bool, max_tokens: int):
+    """The prompt with the text attachments before it, and where they went (request/fragments.py)."""
+    from dataclasses import replace
+
+    from llmcli.request.fragments import attach_texts
+
+    # a continued conversation's texts, where its messages go (after the system prompt), so the
+    # log keeps them once again
+    offset = 0 if raw else (1 if system else 0)
+    before = tuple(replace(p, message=p.message + offset if p.message >= 0 else -1)
+                   for p in (history.texts if history is not None else ()))  # fmt: skip
+    if not texts:
+        return text, before
+    if raw:
+        rest = (history.text if history is not None else "") + text
+        text, placed = attach_texts(engine, texts, text, rest=rest, message=-1, max_tokens=max_tokens)
+        return text, before + placed
+    earlier = history.messages if history is not None else []
+    rest = "\n".join([system or "", *(str(m.get("content") or "") for m in earlier), text])
+    message = offset + len(earlier)
+    text, placed = attach_texts(engine, texts, text, rest=rest, message=message, max_tokens=max_tokens)
+    return text, before + placed
 
 
 def _answer(
-    flags: o.RunFlags, g: Generate, loaded, text: str, params, system, raw: bool, history, images=()
+    flags: o.RunFlags, g: Generate, loaded, text: str, params, system, raw: bool, history, images=(),
+    fragments=(),
 ) -> None:
     """The request run (tools, the log, a warm KV state), and what it made written."""
     from llmcli import render
@@ -117,7 +141,7 @@ def _answer(
             prompt_cache=prompt_cache, prompt_cache_ro=prompt_cache_ro, show_thinking=not g.hide_thinking,
             think=flags.thinking(), history=history.messages if history is not None and not raw else None,
             log=log, tool_loop=tool_loop(flags, toolset), images=images,
-            history_images=history.images if history is not None else None,
+            history_images=history.images if history is not None else None, fragments=fragments,
         )  # fmt: skip
     except StreamBrokenError as exc:  # a served model broke off: the partial text was printed
         if g.as_json:

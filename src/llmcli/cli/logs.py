@@ -221,8 +221,11 @@ def show(
     out += _attachment_lines(attachments)
     out.append("")
     for i, m in enumerate(d.get("messages") or [{"role": "text", "content": d["prompt"]}]):
-        names = [str(a["name"]) for a in attachments if a["message"] == i]
+        here = [a for a in attachments if a["message"] == i]
+        names = [str(a["name"]) for a in here if str(a["media_type"]).startswith("image/")]
+        texts = [str(a["name"]) for a in here if not str(a["media_type"]).startswith("image/")]
         images = f" [image: {', '.join(names)}]" if names else ""
+        images += f" [text: {', '.join(texts)}]" if texts else ""
         out.append(f"## {m['role']}{images}\n{m['content']}\n")
     if d["reasoning"]:
         out.append(f"## reasoning\n{d['reasoning']}\n")
@@ -233,7 +236,7 @@ def show(
 
 
 def _attachment_lines(attachments: list[dict[str, Any]]) -> list[str]:
-    """`logs show`'s images: name, media type, size, sha256 (and the positions each took)."""
+    """`logs show`'s images and texts: name, media type, size, sha256 (and the positions each took)."""
     from llmcli.units import human_size
 
     lines = [f"attachments: {len(attachments)}"] if attachments else []
@@ -298,7 +301,7 @@ def rerun(
     from llmcli.runspec import resolve_run
 
     number = entry_id(entry)
-    found, placed = _row(number, queries.images)  # its images, read back from the log
+    found, (placed, attached) = _row(number, lambda db, n: (queries.images(db, n), queries.texts(db, n)))
     row = queries.as_json(found)
     if row["command"] == "import":
         raise UsageError(f"entry #{number} was imported from llm: its model and settings are llm's")
@@ -323,9 +326,10 @@ def rerun(
     last = max((i for i, m in enumerate(messages or []) if m.get("role") == "user"), default=-1)
     images = placed.pop(last, ())  # the last user message's, as generate sends them; the rest its history's
     request = (
-        Request(params, text=row["prompt"])
+        Request(params, text=row["prompt"], fragments=attached)
         if row["raw"]
-        else Request(params, messages=messages, think=think, images=images, history_images=placed)
+        else Request(params, messages=messages, think=think, images=images, history_images=placed,
+                     fragments=attached)  # fmt: skip
     )
     logged = rows.Logged(loaded.ref, "rerun") if log and writer.enabled() else None
     done, _, _ = consume(loaded.engine, request, stream_stdout=not as_json, log=logged)

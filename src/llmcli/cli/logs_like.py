@@ -5,6 +5,7 @@ with its score, those under `--min-score` left out."""
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
 from llmcli import render
 from llmcli.errors import UsageError
@@ -44,7 +45,7 @@ def _model(flag: str | None) -> str:
 
 def search(db: sqlite3.Connection, like: str, embed_model: str | None, *, query: str | None,
            model: str | None, since: float | None, cid: str | None, limit: int | None,
-           min_score: float, with_batch: bool) -> tuple[list[sqlite3.Row], dict[int, float]]:  # fmt: skip
+           min_score: float, with_batch: bool) -> tuple[list[dict[str, Any]], dict[int, float]]:  # fmt: skip
     """The entries closest in meaning to `like` with a score of at least `min_score`, best first,
     among those the other filters (-q, -m, --since, --cid) select, and every entry's score; the
     index is brought up to date first (said on stderr)."""

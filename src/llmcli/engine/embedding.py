@@ -27,6 +27,7 @@ class LlamaEmbedder:
     contract's `Embedder` that tokenizes here)."""
 
     tokenizes = True
+    ranks = False  # a reranker (engine/rerank.py): rank pooling, one score per sequence
 
     def __init__(
         self,
@@ -72,7 +73,8 @@ class LlamaEmbedder:
 
         params = L.llama_context_default_params()
         params.embeddings = True
-        params.pooling_type = POOLING[pooling] if pooling else L.LLAMA_POOLING_TYPE_UNSPECIFIED
+        params.pooling_type = (POOLING["rank"] if self.ranks else POOLING[pooling] if pooling
+                               else L.LLAMA_POOLING_TYPE_UNSPECIFIED)  # fmt: skip
         params.n_ctx = self.batch_tokens
         params.n_batch = params.n_ubatch = self.batch_tokens
         params.n_seq_max = MAX_SEQUENCES
@@ -88,7 +90,7 @@ class LlamaEmbedder:
             self.close()
             raise LlmcliError(f"llama.cpp could not create an embedding context for {self.path.name}")
         self.pooling = POOLING_NAMES.get(L.llama_pooling_type(self._ctx), "none")
-        if self.pooling in ("none", "rank"):
+        if self.pooling in ("none", "rank") and not self.ranks:
             self.close()
             raise UsageError(f"{self.pooling} pooling gives no one vector per text",
                              hint="choose --pooling mean, cls or last")  # fmt: skip
@@ -96,17 +98,20 @@ class LlamaEmbedder:
             self._model
         )
         self._add_eos = bool(L.llama_vocab_get_add_eos(self._vocab))
+        # what one pooled sequence gives: a vector, or a reranker's score(s) from its classifier head
+        self.width: int = max(1, L.llama_model_n_cls_out(self._model)) if self.ranks else self.n_embd
 
-    def tokenize(self, text: str) -> list[int]:
-        """The tokens of `text` as the model embeds it (its BOS/CLS and EOS/SEP added)."""
+    def tokenize(self, text: str, special: bool = True, parse: bool = False) -> list[int]:
+        """The tokens of `text` as the model embeds it (its BOS/CLS and EOS/SEP added, unless not
+        `special`)."""
         L = self._L
         data = text.encode("utf-8")
         cap = len(data) + 8
         buf = (L.llama_token * cap)()
-        n = L.llama_tokenize(self._vocab, data, len(data), buf, cap, True, False)
+        n = L.llama_tokenize(self._vocab, data, len(data), buf, cap, special, parse)
         if n < 0:
             buf = (L.llama_token * -n)()
-            n = L.llama_tokenize(self._vocab, data, len(data), buf, -n, True, False)
+            n = L.llama_tokenize(self._vocab, data, len(data), buf, -n, special, parse)
         return list(buf[:n])
 
     def fit(self, tokens: list[int]) -> list[int]:
@@ -167,7 +172,7 @@ class LlamaEmbedder:
                 ptr = L.llama_get_embeddings_seq(self._ctx, seq_id)
                 if not ptr:
                     raise LlmcliError("llama.cpp gave no pooled vector for a sequence")
-                vectors.append(list(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float))[: self.n_embd]))
+                vectors.append(list(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float))[: self.width]))
             return vectors
         finally:
             L.llama_batch_free(batch)

@@ -6,15 +6,16 @@ selects (FTS5), one row, and a row as `--json` prints it.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from llmcli import reporting
 from llmcli.log.llm_import import upgraded
 from llmcli.log.pending import drain, pending_path
-from llmcli.log.rows import unpack_tokens
+from llmcli.log.rows import MARK, unpack_tokens
 from llmcli.log.store import LogError, connect, db_path, why
 
 
@@ -58,6 +59,9 @@ class History:
     last: dict[str, Any]  # its latest row
     # the images of its user messages (media.image.Image), by their index in `messages`
     images: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    # its text attachments (media.fragment.Placed), by the index of their message in `messages`
+    # (-1: a plain-text conversation's), their blocks already in the content
+    texts: tuple[Any, ...] = ()
 
     @property
     def text(self) -> str:
@@ -83,9 +87,10 @@ def history(cid: str | None = None, path: Path | None = None) -> History:
             if row is None:
                 raise UsageError(f"--cid: no logged conversation {cid!r}", hint="`llmcli logs` lists them")
         placed = images(db, row["id"])
+        attached = texts(db, row["id"])
+        last = expand(db, row)
     finally:
         db.close()
-    last = dict(row)
     messages: list[dict[str, str]] = []
     if last["messages"]:
         messages = [{"role": m["role"], "content": m["content"]} for m in json.loads(last["messages"])]
@@ -97,7 +102,9 @@ def history(cid: str | None = None, path: Path | None = None) -> History:
     shift = 1 if messages and messages[0]["role"] == "system" else 0  # the system prompt is kept apart
     return History(last["conversation_id"], last["model"], system,
                    [m for m in messages if m["role"] != "system"], bool(last["raw"]), last,
-                   {i - shift: imgs for i, imgs in placed.items() if i >= shift})  # fmt: skip
+                   {i - shift: imgs for i, imgs in placed.items() if i >= shift},
+                   tuple(p if p.message < 0 else replace(p, message=p.message - shift)
+                         for p in attached if p.message < 0 or p.message >= shift))  # fmt: skip
 
 
 def attachments(db: sqlite3.Connection, rowid: int) -> list[dict[str, Any]]:
@@ -121,16 +128,74 @@ def images(db: sqlite3.Connection, rowid: int) -> dict[int, tuple[Any, ...]]:
 
     placed: dict[int, list[Any]] = {}
     found = db.execute(
-        "SELECT ra.name, ra.message, a.id, a.content FROM response_attachments ra "
+        "SELECT ra.name, ra.message, a.id, a.content, a.media_type FROM response_attachments ra "
         "JOIN attachments a ON a.id = ra.attachment_id WHERE ra.response_id = ? ORDER BY ra.position",
         (rowid,),
     )
-    for name, message, sha256, content in found:
+    for name, message, sha256, content, media_type in found:
+        if not media_type.startswith("image/"):  # a text: its block is in the prompt (`expand`)
+            continue
         image = from_bytes(name or sha256[:12], bytes(content))
         if image.sha256 != sha256:
             raise UsageError(f"entry #{rowid}: the log's copy of the image {name} is damaged (another hash)")
         placed.setdefault(-1 if message is None else int(message), []).append(image)
     return {index: tuple(imgs) for index, imgs in placed.items()}
+
+
+def texts(db: sqlite3.Connection, rowid: int) -> tuple[Any, ...]:
+    """Row `rowid`'s text attachments (media.fragment.Placed, by the index of their user message in
+    the row's messages), as the log keeps them."""
+    from llmcli.media.fragment import Placed, TextFile
+
+    found = db.execute(
+        "SELECT ra.name, ra.message, ra.tokens, a.id, a.media_type, a.content FROM response_attachments ra "
+        "JOIN attachments a ON a.id = ra.attachment_id WHERE ra.response_id = ? AND a.media_type NOT LIKE "
+        "'image/%' ORDER BY ra.position", (rowid,),
+    )  # fmt: skip
+    return tuple(
+        Placed(TextFile(name or sha[:12], kind, bytes(content).decode("utf-8", errors="replace"), sha,
+                        len(content)), -1 if message is None else int(message), tokens)
+        for name, message, tokens, sha, kind, content in found
+    )  # fmt: skip
+
+
+_MARKED = re.compile(MARK.format("([0-9a-f]{64})").replace("\x00", "\\x00"))
+
+
+def expand(db: sqlite3.Connection, row: sqlite3.Row | dict[str, Any]) -> dict[str, Any]:
+    """`row` as a dict, each text attachment's mark in its prompt and messages (log.rows.marked)
+    replaced by the block it stood for, rebuilt from the text stored once by hash."""
+    from llmcli.errors import UsageError
+    from llmcli.media.fragment import TextFile
+
+    d = dict(row)
+    marked = "\x00attachment:" in (d.get("prompt") or "") or "\\u0000attachment:" in (d.get("messages") or "")
+    if not marked:
+        return d
+    blocks: dict[str, str] = {}
+    found = db.execute(
+        "SELECT ra.name, a.id, a.media_type, a.content FROM response_attachments ra "
+        "JOIN attachments a ON a.id = ra.attachment_id WHERE ra.response_id = ?", (d["id"],),
+    )  # fmt: skip
+    for name, sha256, media_type, content in found:
+        text = bytes(content).decode("utf-8", errors="replace")
+        blocks[sha256] = TextFile(name or sha256[:12], media_type, text, sha256, len(content)).block()
+
+    def put_back(match: re.Match) -> str:
+        if match.group(1) not in blocks:
+            raise UsageError(f"entry #{d['id']}: the log's copy of an attached text is gone")
+        return blocks[match.group(1)]
+
+    for key in ("prompt", "messages"):
+        if d.get(key):
+            if key == "messages":  # JSON: the block goes in as a JSON string's content
+                d[key] = _MARKED_JSON.sub(lambda m: json.dumps(put_back(m))[1:-1], d[key])
+            else:
+                d[key] = _MARKED.sub(put_back, d[key])
+    return d
+
+
+_MARKED_JSON = re.compile(r"\\u0000attachment:([0-9a-f]{64})\\u0000")
 
 
 def fts_query(text: str) -> str:
@@ -148,7 +213,7 @@ def select(
     cid: str | None = None,
     limit: int | None = 20,
     ids: list[int] | None = None,
-) -> list[sqlite3.Row]:
+) -> list[dict[str, Any]]:
     """Rows, newest first (with `query`: best match first, by FTS5's bm25 rank); `ids`: only those."""
     where: list[str] = []
     args: list[Any] = []
@@ -178,14 +243,16 @@ def select(
     )
     if limit:
         sql += f" LIMIT {int(limit)}"
-    return db.execute(sql, args).fetchall()
+    return [expand(db, row) for row in db.execute(sql, args).fetchall()]
 
 
-def one(db: sqlite3.Connection, rowid: int) -> sqlite3.Row | None:
-    return db.execute("SELECT * FROM responses WHERE id = ?", (rowid,)).fetchone()
+def one(db: sqlite3.Connection, rowid: int) -> dict[str, Any] | None:
+    """Row `rowid` as a dict, its text attachments' blocks back in its prompt (`expand`)."""
+    row = db.execute("SELECT * FROM responses WHERE id = ?", (rowid,)).fetchone()
+    return None if row is None else expand(db, row)
 
 
-def as_json(row: sqlite3.Row) -> dict[str, Any]:
+def as_json(row: sqlite3.Row | dict[str, Any]) -> dict[str, Any]:
     """A row for `--json`: its columns, with the messages, params, tool calls and record parsed
     and the token ids as a list."""
     d = dict(row)

@@ -87,10 +87,14 @@ def row_values(
     kv_state: str | None = None,
     created: float | None = None,
     images: list[dict[str, Any]] | None = None,
+    fragments: tuple = (),
 ) -> dict[str, Any]:
     """The row of one request: its record's figures in columns (for filters and stats), the whole
-    record as JSON; `images` (`attachments`): stored apart by `insert`."""
+    record as JSON; `images` (`attachments`): stored apart by `insert`. `fragments`: the request's
+    text attachments (media.fragment.Placed), whose blocks the prompt holds: each is stored once
+    by hash with the images, and its block in the prompt becomes a mark that reading expands."""
     rec = _scrub_record(rec)
+    messages, text = marked(messages, text, fragments)
     model, usage, timings = rec.get("model") or {}, rec.get("usage") or {}, rec.get("timings") or {}
     params = rec.get("params") or {}
     system = next((m.get("content") for m in messages or [] if m.get("role") == "system"), None)
@@ -143,17 +147,42 @@ def row_values(
 
 # A row's key that is no column: the request's images (`attachments`), which `insert` stores apart
 ATTACHMENTS = "attachments"
+# where a text attachment's block was in a logged prompt (log.queries.expand puts it back)
+MARK = "\x00attachment:{}\x00"
 
 
-def attachments(placed: dict[int, tuple[Any, ...]], encoded: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def marked(messages: list[dict[str, Any]] | None, text: str | None,
+           fragments: tuple) -> tuple[list[dict[str, Any]] | None, str | None]:  # fmt: skip
+    """The prompt with each text attachment's block replaced by its mark (copies: the request's
+    own messages are untouched)."""
+    if not fragments:
+        return messages, text
+    messages = None if messages is None else [dict(m) for m in messages]
+    for p in fragments:
+        block, mark = p.file.block(), MARK.format(p.file.sha256)
+        if p.message < 0 and text is not None:
+            text = text.replace(block, mark, 1)
+        elif messages is not None and 0 <= p.message < len(messages):
+            content = messages[p.message].get("content")
+            if isinstance(content, str):
+                messages[p.message]["content"] = content.replace(block, mark, 1)
+    return messages, text
+
+
+def attachments(placed: dict[int, tuple[Any, ...]], encoded: list[dict[str, Any]],
+                fragments: tuple = ()) -> list[dict[str, Any]]:  # fmt: skip
     """The images of a request's prompt (media.image.Image by the index of their user message in
     the request's messages), in order, with the positions each took (`encoded`: the stats'
-    per-image figures; None where unknown), for `row_values`."""
+    per-image figures; None where unknown), then its texts (`fragments`: media.fragment.Placed,
+    their UTF-8 bytes the content), for `row_values`."""
     tokens = {a.get("sha256"): a.get("tokens") for a in encoded}
     return [{"sha256": image.sha256, "media_type": image.media_type, "bytes": image.size,
              "width": image.width, "height": image.height, "content": image.data, "message": index,
              "name": image.name, "tokens": tokens.get(image.sha256)}
-            for index, images in sorted(placed.items()) for image in images]  # fmt: skip
+            for index, images in sorted(placed.items()) for image in images] + [
+            {"sha256": p.file.sha256, "media_type": p.file.media_type, "bytes": p.file.size,
+             "width": None, "height": None, "content": p.file.text.encode("utf-8"), "message": p.message,
+             "name": p.file.name, "tokens": p.tokens} for p in fragments]  # fmt: skip
 
 
 def insert(db: sqlite3.Connection, row: dict[str, Any], *, source: str = "llmcli",

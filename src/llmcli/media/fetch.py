@@ -21,16 +21,17 @@ def is_url(name: str) -> bool:
     return name.lower().startswith(("http://", "https://"))
 
 
-def fetch(url: str, limit: int, *, offline: bool = False, timeout: float | None = None) -> bytes:
-    """The body at `url`, at most `limit` bytes, or a one-line error."""
+def fetch(url: str, limit: int, *, offline: bool = False, timeout: float | None = None,
+          what: str = "image") -> bytes:  # fmt: skip
+    """The body at `url`, at most `limit` bytes, or a one-line error (`what`: an image, or an
+    attachment of either kind)."""
     if offline:
-        raise UsageError(f"cannot fetch image {url}: --offline", hint="download it and attach the file")
+        raise UsageError(f"cannot fetch {what} {url}: --offline", hint="download it and attach the file")
     timeout = FETCH_TIMEOUT_S if timeout is None else timeout
     from llmcli import __version__
 
-    request = urllib.request.Request(
-        url, headers={"User-Agent": f"llmcli/{__version__}", "Accept": "image/*"}
-    )
+    accept = "image/*" if what == "image" else "*/*"
+    request = urllib.request.Request(url, headers={"User-Agent": f"llmcli/{__version__}", "Accept": accept})
     deadline = time.monotonic() + timeout
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -44,28 +45,28 @@ def fetch(url: str, limit: int, *, offline: bool = False, timeout: float | None 
                 if total > limit:
                     raise UsageError(f"{url}: larger than {_mib(limit)}")
                 if time.monotonic() > deadline:
-                    raise NetworkError(f"cannot fetch image {url}: not done within {timeout:g} s")
+                    raise NetworkError(f"cannot fetch {what} {url}: not done within {timeout:g} s")
                 chunks.append(chunk)
             if length.isdigit() and total < int(length):
                 raise http.client.IncompleteRead(b"".join(chunks), int(length) - total)
             return b"".join(chunks)
     except urllib.error.HTTPError as e:
-        raise NetworkError(f"cannot fetch image {url}: HTTP {e.code} ({e.reason})") from None
+        raise NetworkError(f"cannot fetch {what} {url}: HTTP {e.code} ({e.reason})") from None
     except urllib.error.URLError as e:
         reason = e.reason
         if isinstance(reason, TimeoutError):
-            raise NetworkError(f"cannot fetch image {url}: no answer within {timeout:g} s") from None
+            raise NetworkError(f"cannot fetch {what} {url}: no answer within {timeout:g} s") from None
         said = reason.strerror if isinstance(reason, OSError) and reason.strerror else reason
-        raise NetworkError(f"cannot fetch image {url}: {said}") from None
+        raise NetworkError(f"cannot fetch {what} {url}: {said}") from None
     except TimeoutError:
-        raise NetworkError(f"cannot fetch image {url}: no answer within {timeout:g} s") from None
+        raise NetworkError(f"cannot fetch {what} {url}: no answer within {timeout:g} s") from None
     except http.client.IncompleteRead as e:
         raise NetworkError(
-            f"cannot fetch image {url}: the transfer broke off after {len(e.partial)} bytes"
+            f"cannot fetch {what} {url}: the transfer broke off after {len(e.partial)} bytes"
         ) from None
     except (http.client.HTTPException, OSError, ValueError) as e:
         text = (str(e) or type(e).__name__).splitlines()[0][:200]
-        raise NetworkError(f"cannot fetch image {url}: {text}") from None
+        raise NetworkError(f"cannot fetch {what} {url}: {text}") from None
 
 
 def _mib(limit: int) -> str:

@@ -36,6 +36,7 @@ VERSIONS: dict[str, int | None] = {
     "pull": 1,
     "embed": 1,
     "batch": 2,
+    "rerank": 1,
 }
 
 

@@ -93,8 +93,10 @@ class ChatSession(SessionSettings):
     log: Logged | None = None  # how each turn is logged (llmcli.log); None: --no-log
     # the tools the model may call, and how each call is approved and shown (None: no tools)
     tool_loop: ToolLoop | None = None
-    # images attached for the next message (`/attach`, `chat -a`): they join it when it is sent
-    pending: list[Image] = field(default_factory=list)
+    # images and texts (media.fragment.TextFile) attached for the next message (`/attach`, `chat
+    # -a`): they join it when it is sent
+    pending: list[Any] = field(default_factory=list)
+    text_tokens: dict[str, int | None] = field(default_factory=dict)  # sha256 -> a text's tokens
     image_tokens: dict[str, int] = field(default_factory=dict)  # sha256 -> positions, as the turns found
 
     def apply_recommended(self) -> dict[str, Any]:
@@ -211,20 +213,48 @@ class ChatSession(SessionSettings):
     def send(self, text: str, sink: Sink) -> TurnResult:
         """Add a user message and produce the answer; the answer is recorded even if interrupted,
         unless before its first token: then neither is (the turn did not happen)."""
-        images, self.pending = tuple(self.pending), []
-        self.conversation.add_user(text, images)
+        attached, self.pending = list(self.pending), []
+        texts = tuple(a for a in attached if not isinstance(a, Image))
+        try:
+            text = self._with_texts(texts, text)  # too long for the context: refused, still attached
+        except BaseException:
+            self.pending = attached
+            raise
+        self.conversation.add_user(text, tuple(a for a in attached if isinstance(a, Image)), texts)
         try:
             result = self._answer(sink)
             if not result.recorded:  # Ctrl-C before the first token: the turn did not happen
                 self.conversation.undo()
-                self.pending = list(images)  # nor did the images go: still attached for the next
+                self.pending = attached  # nor did the attachments go: still attached for the next
             return result
         except StreamBrokenError:
             raise  # a served model broke off: its partial answer is in the history (see _answer)
         except BaseException:
             self.conversation.undo()
-            self.pending = list(images)
+            self.pending = attached
             raise
+
+    def _with_texts(self, texts: tuple, text: str) -> str:
+        """The message with its text attachments before it, refused in one line where they do not
+        fit what the context leaves beside the system prompt, the text and the answer's room (the
+        overflow policy may drop older turns, never these)."""
+        from llmcli.request.fragments import attach_texts
+
+        if not texts:
+            return text
+        rest = "\n".join([self.conversation.system or "", text])
+        composed, placed = attach_texts(self.engine, texts, text, rest=rest, message=-1,
+                                        max_tokens=self.params.max_tokens)  # fmt: skip
+        self.text_tokens.update({p.file.sha256: p.tokens for p in placed})
+        return composed
+
+    def fragments(self) -> tuple:
+        """The conversation's text attachments where its request holds them (media.fragment.Placed)."""
+        from llmcli.media.fragment import Placed
+
+        placed = self.conversation.texts_by_index().items()
+        tokens = self.text_tokens
+        return tuple(Placed(t, index, tokens.get(t.sha256)) for index, texts in placed for t in texts)
 
     def retry(self, sink: Sink) -> TurnResult | None:
         """Regenerate the last answer, its tool calls and results included (the previous one is
@@ -251,7 +281,7 @@ class ChatSession(SessionSettings):
         request = Request(
             self.params, messages=messages,
             fit=Fit(self.answer_reserve(), self.on_overflow), before_prefill=self._restore_kv,
-            think=self.think, images=placed.pop(last, ()), history_images=placed,
+            think=self.think, images=placed.pop(last, ()), history_images=placed, fragments=self.fragments(),
         )  # fmt: skip
         if self.tool_loop is not None:
             request.tools = self.tool_loop.toolset.specs()

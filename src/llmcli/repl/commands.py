@@ -217,12 +217,20 @@ def _context(repl: Repl, arg: str) -> None:
     if s.conversation.system:
         repl.info(f"  {'':>3} {'system':<9} {count(s.conversation.system)}")
     for i, m in enumerate(s.conversation.messages, 1):
-        preview = m.content.replace("\n", " ")[:50]
+        own = m.content
+        if m.texts:  # the attached texts' blocks come first: the preview is what was typed
+            from llmcli.media.fragment import compose
+
+            own = own[len(compose(m.texts, "")) :].lstrip("\n")
+        preview = own.replace("\n", " ")[:50]
         if m.tool_calls:  # an answer that called tools: which (their JSON is in the template row)
             names = ", ".join(str((c.get("function") or {}).get("name") or "?") for c in m.tool_calls)
             preview = f"{preview} [calls {names}]".strip()
         mark = " [interrupted]" if m.interrupted else ""
         repl.info(f"  {i:>3} {m.role:<9} {count(m.content)}  {preview}{mark}")
+        for text in m.texts:  # in the message's count above: its share of it
+            n = s.text_tokens.get(text.sha256)
+            repl.info(f"  {'':>3} {'  text':<9} {'?' if n is None else n:>6} tok  {text.name} (of the above)")
         for image in m.images:  # counted apart: the positions the projector gives it
             n = s.image_tokens.get(image.sha256)
             repl.info(f"  {'':>3} {'image':<9} {'?' if n is None else n:>6} tok  {image.name}"

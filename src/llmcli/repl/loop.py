@@ -178,8 +178,11 @@ class Repl:
             raise  # SIGTERM ends the chat (exit 143); what was saved stays saved
         except LlmcliError as exc:
             self.error(exc.one_line().removeprefix("llmcli: "))
-            if n := len(self.session.pending):  # the turn did not happen: its images wait for the next
-                self.info(f"{n} image(s) still attached to the next message (/detach takes them back)")
+            if self.session.pending:  # the turn did not happen: its attachments wait for the next
+                from llmcli.repl.attach_commands import counted
+
+                self.info(f"{counted(self.session.pending)} still attached to the next message "
+                          "(/detach takes them back)")  # fmt: skip
         return True
 
     def show_reasoning(self, text: str) -> None:

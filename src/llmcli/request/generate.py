@@ -32,6 +32,7 @@ class Result:
     prompt_cache: dict | None = None  # --prompt-cache: the file, what it gave, what was written
     tool_calls: list[dict] | None = None  # the calls run (record field `tool_calls`), None: no tools
     answer: str | None = None  # the final answer, after tool calls the last round's (None: done.text)
+    fragments: tuple = ()  # the request's text attachments (media.fragment.Placed)
 
     def stats_line(self) -> str:
         from llmcli.render.stats import stats_line
@@ -63,7 +64,7 @@ class Result:
             ref=self.loaded.ref, info=self.loaded.engine.info, params=self.params, done=self.done,
             prompt_format=self.prompt_format, constraint=self.constraint,
             constraint_complete=not self.incomplete, prompt_cache=self.prompt_cache,
-            tool_calls=self.tool_calls,
+            tool_calls=self.tool_calls, fragments=self.fragments,
         )  # fmt: skip
 
 
@@ -85,6 +86,7 @@ def run_generate(
     tool_loop: ToolLoop | None = None,
     images: tuple = (),
     history_images: dict[int, tuple] | None = None,
+    fragments: tuple = (),
 ) -> Result:
     """Run one prompt (`images`: media.image.Image for it; `history_images`: those of `history`'s
     user messages, by their index in it); `raw` continues it as plain text, else it becomes a user
@@ -95,14 +97,15 @@ def run_generate(
     it. `log`: how the request is logged (None: it is not)."""
     engine = loaded.engine
     if raw:
-        request = Request(params, text=text)
+        request = Request(params, text=text, fragments=fragments)
     else:
         messages = prompting.messages_for(text, system)
         if history:
             messages[-1:-1] = history
         offset = 1 if messages[0]["role"] == "system" else 0  # history goes after the system prompt
         placed = {offset + i: imgs for i, imgs in (history_images or {}).items()} if history else {}
-        request = Request(params, messages=messages, think=think, images=tuple(images), history_images=placed)
+        request = Request(params, messages=messages, think=think, images=tuple(images), history_images=placed,
+                          fragments=fragments)  # fmt: skip
         if tool_loop is not None:
             request.tools = tool_loop.toolset.specs()
     cache: dict | None = None
@@ -126,7 +129,7 @@ def run_generate(
     return Result(loaded, done, params, prepared.prompt_format,
                   constraint=constraint if params.grammar else None, prompt_cache=cache,
                   tool_calls=turn.calls if tool_loop is not None else None,
-                  answer=turn.last_text)  # fmt: skip
+                  answer=turn.last_text, fragments=fragments)  # fmt: skip
 
 
 def _restore_prompt_cache(engine, cache: dict, tokens: list[int]) -> float:

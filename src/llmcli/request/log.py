@@ -28,12 +28,15 @@ def log_request(
             constraint=log.constraint if request.params.grammar else None,
             constraint_complete=done is not None and done.constraint_complete is not False,
             prompt_cache=log.prompt_cache, error=error, partial_text=partial, tool_calls=tool_calls,
+            fragments=request.fragments,
         )  # fmt: skip
         row = rows.row_values(
             rec, cid=log.cid, command=log.command, messages=request.messages, text=request.text,
             think=request.think, grammar=request.params.grammar,
             tokens=done.tokens if done is not None else None, session=log.session, kv_state=log.kv_state,
-            images=rows.attachments(placed_images(request), done.stats.images if done is not None else []),
+            images=rows.attachments(placed_images(request), done.stats.images if done is not None else [],
+                                    request.fragments),
+            fragments=request.fragments,
         )  # fmt: skip
     except Exception as exc:  # a record that cannot be built is a bug, but never costs the answer
         render.warn(f"not logged: {exc}")
