@@ -46,6 +46,17 @@ CREATE TABLE IF NOT EXISTS embeddings (
     updated REAL NOT NULL,
     PRIMARY KEY (collection, id)
 );
+CREATE TABLE IF NOT EXISTS sources (
+    collection TEXT NOT NULL REFERENCES collections(name) ON DELETE CASCADE,
+    path TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    chunk INTEGER NOT NULL,
+    overlap INTEGER NOT NULL,
+    passages INTEGER NOT NULL,
+    updated REAL NOT NULL,
+    PRIMARY KEY (collection, path)
+);
 CREATE TABLE IF NOT EXISTS file_hashes (
     path TEXT PRIMARY KEY,
     size INTEGER NOT NULL,
@@ -96,6 +107,7 @@ def connect(path: Path | None = None) -> Iterator[sqlite3.Connection]:
     try:
         db.execute("PRAGMA foreign_keys = ON")
         db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA recursive_triggers = ON")
         db.executescript(_SCHEMA)
         _migrate(db)
         yield db
@@ -106,11 +118,49 @@ def connect(path: Path | None = None) -> Iterator[sqlite3.Connection]:
         db.close()
 
 
+# The full-text index of every row with content (FTS5, BM25), kept by triggers; its rowid is the
+# row's. recursive_triggers (set on connect) makes INSERT OR REPLACE's delete fire them too.
+_FTS = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS passages_fts USING fts5(content, tokenize = 'porter unicode61')",
+    "CREATE TRIGGER IF NOT EXISTS embeddings_fts_in AFTER INSERT ON embeddings WHEN new.content IS NOT NULL"
+    " BEGIN INSERT INTO passages_fts (rowid, content) VALUES (new.rowid, new.content); END",
+    "CREATE TRIGGER IF NOT EXISTS embeddings_fts_out AFTER DELETE ON embeddings"
+    " BEGIN DELETE FROM passages_fts WHERE rowid = old.rowid; END",
+    "CREATE TRIGGER IF NOT EXISTS embeddings_fts_up AFTER UPDATE OF content ON embeddings"
+    " BEGIN DELETE FROM passages_fts WHERE rowid = old.rowid;"
+    " INSERT INTO passages_fts (rowid, content) SELECT new.rowid, new.content WHERE new.content IS NOT NULL;"
+    " END",
+)
+
+
 def _migrate(db: sqlite3.Connection) -> None:
-    """A database from before model identities: the column, filled in on first use."""
+    """Older databases brought up to date, each step once (PRAGMA user_version counts them): the
+    model identity (filled in on first use); passages (their source file and lines, NULL for a
+    text) and the full-text index of what was stored with its content."""
     columns = {row[1] for row in db.execute("PRAGMA table_info(collections)")}
     if "model_id" not in columns:
         db.execute("ALTER TABLE collections ADD COLUMN model_id TEXT")
+    if db.execute("PRAGMA user_version").fetchone()[0] >= 1:
+        return
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        if db.execute("PRAGMA user_version").fetchone()[0] >= 1:  # another process did it meanwhile
+            db.execute("COMMIT")
+            return
+        have = {row[1] for row in db.execute("PRAGMA table_info(embeddings)")}
+        for column, kind in (("source", "TEXT"), ("line_start", "INTEGER"), ("line_end", "INTEGER")):
+            if column not in have:
+                db.execute(f"ALTER TABLE embeddings ADD COLUMN {column} {kind}")
+        db.execute("CREATE INDEX IF NOT EXISTS embeddings_source ON embeddings (collection, source)")
+        for statement in _FTS:
+            db.execute(statement)
+        db.execute("INSERT INTO passages_fts (rowid, content)"
+                   " SELECT rowid, content FROM embeddings WHERE content IS NOT NULL")  # fmt: skip
+        db.execute("PRAGMA user_version = 1")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
 
 
 def get(db: sqlite3.Connection, name: str) -> Collection | None:
