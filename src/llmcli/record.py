@@ -33,10 +33,12 @@ def build(
     error: str | None = None,
     partial_text: str = "",
     tool_calls: list[dict] | None = None,
+    retrieval: dict | None = None,
 ) -> dict[str, Any]:
     """The record of one request. `done` None: it failed before its end (`error` says why, and
     `partial_text` is what was streamed); its counts and timings are then unknown (null).
-    `tool_calls`: each call run in the answer (request/tool_loop.py); None: no tools offered."""
+    `tool_calls`: each call run in the answer (request/tool_loop.py); None: no tools offered.
+    `retrieval`: the passages an answer was given (request/grounding.py); None: none."""
     s = done.stats if done is not None else None
     used = params.as_dict()
     if done is not None:
@@ -63,6 +65,7 @@ def build(
         "server_timings": (s.server or None) if s is not None else None,
         "tool_calls": tool_calls,
         "attachments": [dict(a) for a in s.images] if s is not None and s.images else None,
+        "retrieval": retrieval,
         "versions": versions(info),
     }
 
