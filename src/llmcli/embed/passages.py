@@ -23,6 +23,7 @@ CHUNK = 256  # tokens per passage: a few paragraphs, well inside a 512-token emb
 OVERLAP = 32
 SNIFF = 8192
 FENCE = ("```", "~~~")
+BLOCK_BYTES = 64 << 10  # a paragraph (or code block) longer than this is cut: memory stays flat
 
 
 class Binary(UsageError):
@@ -91,10 +92,14 @@ def _lines(path: Path, digest) -> Iterator[str]:
 def _blocks(lines: Iterator[str]) -> Iterator[tuple[list[str], int]]:
     """Paragraphs (ended by a blank line) and fenced code blocks (kept whole), with their first line."""
     block: list[str] = []
-    first, fenced = 1, False
+    first, fenced, size = 1, False, 0
     for n, line in enumerate(lines, 1):
+        if block and size > BLOCK_BYTES:  # a file with no blank line is not held whole
+            yield block, first
+            block, size = [], 0
         if not block:
-            first = n
+            first, size = n, 0
+        size += len(line)
         opens = line.lstrip().startswith(FENCE)
         if opens and not fenced and block:  # a fence begins a block of its own
             yield block, first
