@@ -300,7 +300,7 @@ def test_rerank_orders_by_the_rerankers_scores(embedding_server, notes, fake, mo
     assert result.exit_code == 0, result.stderr
     block = json.loads(result.stdout)["retrieval"]
     assert block["reranker"] == "rr.gguf" and "rerank" in block["timings_ms"]
-    assert "dawn" in fake.made[0].history[0].prompt.split("[1]")[1].split("[2]")[0]
+    assert "dawn" in fake.made[0].history[0].prompt.split("\n[1] ")[1].split("\n[2] ")[0]
     assert block["passages"][0]["rerank"] == 1.0 and made[0].closed
 
 
