@@ -82,11 +82,17 @@ def main() -> None:
         print(json.dumps({"questions": len(qs), "chunk": args.chunk, "overlap": args.overlap,
                           "load_average": load, "methods": results}, indent=2))  # fmt: skip
         return
-    print(f"{len(qs)} questions over {len(list(DATA.glob('*.md')))} files of llmcli's docs; all-MiniLM-L6-v2, "
-          f"--chunk {args.chunk} --overlap {args.overlap}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(
+        f"{len(qs)} questions over {len(list(DATA.glob('*.md')))} files of llmcli's docs; all-MiniLM-L6-v2, "
+        f"--chunk {args.chunk} --overlap {args.overlap}; load average "
+        f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
     print(f"{'method':<18} {'recall@1':>9} {'recall@5':>9} {'MRR':>7} {'ms/query':>9}")
     for name, f in results.items():
-        print(f"{name:<18} {f['recall@1']:>9.3f} {f['recall@5']:>9.3f} {f['mrr']:>7.3f} {f['ms_per_query']:>9.1f}")
+        print(
+            f"{name:<18} {f['recall@1']:>9.3f} {f['recall@5']:>9.3f} {f['mrr']:>7.3f} "
+            f"{f['ms_per_query']:>9.1f}"
+        )
 
 
 def _run(args, qs: list[dict], model: Path) -> dict:

@@ -86,11 +86,16 @@ def test_each_file_becomes_passages_that_know_their_lines(embedding_server, note
     assert code and all(c.count("```") == 2 for c in code)
 
 
-def test_unchanged_files_are_not_embedded_again_changed_ones_replaced_gone_ones_pruned(embedding_server, notes):
+def test_unchanged_files_are_not_embedded_again_changed_ones_replaced_gone_ones_pruned(
+    embedding_server, notes
+):
     _embed(embedding_server)
     sent = len(embedding_server.embedded())
     result = _embed(embedding_server)
-    assert len(embedding_server.embedded()) == sent and "0 files embedded (0 passages), 2 unchanged" in result.stderr
+    assert (
+        len(embedding_server.embedded()) == sent
+        and "0 files embedded (0 passages), 2 unchanged" in result.stderr
+    )
     (notes / "garden.md").write_text(GARDEN.replace("six", "eight"))
     (notes / "kitchen.md").unlink()
     result = run("collections", "sync", "n")
@@ -111,14 +116,18 @@ def test_a_binary_file_is_skipped_in_one_line_and_the_rest_stored(embedding_serv
     assert {Path(r[0]).name for r in _rows()} == {"garden.md", "kitchen.md"}
 
 
-@pytest.mark.parametrize(("flags", "said"), [(("--chunk", "4"), "too small"),
-                                             (("--chunk", "64", "--overlap", "40"), "--overlap 40")])
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [(("--chunk", "4"), "too small"), (("--chunk", "64", "--overlap", "40"), "--overlap 40")],
+)
 def test_chunk_and_overlap_are_checked_before_anything_is_embedded(embedding_server, notes, flags, said):
     result = run("embed", "-m", embedding_server.ref(), "-i", "notes/*.md", "--collection", "n", *flags)
     assert said in one_line(result, 2) and embedding_server.requests == []
 
 
-def test_a_file_that_changes_while_it_is_embedded_keeps_its_old_passages(embedding_server, notes, monkeypatch):
+def test_a_file_that_changes_while_it_is_embedded_keeps_its_old_passages(
+    embedding_server, notes, monkeypatch
+):
     _embed(embedding_server)
     before = _rows()
     (notes / "garden.md").write_text(GARDEN + "\nA new paragraph about basil.\n")
@@ -153,11 +162,13 @@ def test_a_large_file_is_streamed_in_flat_memory(embedding_server, tmp_path):
         code = ("import atexit, resource, sys\n"
                 f"atexit.register(lambda: open({str(peak)!r}, 'w').write(str(resource.getrusage("
                 "resource.RUSAGE_SELF).ru_maxrss)))\n"
-                "from llmcli.cli.app import main\nsys.argv = ['llmcli'] + sys.argv[1:]\nmain()\n")  # fmt: skip
+                "from llmcli.cli.app import main\n"
+                "sys.argv = ['llmcli'] + sys.argv[1:]\nmain()\n")  # fmt: skip
         env = {**os.environ, "PYTHONPATH": str(SRC)}
-        done = subprocess.run([sys.executable, "-c", code, "embed", "-m", embedding_server.ref(), "-i", str(path),
-                               "--collection", name, "--chunk", "512", "--overlap", "0"],
-                              capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+        args = ["embed", "-m", embedding_server.ref(), "-i", str(path), "--collection", name,
+                "--chunk", "512", "--overlap", "0"]  # fmt: skip
+        done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
+                              timeout=600)  # fmt: skip
         assert done.returncode == 0, done.stderr
         assert "1 file embedded" in done.stderr
         peaks[name] = int(peak.read_text())  # KiB
@@ -213,7 +224,9 @@ def test_ask_puts_the_passage_holding_the_fact_in_the_prompt_and_cites_it(embedd
     err = result.stderr.splitlines()
     assert err[0] == "[1] notes/garden.md:1-5"  # the sources, on stderr after the answer
     assert err[-1].startswith("retrieve ") and " · 1 passage · prompt " in err[-1]
-    assert result.stdout.startswith("echo: ") and "[1] notes/garden.md" not in result.stderr.split("retrieve")[1]
+    assert (
+        result.stdout.startswith("echo: ") and "[1] notes/garden.md" not in result.stderr.split("retrieve")[1]
+    )
 
 
 def test_generate_from_json_has_the_retrieval_block(embedding_server, notes, fake):
@@ -293,9 +306,11 @@ class StandInReranker:
 def test_rerank_orders_by_the_rerankers_scores(embedding_server, notes, fake, monkeypatch):
     _embed(embedding_server, "--chunk", "16", "--overlap", "0")
     made = []
-    monkeypatch.setattr("llmcli.loader.load_reranker",
-                        lambda ref, *, threads=None, debug=False: made.append(StandInReranker(ref)) or made[-1],
-                        raising=False)  # fmt: skip
+    def load_reranker(ref, *, threads=None, debug=False):
+        made.append(StandInReranker(ref))
+        return made[-1]
+
+    monkeypatch.setattr("llmcli.loader.load_reranker", load_reranker, raising=False)
     result = run("ask", "n", "tomatoes sun water", "--rerank", "rr.gguf", "--json", "--passages", "2")
     assert result.exit_code == 0, result.stderr
     block = json.loads(result.stdout)["retrieval"]
@@ -327,3 +342,18 @@ def test_reciprocal_rank_fusion_rewards_agreement():
     fused = [h.id for h in fuse(hits("a", "b", "c"), hits("c", "b", "d"))]
     assert fused[:2] == ["b", "c"] or fused[:2] == ["c", "b"]  # in both lists: above those in one
     assert fused.index("a") > 1 and fused.index("d") > 1
+
+
+def test_an_answer_is_attributed_to_the_passages_it_cites_else_to_the_one_it_repeats():
+    from llmcli.embed.retrieve import Hit
+    from llmcli.request.grounding import Ask, Grounded
+
+    grounded = Grounded(Ask("n"), "q", used=[Hit("a", GARDEN, "/x/garden.md", (1, 5)),
+                                              Hit("b", KITCHEN, "/x/kitchen.md", (1, 7))])  # fmt: skip
+    grounded.attribute("It heats to 250 degrees [2], see also [7].")
+    assert grounded.cited == {2: "model"}  # [7] is no passage of this answer
+    grounded.attribute("The oven heats to 250 degrees.")
+    assert grounded.cited == {2: "overlap"}
+    assert grounded.sources()[1].endswith("kitchen.md:1-7 (the answer repeats it)")
+    grounded.attribute("I do not know.")
+    assert grounded.cited == {}

@@ -79,7 +79,9 @@ def ask(
     min_score: MinScore = MIN_SCORE,
     always_answer: AlwaysAnswer = False,
     embed_model: EmbedModel = "",
-    stats: Annotated[bool, typer.Option("--stats", help="Print speed figures on stderr after the text.")] = False,
+    stats: Annotated[
+        bool, typer.Option("--stats", help="Print speed figures on stderr after the text.")
+    ] = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON document (with its passages) instead of the text.")
     ] = False,

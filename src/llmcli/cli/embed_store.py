@@ -185,7 +185,7 @@ def remove(name: Annotated[str, typer.Argument(help="The collection to delete.")
 def sync(
     name: Annotated[str, typer.Argument(help="The collection whose files to bring up to date.")],
     model: Annotated[
-        str, typer.Option("--model", "-m", help="The model (default: the one the collection was stored with).")
+        str, typer.Option("--model", "-m", help="The model (default: the collection's, as last stored).")
     ] = "",
 ) -> None:
     """Bring a collection's files up to date: a changed file's passages replaced, a file that is
@@ -201,7 +201,8 @@ def sync(
         found = store.require(db, name)
         files = sources.tracked(db, name)
         if not files:
-            raise UsageError(f"collection {name!r} holds no files to sync (embed -i FILE --collection {name})")
+            raise UsageError(f"collection {name!r} holds no files to sync",
+                             hint=f"llmcli embed -i FILE --collection {name}")  # fmt: skip
         gone = [path for path, _, _ in files if not Path(path).is_file()]
         for path in gone:
             sources.prune(db, name, path)

@@ -145,6 +145,7 @@ def _answer(
         if toolset is not None:
             toolset.close()
     if grounded is not None:
+        grounded.attribute(result.done.text if result.answer is None else result.answer)
         result.retrieval = grounded.record()
     _finish(g, loaded, result, grounded)
 

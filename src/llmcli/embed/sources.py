@@ -38,8 +38,8 @@ class Outcome:
     pruned: int = 0
 
     def line(self, name: str) -> str:
-        parts = [f"{self.embedded} file{'s' if self.embedded != 1 else ''} embedded ({self.passages} passages)",
-                 f"{self.unchanged} unchanged"]  # fmt: skip
+        files = f"{self.embedded} file{'s' if self.embedded != 1 else ''}"
+        parts = [f"{files} embedded ({self.passages} passages)", f"{self.unchanged} unchanged"]
         if self.pruned:
             parts.append(f"{self.pruned} removed (gone)")
         if self.skipped:
@@ -87,9 +87,13 @@ def add_files(db: sqlite3.Connection, name: str, model: Model, paths: list[Path]
         if row is not None and tuple(row) == (sha, chunk, overlap):
             outcome.unchanged += 1
             continue
-        made = _one_file(db, name, model, path, key, count, chunk, overlap, normalize, model_id, (before, sha))
+        made = _one_file(
+            db, name, model, path, key, count, chunk, overlap, normalize, model_id, (before, sha)
+        )
         if made is None:
-            line = f"{path} changed while it was being embedded: its passages were not stored (embed it again)"
+            line = (
+                f"{path} changed while it was being embedded: its passages were not stored (embed it again)"
+            )
             outcome.skipped.append(line)
             say(line)
             continue
@@ -122,7 +126,11 @@ def _one_file(db: sqlite3.Connection, name: str, model: Model, path: Path, key: 
             )  # fmt: skip
             made += len(batch)
         after = path.stat()
-        if (digest.hexdigest(), after.st_size, after.st_mtime_ns) != (sha, before.st_size, before.st_mtime_ns):
+        if (digest.hexdigest(), after.st_size, after.st_mtime_ns) != (
+            sha,
+            before.st_size,
+            before.st_mtime_ns,
+        ):
             db.execute("ROLLBACK")
             return None
         if made == 0 and store.get(db, name) is None:

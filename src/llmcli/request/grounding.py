@@ -7,6 +7,7 @@ request with that prompt (request/generate.py)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from llmcli.errors import ContextOverflowError, NoAnswerError, UsageError
@@ -14,6 +15,12 @@ from llmcli.errors import ContextOverflowError, NoAnswerError, UsageError
 PASSAGES = 5
 MIN_SCORE = 0.3  # the cosine below which a passage does not answer (all-MiniLM-L6-v2: unrelated is ~0.1)
 OVERHEAD = 64  # tokens of the instructions and the template around the passages
+OVERLAP_SHARE = 0.6  # an answer that cites nothing is the passage's when this share of its words are
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in re.findall(r"\w+", text.lower()) if len(w) > 3}
+
 
 INSTRUCTIONS = (
     "Answer the question from the numbered passages below. Cite each passage you use by its number "
@@ -44,6 +51,23 @@ class Grounded:
     ms: dict[str, float] = field(default_factory=dict)
     used: list = field(default_factory=list)  # the hits put in the prompt, numbered from 1
     tokens: list[int] = field(default_factory=list)
+    cited: dict[int, str] = field(default_factory=dict)  # passage number -> "model" or "overlap"
+
+    def attribute(self, answer: str) -> None:
+        """Which passages the answer draws on: those it cites by number ("model"); where it cites
+        none (a small model seldom does), the one whose words it repeats most, if it repeats
+        mostly that passage's words ("overlap")."""
+        numbers = {int(m) for m in re.findall(r"\[(\d+)\]", answer)}
+        self.cited = {n: "model" for n in sorted(numbers) if 1 <= n <= len(self.used)}
+        if self.cited or not self.used:
+            return
+        words = _words(answer)
+        if not words:
+            return
+        shares = [len(words & _words(h.content)) / len(words) for h in self.used]
+        best = max(range(len(shares)), key=lambda i: shares[i])
+        if shares[best] >= OVERLAP_SHARE:
+            self.cited = {best + 1: "overlap"}
 
     def record(self) -> dict:
         """The record's `retrieval` block (docs/record.schema.json)."""
@@ -56,7 +80,7 @@ class Grounded:
             "passages": [
                 {"n": n, "id": h.id, "source": shown(h.source) if h.source else None,
                  "lines": list(h.lines) if h.lines else None, "score": h.score, "cosine": h.cosine,
-                 "bm25": h.bm25, "rerank": h.rerank, "tokens": t}
+                 "bm25": h.bm25, "rerank": h.rerank, "tokens": t, "cited": self.cited.get(n)}
                 for n, (h, t) in enumerate(zip(self.used, self.tokens, strict=True), 1)
             ],
             "timings_ms": {k: round(v, 3) for k, v in self.ms.items()},
@@ -64,7 +88,8 @@ class Grounded:
 
     def sources(self) -> list[str]:
         """`[1] docs/EMBED.md:10-24`: what each citation number is."""
-        return [f"[{n}] {cite(h)}" for n, h in enumerate(self.used, 1)]
+        how = {"model": " (cited)", "overlap": " (the answer repeats it)"}
+        return [f"[{n}] {cite(h)}{how.get(self.cited.get(n, ''), '')}" for n, h in enumerate(self.used, 1)]
 
     def phase(self) -> str:
         """The stats line's retrieval phase."""
@@ -98,9 +123,9 @@ def find(ask: Ask, question: str, *, debug: bool = False) -> Grounded:
         found = store.require(db, ask.collection)
         out.searched = retrieve.searchable(db, ask.collection)
         if out.searched == 0:
+            hint = f"llmcli embed -i 'docs/**/*.md' --collection {ask.collection}"
             raise UsageError(f"collection {ask.collection!r} has no passages to answer from: it is empty or "
-                             "holds vectors without their text",
-                             hint=f"llmcli embed -i 'docs/**/*.md' --collection {ask.collection}")  # fmt: skip
+                             "holds vectors without their text", hint=hint)  # fmt: skip
         query = None
         if ask.search != "text":
             query, out.model = _query_vector(db, found, ask.embed_model, question, debug, out.ms)
