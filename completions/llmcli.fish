@@ -594,6 +594,6 @@ complete -c llmcli -n '__llmcli_at "collections list"' -s h -l help -d 'Show the
 complete -c llmcli -n '__llmcli_at "collections rm"' -s h -l help -d 'Show the help and exit'
 
 # llmcli collections sync
-complete -c llmcli -n '__llmcli_at "collections sync"' -s m -l model -x -a '(__llmcli_dynamic "collections sync" model)' -d 'The model (default: the one the collection was stored with)'
+complete -c llmcli -n '__llmcli_at "collections sync"' -s m -l model -x -a '(__llmcli_dynamic "collections sync" model)' -d 'The model (default: the collection\'s, as last stored)'
 complete -c llmcli -n '__llmcli_at "collections sync"' -s h -l help -d 'Show the help and exit'
 

@@ -71,7 +71,7 @@ def by_text(db: sqlite3.Connection, name: str, question: str, n: int) -> list[Hi
         " WHERE passages_fts MATCH ? AND e.collection = ? ORDER BY rank LIMIT ?",
         (query, name, n),
     ).fetchall()
-    return [Hit(*_row(r), bm25=round(-float(r[5]), 6)) for r in rows]
+    return [_hit(r, bm25=round(-float(r[5]), 6)) for r in rows]
 
 
 def by_vector(db: sqlite3.Connection, name: str, query: np.ndarray, n: int) -> list[Hit]:
@@ -88,12 +88,13 @@ def by_vector(db: sqlite3.Connection, name: str, query: np.ndarray, n: int) -> l
     norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(query) or 1.0)
     scores = matrix @ query / np.where(norms == 0, 1, norms)
     best = np.argsort(-scores, kind="stable")[:n]
-    return [Hit(*_row(rows[i]), cosine=round(float(scores[i]), 6)) for i in best]
+    return [_hit(rows[i], cosine=round(float(scores[i]), 6)) for i in best]
 
 
-def _row(r) -> tuple:
+def _hit(r, **scores: float) -> Hit:
+    """A passage from its row: id, content, source, first and last line (NULL for a text)."""
     lines = (int(r[3]), int(r[4])) if r[3] is not None else None
-    return r[0], r[1], r[2], lines
+    return Hit(r[0], r[1], r[2], lines, **scores)
 
 
 def fuse(*lists: list[Hit]) -> list[Hit]:
