@@ -61,8 +61,10 @@ def _rows(name: str = "n") -> list[tuple]:
     from llmcli.embed import collections as store
 
     with store.connect() as db:
-        return db.execute("SELECT source, line_start, line_end, content FROM embeddings WHERE collection = ?"
-                          " ORDER BY source, line_start", (name,)).fetchall()  # fmt: skip
+        return db.execute("SELECT p.source, p.line_start, p.line_end, e.content FROM embeddings e"
+                          " JOIN passages p ON p.collection = e.collection AND p.id = e.id"
+                          " WHERE e.collection = ? ORDER BY p.source, p.line_start",
+                          (name,)).fetchall()  # fmt: skip
 
 
 # -- passages: lines, unchanged, changed, pruned, binary ------------------------------------------

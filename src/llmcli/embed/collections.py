@@ -46,6 +46,15 @@ CREATE TABLE IF NOT EXISTS embeddings (
     updated REAL NOT NULL,
     PRIMARY KEY (collection, id)
 );
+CREATE TABLE IF NOT EXISTS passages (
+    collection TEXT NOT NULL REFERENCES collections(name) ON DELETE CASCADE,
+    id TEXT NOT NULL,
+    source TEXT NOT NULL,
+    line_start INTEGER NOT NULL,
+    line_end INTEGER NOT NULL,
+    PRIMARY KEY (collection, id)
+);
+CREATE INDEX IF NOT EXISTS passages_source ON passages (collection, source);
 CREATE TABLE IF NOT EXISTS sources (
     collection TEXT NOT NULL REFERENCES collections(name) ON DELETE CASCADE,
     path TEXT NOT NULL,
@@ -135,8 +144,9 @@ _FTS = (
 
 def _migrate(db: sqlite3.Connection) -> None:
     """Older databases brought up to date, each step once (PRAGMA user_version counts them): the
-    model identity (filled in on first use); passages (their source file and lines, NULL for a
-    text) and the full-text index of what was stored with its content."""
+    model identity (filled in on first use); the full-text index of what was stored with its
+    content (the tables of passages and their files are new ones, made by _SCHEMA: a row of
+    `embeddings` keeps its shape, and a row without a `passages` row is a text)."""
     columns = {row[1] for row in db.execute("PRAGMA table_info(collections)")}
     if "model_id" not in columns:
         db.execute("ALTER TABLE collections ADD COLUMN model_id TEXT")
@@ -147,11 +157,6 @@ def _migrate(db: sqlite3.Connection) -> None:
         if db.execute("PRAGMA user_version").fetchone()[0] >= 1:  # another process did it meanwhile
             db.execute("COMMIT")
             return
-        have = {row[1] for row in db.execute("PRAGMA table_info(embeddings)")}
-        for column, kind in (("source", "TEXT"), ("line_start", "INTEGER"), ("line_end", "INTEGER")):
-            if column not in have:
-                db.execute(f"ALTER TABLE embeddings ADD COLUMN {column} {kind}")
-        db.execute("CREATE INDEX IF NOT EXISTS embeddings_source ON embeddings (collection, source)")
         for statement in _FTS:
             db.execute(statement)
         db.execute("INSERT INTO passages_fts (rowid, content)"

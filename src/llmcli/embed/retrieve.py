@@ -28,6 +28,10 @@ STOP = frozenset(
 )
 
 
+# a row's file and lines, where it is a passage of a file (a text has none)
+_PASSAGE = " LEFT JOIN passages p ON p.collection = e.collection AND p.id = e.id"
+
+
 @dataclass
 class Hit:
     id: str
@@ -66,8 +70,8 @@ def by_text(db: sqlite3.Connection, name: str, question: str, n: int) -> list[Hi
     if not query:
         return []
     rows = db.execute(
-        "SELECT e.id, e.content, e.source, e.line_start, e.line_end, bm25(passages_fts) AS rank"
-        " FROM passages_fts JOIN embeddings e ON e.rowid = passages_fts.rowid"
+        "SELECT e.id, e.content, p.source, p.line_start, p.line_end, bm25(passages_fts) AS rank"
+        " FROM passages_fts JOIN embeddings e ON e.rowid = passages_fts.rowid" + _PASSAGE +
         " WHERE passages_fts MATCH ? AND e.collection = ? ORDER BY rank LIMIT ?",
         (query, name, n),
     ).fetchall()
@@ -78,8 +82,8 @@ def by_vector(db: sqlite3.Connection, name: str, query: np.ndarray, n: int) -> l
     import numpy as np
 
     rows = db.execute(
-        "SELECT id, content, source, line_start, line_end, vector FROM embeddings"
-        " WHERE collection = ? AND content IS NOT NULL",
+        "SELECT e.id, e.content, p.source, p.line_start, p.line_end, e.vector FROM embeddings e" + _PASSAGE +
+        " WHERE e.collection = ? AND e.content IS NOT NULL",
         (name,),
     ).fetchall()
     if not rows:

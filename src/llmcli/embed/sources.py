@@ -111,26 +111,28 @@ def _one_file(db: sqlite3.Connection, name: str, model: Model, path: Path, key: 
     made = 0
     db.execute("BEGIN IMMEDIATE")
     try:
-        db.execute("DELETE FROM embeddings WHERE collection = ? AND source = ?", (name, key))
+        _drop(db, name, key)
         for batch in _batches(of_file(path, count, chunk, overlap, digest)):
             result = model.embed([p.text for p in batch], truncate=True, normalize=normalize)
             dimensions = int(result.matrix.shape[1])
             store.check_dimensions(store.get(db, name), dimensions)
             _ensure(db, name, model.name, dimensions, model_id, now)
+            ids = [f"{key}#{made + i + 1}" for i in range(len(batch))]
             db.executemany(
-                "INSERT OR REPLACE INTO embeddings (collection, id, content_hash, content, vector, updated,"
-                " source, line_start, line_end) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(name, f"{key}#{made + i + 1}", hashlib.sha256(p.text.encode()).hexdigest(), p.text,
-                  row.tobytes(), now, key, p.first, p.last)
-                 for i, (p, row) in enumerate(zip(batch, result.matrix, strict=True))],
+                "INSERT OR REPLACE INTO embeddings (collection, id, content_hash, content, vector, updated)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [(name, i, hashlib.sha256(p.text.encode()).hexdigest(), p.text, row.tobytes(), now)
+                 for i, p, row in zip(ids, batch, result.matrix, strict=True)],
+            )  # fmt: skip
+            db.executemany(
+                "INSERT OR REPLACE INTO passages (collection, id, source, line_start, line_end)"
+                " VALUES (?, ?, ?, ?, ?)",
+                [(name, i, key, p.first, p.last) for i, p in zip(ids, batch, strict=True)],
             )  # fmt: skip
             made += len(batch)
         after = path.stat()
-        if (digest.hexdigest(), after.st_size, after.st_mtime_ns) != (
-            sha,
-            before.st_size,
-            before.st_mtime_ns,
-        ):
+        now_seen = (digest.hexdigest(), after.st_size, after.st_mtime_ns)
+        if now_seen != (sha, before.st_size, before.st_mtime_ns):
             db.execute("ROLLBACK")
             return None
         if made == 0 and store.get(db, name) is None:
@@ -175,9 +177,16 @@ def prune(db: sqlite3.Connection, name: str, path: str) -> None:
     """A file that is gone: its passages and its row, in one transaction."""
     db.execute("BEGIN IMMEDIATE")
     try:
-        db.execute("DELETE FROM embeddings WHERE collection = ? AND source = ?", (name, path))
+        _drop(db, name, path)
         db.execute("DELETE FROM sources WHERE collection = ? AND path = ?", (name, path))
         db.execute("COMMIT")
     except BaseException:
         db.execute("ROLLBACK")
         raise
+
+
+def _drop(db: sqlite3.Connection, name: str, path: str) -> None:
+    """A file's passages (inside the caller's transaction)."""
+    ids = "SELECT id FROM passages WHERE collection = ? AND source = ?"
+    db.execute(f"DELETE FROM embeddings WHERE collection = ? AND id IN ({ids})", (name, name, path))
+    db.execute("DELETE FROM passages WHERE collection = ? AND source = ?", (name, path))
