@@ -359,3 +359,18 @@ def test_an_answer_is_attributed_to_the_passages_it_cites_else_to_the_one_it_rep
     assert grounded.sources()[1].endswith("kitchen.md:1-7 (the answer repeats it)")
     grounded.attribute("I do not know.")
     assert grounded.cited == {}
+
+
+def test_chat_from_answers_one_turn_from_the_passages(embedding_server, notes, fake):
+    _embed(embedding_server)
+    lines = ["/from n How many hours of sun do tomatoes need?", "/from n quantum lattice", "hi"]
+    result = run("chat", input="".join(line + "\n" for line in lines))
+    assert result.exit_code == 0, result.stderr
+    prompts = [r.prompt for r in fake.made[0].history]
+    assert len(prompts) == 2  # the question nothing matched was no turn
+    assert "[1] notes/garden.md:1-5" in prompts[0] and "six hours of sun" in prompts[0]
+    err = result.stderr.splitlines()
+    phase = next(i for i, line in enumerate(err) if line.startswith("retrieve "))
+    assert err[phase].endswith(" · 1 passage")  # retrieval, its own phase before the reply's
+    assert any(line.startswith("[1] notes/garden.md:1-5") for line in err[phase + 1 :])
+    assert sum("nothing found in collection 'n'" in line for line in err) == 1
