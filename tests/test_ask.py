@@ -374,3 +374,16 @@ def test_chat_from_answers_one_turn_from_the_passages(embedding_server, notes, f
     assert err[phase].endswith(" · 1 passage")  # retrieval, its own phase before the reply's
     assert any(line.startswith("[1] notes/garden.md:1-5") for line in err[phase + 1 :])
     assert sum("nothing found in collection 'n'" in line for line in err) == 1
+
+
+def test_a_model_whose_context_is_not_known_still_gets_the_passages(embedding_server, notes):
+    """A served model whose server does not say its context (n_ctx 0): a common one is assumed."""
+    from llmcli.engine.fake import FakeEngine
+    from llmcli.request import grounding
+
+    _embed(embedding_server)
+
+    found = grounding.find(grounding.Ask("n"), "How many hours of sun do tomatoes need?")
+    engine = FakeEngine(n_ctx=0)
+    prompt = grounding.fit(found, engine, 512)
+    assert "[1] notes/garden.md:1-5" in prompt and "six hours" in prompt

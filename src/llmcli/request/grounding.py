@@ -15,6 +15,7 @@ from llmcli.errors import ContextOverflowError, NoAnswerError, UsageError
 PASSAGES = 5
 MIN_SCORE = 0.3  # the cosine below which a passage does not answer (all-MiniLM-L6-v2: unrelated is ~0.1)
 OVERHEAD = 64  # tokens of the instructions and the template around the passages
+UNKNOWN_CONTEXT = 4096
 OVERLAP_SHARE = 0.6  # an answer that cites nothing is the passage's when this share of its words are
 
 
@@ -206,7 +207,8 @@ def fit(out: Grounded, engine, max_tokens: int) -> str:
     """The prompt: the instructions, the best passages that fit the context beside the question and
     the answer (`max_tokens`), numbered, then the question."""
     ask = out.ask
-    room = engine.n_ctx - (max_tokens or engine.n_ctx // 4) - engine.count(out.question) - OVERHEAD
+    window = engine.n_ctx or UNKNOWN_CONTEXT  # a server that does not say its context: assume a common one
+    room = window - (max_tokens or window // 4) - engine.count(out.question) - OVERHEAD
     if ask.search != "text" and not ask.always_answer and not ask.rerank:
         candidates = [h for h in out.hits if (h.cosine or 0.0) >= ask.min_score or h.bm25 is not None]
     else:
@@ -221,7 +223,7 @@ def fit(out: Grounded, engine, max_tokens: int) -> str:
             room -= tokens
     if not out.used and out.hits:
         raise ContextOverflowError(f"no passage of collection {ask.collection!r} fits the "
-                                   f"{engine.n_ctx}-token context beside the question and the answer",
+                                   f"{window}-token context beside the question and the answer",
                                    hint="a larger -c, a smaller -n, or passages embedded with a smaller "
                                    "--chunk")  # fmt: skip
     blocks = [f"[{n}] {cite(h)}\n{h.content}" for n, h in enumerate(out.used, 1)]
