@@ -387,3 +387,11 @@ def test_a_model_whose_context_is_not_known_still_gets_the_passages(embedding_se
     engine = FakeEngine(n_ctx=0)
     prompt = grounding.fit(found, engine, 512)
     assert "[1] notes/garden.md:1-5" in prompt and "six hours" in prompt
+
+
+def test_the_logged_record_keeps_the_passages(embedding_server, notes, fake):
+    _embed(embedding_server)
+    assert run("ask", "n", "How many hours of sun do tomatoes need?").exit_code == 0
+    (entry,) = json.loads(run("logs", "--json").stdout)
+    passages = entry["record"]["retrieval"]["passages"]
+    assert [(p["n"], p["source"], p["lines"]) for p in passages] == [(1, "notes/garden.md", [1, 5])]

@@ -113,6 +113,8 @@ def _answer(
     prompt_cache, prompt_cache_ro = g.prompt_cache, g.prompt_cache_ro
     constraint = flags.constraint
     log = flags.logged(loaded.ref, "generate", history, constraint=constraint)
+    if log is not None and grounded is not None:
+        log.retrieval = grounded.record()  # the passages it was given (which it cites: after the answer)
     if prompt_cache is None and history is not None and loaded.engine.can.kv_state:
         prompt_cache, prompt_cache_ro = _warm_state(history), True
         if log is not None and prompt_cache is not None:
