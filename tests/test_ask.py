@@ -282,7 +282,18 @@ def test_a_collection_of_another_embedding_model_is_one_line(embedding_server, n
     _embed(embedding_server)
     line = one_line(run("ask", "n", "tomatoes?", "--embed-model", embedding_server.ref("other")), 2)
     assert "was embedded with" in line and "do not compare" in line
+    assert line.endswith(f"(--embed-model {embedding_server.ref()}, or another collection)")
     assert len(_rows()) == 2 and fake.made == []
+
+
+def test_the_collection_is_asked_with_its_own_model_whatever_embed_model_says(
+    embedding_server, notes, fake, monkeypatch
+):
+    _embed(embedding_server)
+    monkeypatch.setenv("LLMCLI_EMBED_MODEL", embedding_server.ref("other"))
+    result = run("ask", "n", "How many hours of sun do tomatoes need?", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["retrieval"]["embedding_model"] == embedding_server.ref()
 
 
 def test_retrieval_flags_without_from_are_refused(fake):

@@ -42,8 +42,7 @@ AlwaysAnswer = Annotated[
 EmbedModel = Annotated[
     str,
     typer.Option("--embed-model", metavar="MODEL",
-                 help="The embedding model for the question (default: the embed_model setting, else "
-                 "the collection's)."),
+                 help="The embedding model for the question (default: the collection's own)."),
 ]  # fmt: skip
 
 

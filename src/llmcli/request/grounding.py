@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from llmcli.errors import ContextOverflowError, NoAnswerError, UsageError
 
@@ -39,7 +40,7 @@ class Ask:
     rerank: str | None = None
     min_score: float = MIN_SCORE
     always_answer: bool = False
-    embed_model: str = ""  # "" : the embed_model setting, else the collection's
+    embed_model: str = ""  # "": the collection's model (the embed_model setting where that file is gone)
 
 
 @dataclass
@@ -151,10 +152,17 @@ def _query_vector(db, found, model: str, question: str, debug: bool, ms: dict):
     from llmcli.embed.runs import Model
 
     t = retrieve.clock()
-    ref = model or str(settings.resolve("embed_model", None) or "") or found.model
-    engine = Model(ref, debug=debug)
+    # the collection knows its model: the embed_model setting only where that is no longer there
+    setting = str(settings.resolve("embed_model", None) or "")
+    stored = found.model
+    gone = setting and "://" not in stored and stored.endswith(".gguf") and not Path(stored).exists()
+    engine = Model(model or (setting if gone else found.model), debug=debug)
     try:
-        store.check_model(db, found, engine)
+        try:
+            store.check_model(db, found, engine)
+        except UsageError as exc:  # -m is the answering model here: the question's is --embed-model
+            hint = f"--embed-model {found.model}, or another collection"
+            raise UsageError(exc.message, hint=hint) from None
         vector = engine.embed([question]).matrix[0]
     finally:
         engine.close()
