@@ -406,3 +406,18 @@ def test_the_logged_record_keeps_the_passages(embedding_server, notes, fake):
     (entry,) = json.loads(run("logs", "--json").stdout)
     passages = entry["record"]["retrieval"]["passages"]
     assert [(p["n"], p["source"], p["lines"]) for p in passages] == [(1, "notes/garden.md", [1, 5])]
+
+
+def test_a_file_stored_whole_before_passages_is_replaced_by_its_passages(embedding_server, notes):
+    # what `embed -i notes/garden.md --collection n` stored before passages: one row, id the path
+    result = run("embed", "-m", embedding_server.ref(), "--collection", "n", "--store", "placeholder")
+    assert result.exit_code == 0
+    from llmcli.embed import collections as store
+
+    with store.connect() as db:
+        whole = "UPDATE embeddings SET id = 'notes/garden.md', content = ? WHERE collection = 'n'"
+        db.execute(whole, (GARDEN,))
+    _embed(embedding_server)
+    with store.connect() as db:
+        ids = [r[0] for r in db.execute("SELECT id FROM embeddings WHERE collection = 'n'")]
+    assert "notes/garden.md" not in ids and len(ids) == 2 and all("#" in i for i in ids)

@@ -112,6 +112,8 @@ def _one_file(db: sqlite3.Connection, name: str, model: Model, path: Path, key: 
     db.execute("BEGIN IMMEDIATE")
     try:
         _drop(db, name, key)
+        # the file stored whole by an earlier llmcli (its id: the path as given): its passages replace it
+        db.execute("DELETE FROM embeddings WHERE collection = ? AND id IN (?, ?)", (name, str(path), key))
         for batch in _batches(of_file(path, count, chunk, overlap, digest)):
             result = model.embed([p.text for p in batch], truncate=True, normalize=normalize)
             dimensions = int(result.matrix.shape[1])
