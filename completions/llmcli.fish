@@ -5,7 +5,7 @@
 function __llmcli_commands --argument-names path --description 'Subcommands of a command path'
     switch $path
         case ''
-            printf '%s\n' generate pull chat doctor embed similar batch rerank models bench kv logs tools config collections
+            printf '%s\n' generate pull chat doctor embed similar batch rerank ask models bench kv logs tools config collections
         case 'models'
             printf '%s\n' list show rm alias path verify
         case 'bench'
@@ -19,14 +19,14 @@ function __llmcli_commands --argument-names path --description 'Subcommands of a
         case 'config'
             printf '%s\n' show path set unset
         case 'collections'
-            printf '%s\n' list rm
+            printf '%s\n' list rm sync
     end
 end
 
 # Whether OPTION takes a value at command PATH.
 function __llmcli_takes_value --argument-names path option
     switch "$path/$option"
-        case 'generate/-f' 'generate/--file' 'generate/-m' 'generate/--model' 'generate/--system' 'generate/-c' 'generate/--ctx-size' 'generate/-ngl' 'generate/--gpu-layers' 'generate/--n-gpu-layers' 'generate/-t' 'generate/--threads' 'generate/-b' 'generate/--batch-size' 'generate/-ctk' 'generate/--cache-type-k' 'generate/-ctv' 'generate/--cache-type-v' 'generate/--temperature' 'generate/--temp' 'generate/--top-k' 'generate/--top-p' 'generate/--min-p' 'generate/--repeat-penalty' 'generate/-s' 'generate/--seed' 'generate/-n' 'generate/--max-tokens' 'generate/--stop' 'generate/--grammar-file' 'generate/--json-schema' 'generate/--reasoning-budget' 'generate/--reasoning-budget-message' 'generate/--cid' 'generate/--spec-type' 'generate/--spec-draft-n-max' 'generate/--spec-draft-n-min' 'generate/--spec-ngram-max' 'generate/--spec-ngram-min' 'generate/-md' 'generate/--model-draft' 'generate/--spec-draft-model' 'generate/-ngld' 'generate/--gpu-layers-draft' 'generate/--spec-draft-ngl' 'generate/--n-gpu-layers-draft' 'generate/-cd' 'generate/--ctx-size-draft' 'generate/-ctkd' 'generate/--cache-type-k-draft' 'generate/-ctvd' 'generate/--cache-type-v-draft' 'generate/--functions' 'generate/--tool' 'generate/--mcp' 'generate/--tool-rounds' 'generate/--tool-timeout' 'generate/--prompt-cache' 'generate/-a' 'generate/--attach' 'generate/--mmproj' 'generate/--timeout' 'chat/-m' 'chat/--model' 'chat/--system' 'chat/--session' 'chat/--on-overflow' 'chat/--kv-cache-max-mb' 'chat/-c' 'chat/--ctx-size' 'chat/-ngl' 'chat/--gpu-layers' 'chat/--n-gpu-layers' 'chat/-t' 'chat/--threads' 'chat/-b' 'chat/--batch-size' 'chat/-ctk' 'chat/--cache-type-k' 'chat/-ctv' 'chat/--cache-type-v' 'chat/--temperature' 'chat/--temp' 'chat/--top-k' 'chat/--top-p' 'chat/--min-p' 'chat/--repeat-penalty' 'chat/-s' 'chat/--seed' 'chat/-n' 'chat/--max-tokens' 'chat/--stop' 'chat/--grammar-file' 'chat/--json-schema' 'chat/--reasoning-budget' 'chat/--reasoning-budget-message' 'chat/--cid' 'chat/--spec-type' 'chat/--spec-draft-n-max' 'chat/--spec-draft-n-min' 'chat/--spec-ngram-max' 'chat/--spec-ngram-min' 'chat/-md' 'chat/--model-draft' 'chat/--spec-draft-model' 'chat/-ngld' 'chat/--gpu-layers-draft' 'chat/--spec-draft-ngl' 'chat/--n-gpu-layers-draft' 'chat/-cd' 'chat/--ctx-size-draft' 'chat/-ctkd' 'chat/--cache-type-k-draft' 'chat/-ctvd' 'chat/--cache-type-v-draft' 'chat/--functions' 'chat/--tool' 'chat/--mcp' 'chat/--tool-rounds' 'chat/--tool-timeout' 'chat/-a' 'chat/--attach' 'chat/--mmproj' 'chat/--timeout' 'embed/-m' 'embed/--model' 'embed/-i' 'embed/--input' 'embed/--collection' 'embed/--prefix' 'embed/--pooling' 'embed/-o' 'embed/--output' 'embed/-t' 'embed/--threads' 'embed/--batch-tokens' 'similar/--id' 'similar/--limit' 'similar/--number' 'similar/-m' 'similar/--model' 'batch/-m' 'batch/--model' 'batch/-np' 'batch/--parallel' 'batch/-o' 'batch/--output' 'batch/--template' 'batch/--system' 'batch/-c' 'batch/--ctx-size' 'batch/-ngl' 'batch/--gpu-layers' 'batch/--n-gpu-layers' 'batch/-t' 'batch/--threads' 'batch/-b' 'batch/--batch-size' 'batch/-ctk' 'batch/--cache-type-k' 'batch/-ctv' 'batch/--cache-type-v' 'batch/--temperature' 'batch/--temp' 'batch/--top-k' 'batch/--top-p' 'batch/--min-p' 'batch/--repeat-penalty' 'batch/-s' 'batch/--seed' 'batch/-n' 'batch/--max-tokens' 'batch/--stop' 'batch/--grammar-file' 'batch/--json-schema' 'batch/--reasoning-budget' 'batch/--reasoning-budget-message' 'batch/--timeout' 'rerank/-m' 'rerank/--model' 'rerank/-t' 'rerank/--threads' 'models list/--endpoint' 'bench/-m' 'bench/--model' 'bench/-p' 'bench/--n-prompt' 'bench/-n' 'bench/--n-gen' 'bench/-pg' 'bench/--pg' 'bench/-d' 'bench/--n-depth' 'bench/-t' 'bench/--threads' 'bench/-ngl' 'bench/--n-gpu-layers' 'bench/-b' 'bench/--batch-size' 'bench/-ub' 'bench/--ubatch-size' 'bench/-fa' 'bench/--flash-attn' 'bench/-ctk' 'bench/--cache-type-k' 'bench/-ctv' 'bench/--cache-type-v' 'bench/--repack' 'bench/-r' 'bench/--repetitions' 'bench/-o' 'bench/--output' 'bench/--scenario' 'bench/--ctx-size' 'bench/--delay' 'bench/--seed' 'bench/-np' 'bench/--parallel' 'bench/--busy' 'bench/--texts' 'bench/--concurrency' 'bench/--requests' 'bench/--request-rate' 'bench/--burstiness' 'bench/--ramp-up' 'bench/--goodput' 'bench/--percentiles' 'bench/--dataset' 'bench/--range-ratio' 'bench/--goodput-target' 'bench/--spec-type' 'bench/--spec-draft-n-max' 'bench/--spec-draft-n-min' 'bench/--spec-ngram-max' 'bench/--spec-ngram-min' 'bench/--spec-adaptive' 'bench/--spec-exact' 'bench/-md' 'bench/--model-draft' 'bench/--spec-draft-model' 'bench/-ngld' 'bench/--gpu-layers-draft' 'bench/--spec-draft-ngl' 'bench/--n-gpu-layers-draft' 'bench/-cd' 'bench/--ctx-size-draft' 'bench/-ctkd' 'bench/--cache-type-k-draft' 'bench/-ctvd' 'bench/--cache-type-v-draft' 'bench/--prompt' 'bench/-f' 'bench/--file' 'bench/--prompt-file' 'bench/--timeout' 'bench compare/--alpha' 'bench compare/-o' 'bench compare/--output' 'bench plot/-o' 'bench plot/--output' 'bench plot/--metric' 'logs/-q' 'logs/--query' 'logs/-m' 'logs/--model' 'logs/--since' 'logs/--cid' 'logs/--limit' 'logs/--count' 'logs/--like' 'logs/--embed-model' 'logs/--min-score' 'logs rerun/--mmproj' 'logs stats/-m' 'logs stats/--model' 'logs stats/--since' 'logs stats/--plot' 'logs prune/--older-than' 'logs prune/--keep' 'logs prune/--max-mb' 'tools list/--functions' 'tools list/--tool' 'tools list/--mcp'
+        case 'generate/-f' 'generate/--file' 'generate/-m' 'generate/--model' 'generate/--system' 'generate/-c' 'generate/--ctx-size' 'generate/-ngl' 'generate/--gpu-layers' 'generate/--n-gpu-layers' 'generate/-t' 'generate/--threads' 'generate/-b' 'generate/--batch-size' 'generate/-ctk' 'generate/--cache-type-k' 'generate/-ctv' 'generate/--cache-type-v' 'generate/--temperature' 'generate/--temp' 'generate/--top-k' 'generate/--top-p' 'generate/--min-p' 'generate/--repeat-penalty' 'generate/-s' 'generate/--seed' 'generate/-n' 'generate/--max-tokens' 'generate/--stop' 'generate/--grammar-file' 'generate/--json-schema' 'generate/--reasoning-budget' 'generate/--reasoning-budget-message' 'generate/--cid' 'generate/--spec-type' 'generate/--spec-draft-n-max' 'generate/--spec-draft-n-min' 'generate/--spec-ngram-max' 'generate/--spec-ngram-min' 'generate/-md' 'generate/--model-draft' 'generate/--spec-draft-model' 'generate/-ngld' 'generate/--gpu-layers-draft' 'generate/--spec-draft-ngl' 'generate/--n-gpu-layers-draft' 'generate/-cd' 'generate/--ctx-size-draft' 'generate/-ctkd' 'generate/--cache-type-k-draft' 'generate/-ctvd' 'generate/--cache-type-v-draft' 'generate/--functions' 'generate/--tool' 'generate/--mcp' 'generate/--tool-rounds' 'generate/--tool-timeout' 'generate/--prompt-cache' 'generate/-a' 'generate/--attach' 'generate/--mmproj' 'generate/--from' 'generate/--search' 'generate/--passages' 'generate/--rerank' 'generate/--min-score' 'generate/--embed-model' 'generate/--timeout' 'chat/-m' 'chat/--model' 'chat/--system' 'chat/--session' 'chat/--on-overflow' 'chat/--kv-cache-max-mb' 'chat/-c' 'chat/--ctx-size' 'chat/-ngl' 'chat/--gpu-layers' 'chat/--n-gpu-layers' 'chat/-t' 'chat/--threads' 'chat/-b' 'chat/--batch-size' 'chat/-ctk' 'chat/--cache-type-k' 'chat/-ctv' 'chat/--cache-type-v' 'chat/--temperature' 'chat/--temp' 'chat/--top-k' 'chat/--top-p' 'chat/--min-p' 'chat/--repeat-penalty' 'chat/-s' 'chat/--seed' 'chat/-n' 'chat/--max-tokens' 'chat/--stop' 'chat/--grammar-file' 'chat/--json-schema' 'chat/--reasoning-budget' 'chat/--reasoning-budget-message' 'chat/--cid' 'chat/--spec-type' 'chat/--spec-draft-n-max' 'chat/--spec-draft-n-min' 'chat/--spec-ngram-max' 'chat/--spec-ngram-min' 'chat/-md' 'chat/--model-draft' 'chat/--spec-draft-model' 'chat/-ngld' 'chat/--gpu-layers-draft' 'chat/--spec-draft-ngl' 'chat/--n-gpu-layers-draft' 'chat/-cd' 'chat/--ctx-size-draft' 'chat/-ctkd' 'chat/--cache-type-k-draft' 'chat/-ctvd' 'chat/--cache-type-v-draft' 'chat/--functions' 'chat/--tool' 'chat/--mcp' 'chat/--tool-rounds' 'chat/--tool-timeout' 'chat/-a' 'chat/--attach' 'chat/--mmproj' 'chat/--timeout' 'embed/-m' 'embed/--model' 'embed/-i' 'embed/--input' 'embed/--chunk' 'embed/--overlap' 'embed/--collection' 'embed/--prefix' 'embed/--pooling' 'embed/-o' 'embed/--output' 'embed/-t' 'embed/--threads' 'embed/--batch-tokens' 'similar/--id' 'similar/--limit' 'similar/--number' 'similar/-m' 'similar/--model' 'batch/-m' 'batch/--model' 'batch/-np' 'batch/--parallel' 'batch/-o' 'batch/--output' 'batch/--template' 'batch/--system' 'batch/-c' 'batch/--ctx-size' 'batch/-ngl' 'batch/--gpu-layers' 'batch/--n-gpu-layers' 'batch/-t' 'batch/--threads' 'batch/-b' 'batch/--batch-size' 'batch/-ctk' 'batch/--cache-type-k' 'batch/-ctv' 'batch/--cache-type-v' 'batch/--temperature' 'batch/--temp' 'batch/--top-k' 'batch/--top-p' 'batch/--min-p' 'batch/--repeat-penalty' 'batch/-s' 'batch/--seed' 'batch/-n' 'batch/--max-tokens' 'batch/--stop' 'batch/--grammar-file' 'batch/--json-schema' 'batch/--reasoning-budget' 'batch/--reasoning-budget-message' 'batch/--timeout' 'rerank/-m' 'rerank/--model' 'rerank/-t' 'rerank/--threads' 'ask/-m' 'ask/--model' 'ask/--system' 'ask/-c' 'ask/--ctx-size' 'ask/-ngl' 'ask/--gpu-layers' 'ask/--n-gpu-layers' 'ask/-t' 'ask/--threads' 'ask/-b' 'ask/--batch-size' 'ask/-ctk' 'ask/--cache-type-k' 'ask/-ctv' 'ask/--cache-type-v' 'ask/--temperature' 'ask/--temp' 'ask/--top-k' 'ask/--top-p' 'ask/--min-p' 'ask/--repeat-penalty' 'ask/-s' 'ask/--seed' 'ask/-n' 'ask/--max-tokens' 'ask/--stop' 'ask/--grammar-file' 'ask/--json-schema' 'ask/--reasoning-budget' 'ask/--reasoning-budget-message' 'ask/--cid' 'ask/--spec-type' 'ask/--spec-draft-n-max' 'ask/--spec-draft-n-min' 'ask/--spec-ngram-max' 'ask/--spec-ngram-min' 'ask/-md' 'ask/--model-draft' 'ask/--spec-draft-model' 'ask/-ngld' 'ask/--gpu-layers-draft' 'ask/--spec-draft-ngl' 'ask/--n-gpu-layers-draft' 'ask/-cd' 'ask/--ctx-size-draft' 'ask/-ctkd' 'ask/--cache-type-k-draft' 'ask/-ctvd' 'ask/--cache-type-v-draft' 'ask/--functions' 'ask/--tool' 'ask/--mcp' 'ask/--tool-rounds' 'ask/--tool-timeout' 'ask/--search' 'ask/--passages' 'ask/--rerank' 'ask/--min-score' 'ask/--embed-model' 'ask/--timeout' 'models list/--endpoint' 'bench/-m' 'bench/--model' 'bench/-p' 'bench/--n-prompt' 'bench/-n' 'bench/--n-gen' 'bench/-pg' 'bench/--pg' 'bench/-d' 'bench/--n-depth' 'bench/-t' 'bench/--threads' 'bench/-ngl' 'bench/--n-gpu-layers' 'bench/-b' 'bench/--batch-size' 'bench/-ub' 'bench/--ubatch-size' 'bench/-fa' 'bench/--flash-attn' 'bench/-ctk' 'bench/--cache-type-k' 'bench/-ctv' 'bench/--cache-type-v' 'bench/--repack' 'bench/-r' 'bench/--repetitions' 'bench/-o' 'bench/--output' 'bench/--scenario' 'bench/--ctx-size' 'bench/--delay' 'bench/--seed' 'bench/-np' 'bench/--parallel' 'bench/--busy' 'bench/--texts' 'bench/--concurrency' 'bench/--requests' 'bench/--request-rate' 'bench/--burstiness' 'bench/--ramp-up' 'bench/--goodput' 'bench/--percentiles' 'bench/--dataset' 'bench/--range-ratio' 'bench/--goodput-target' 'bench/--spec-type' 'bench/--spec-draft-n-max' 'bench/--spec-draft-n-min' 'bench/--spec-ngram-max' 'bench/--spec-ngram-min' 'bench/--spec-adaptive' 'bench/--spec-exact' 'bench/-md' 'bench/--model-draft' 'bench/--spec-draft-model' 'bench/-ngld' 'bench/--gpu-layers-draft' 'bench/--spec-draft-ngl' 'bench/--n-gpu-layers-draft' 'bench/-cd' 'bench/--ctx-size-draft' 'bench/-ctkd' 'bench/--cache-type-k-draft' 'bench/-ctvd' 'bench/--cache-type-v-draft' 'bench/--prompt' 'bench/-f' 'bench/--file' 'bench/--prompt-file' 'bench/--timeout' 'bench compare/--alpha' 'bench compare/-o' 'bench compare/--output' 'bench plot/-o' 'bench plot/--output' 'bench plot/--metric' 'logs/-q' 'logs/--query' 'logs/-m' 'logs/--model' 'logs/--since' 'logs/--cid' 'logs/--limit' 'logs/--count' 'logs/--like' 'logs/--embed-model' 'logs/--min-score' 'logs rerun/--mmproj' 'logs stats/-m' 'logs stats/--model' 'logs stats/--since' 'logs stats/--plot' 'logs prune/--older-than' 'logs prune/--keep' 'logs prune/--max-mb' 'tools list/--functions' 'tools list/--tool' 'tools list/--mcp' 'collections sync/-m' 'collections sync/--model'
             return 0
     end
     return 1
@@ -87,13 +87,14 @@ complete -c llmcli -n '__llmcli_at "" 1' -a embed -d 'Turn texts into vectors wi
 complete -c llmcli -n '__llmcli_at "" 1' -a similar -d 'The stored items closest in meaning to TEXT, best first: one JSON object per line'
 complete -c llmcli -n '__llmcli_at "" 1' -a batch -d 'Answer many prompts in one run: one JSON line per item, {"id", "work", "record"}'
 complete -c llmcli -n '__llmcli_at "" 1' -a rerank -d 'Score files by how well they answer a query: one line per file, `SCORE<TAB>FILE`, best first'
+complete -c llmcli -n '__llmcli_at "" 1' -a ask -d 'Answer a question from a collection\'s passages, citing them: [1] maps to path:lines'
 complete -c llmcli -n '__llmcli_at "" 1' -a models -d 'Manage downloaded models: list, show, rm, alias, path, verify'
 complete -c llmcli -n '__llmcli_at "" 1' -a bench -d 'Measure prefill (pp) and decode (tg) speed, as llama-bench does: mean ± sd over repetitions'
 complete -c llmcli -n '__llmcli_at "" 1' -a kv -d 'Saved KV states of chat sessions (warm resume): list, clear'
 complete -c llmcli -n '__llmcli_at "" 1' -a logs -d 'The conversation log: every generate and chat turn, with its settings and timings'
 complete -c llmcli -n '__llmcli_at "" 1' -a tools -d 'Tools a model may call (--functions, --tool, --mcp): list them with their schemas'
 complete -c llmcli -n '__llmcli_at "" 1' -a config -d 'Show and change the configuration file (flag > LLMCLI_* variable > file > default)'
-complete -c llmcli -n '__llmcli_at "" 1' -a collections -d 'Collections of embeddings (llmcli embed --collection NAME): list, rm'
+complete -c llmcli -n '__llmcli_at "" 1' -a collections -d 'Collections of embeddings (llmcli embed --collection NAME): list, sync, rm'
 complete -c llmcli -n '__llmcli_at ""' -s V -l version -d 'Print the version and exit'
 complete -c llmcli -n '__llmcli_at ""' -l debug -d 'Show tracebacks and llama.cpp logs'
 complete -c llmcli -n '__llmcli_at ""' -s q -l quiet -d 'Silence everything on stderr but errors and warnings'
@@ -156,6 +157,13 @@ complete -c llmcli -n '__llmcli_at "generate"' -l prompt-cache -r -F -d 'Reuse t
 complete -c llmcli -n '__llmcli_at "generate"' -l prompt-cache-ro -d 'Use --prompt-cache FILE but never write it'
 complete -c llmcli -n '__llmcli_at "generate"' -o a -l attach -x -d 'An image (PNG, JPEG, WebP, GIF) or a text file (Markdown, code, JSON, CSV, ...) for the prompt: a file, an http(s) URL, or \'-\' (stdin); repeatable'
 complete -c llmcli -n '__llmcli_at "generate"' -l mmproj -x -d 'The model\'s image projector (else an mmproj*.gguf beside the model)'
+complete -c llmcli -n '__llmcli_at "generate"' -l from -x -d 'Answer from collection NAME\'s passages (llmcli embed -i FILE --collection NAME), citing them; the sources go to stderr'
+complete -c llmcli -n '__llmcli_at "generate"' -l search -x -d 'How passages are found: hybrid (words and meaning, fused by rank), vector or text'
+complete -c llmcli -n '__llmcli_at "generate"' -l passages -x -d 'At most N passages in the prompt'
+complete -c llmcli -n '__llmcli_at "generate"' -l rerank -x -d 'Order the passages found by a reranking model (a GGUF, or a served one)'
+complete -c llmcli -n '__llmcli_at "generate"' -l min-score -x -d 'The cosine a passage needs to count as found; below it, nothing is answered'
+complete -c llmcli -n '__llmcli_at "generate"' -l always-answer -d 'Answer even when no passage is found (else: said, not answered)'
+complete -c llmcli -n '__llmcli_at "generate"' -l embed-model -x -d 'The embedding model for the question (default: the collection\'s own)'
 complete -c llmcli -n '__llmcli_at "generate"' -l timeout -x -d 'A served model: seconds its server may stay silent (connecting, or mid-stream) before the request fails as stalled (default 120)'
 complete -c llmcli -n '__llmcli_at "generate"' -l offline -d 'Never touch the network; use only models already downloaded'
 complete -c llmcli -n '__llmcli_at "generate"' -l force -d 'Load even when the weights and KV cache look too big for the free memory'
@@ -235,7 +243,9 @@ complete -c llmcli -n '__llmcli_at "doctor"' -s h -l help -d 'Show the help and 
 
 # llmcli embed
 complete -c llmcli -n '__llmcli_at "embed"' -s m -l model -x -a '(__llmcli_dynamic "embed" model)' -d 'An embedding GGUF, or a served model (URL, NAME/MODEL); default: the embed_model setting'
-complete -c llmcli -n '__llmcli_at "embed"' -s i -l input -x -d 'A file (or glob) to embed whole; repeatable'
+complete -c llmcli -n '__llmcli_at "embed"' -s i -l input -x -d 'A file (or glob, ** for folders below): embedded whole, or with --collection cut into passages; repeatable'
+complete -c llmcli -n '__llmcli_at "embed"' -l chunk -x -d 'With --collection: tokens per passage of a file'
+complete -c llmcli -n '__llmcli_at "embed"' -l overlap -x -d 'With --collection: tokens a passage repeats of the one before'
 complete -c llmcli -n '__llmcli_at "embed"' -l whole -d 'Stdin is one text, not one per line'
 complete -c llmcli -n '__llmcli_at "embed"' -l collection -x -d 'Store the vectors in this collection instead of printing them'
 complete -c llmcli -n '__llmcli_at "embed"' -l store -d 'With --collection: keep each text\'s content beside its vector'
@@ -300,6 +310,65 @@ complete -c llmcli -n '__llmcli_at "rerank"' -s m -l model -x -a '(__llmcli_dyna
 complete -c llmcli -n '__llmcli_at "rerank"' -l json -d 'One JSON document: the model, the query, the files with their scores, best first'
 complete -c llmcli -n '__llmcli_at "rerank"' -s t -l threads -x -d 'CPU threads (default: the physical cores)'
 complete -c llmcli -n '__llmcli_at "rerank"' -s h -l help -d 'Show the help and exit'
+
+# llmcli ask
+complete -c llmcli -n '__llmcli_at "ask"' -o m -l model -x -a '(__llmcli_dynamic "ask" model)' -d 'Model: a .gguf path, org/repo[:QUANT][@REV], org/repo/file.gguf, or an alias'
+complete -c llmcli -n '__llmcli_at "ask"' -l system -x -d 'System prompt'
+complete -c llmcli -n '__llmcli_at "ask"' -o c -l ctx-size -x -d 'Context size in tokens (default: the model\'s trained context, capped at 4096; rounded up to 256)'
+complete -c llmcli -n '__llmcli_at "ask"' -o ngl -l gpu-layers -l n-gpu-layers -x -d 'Layers to offload to the GPU (default: all when this build can offload, else 0)'
+complete -c llmcli -n '__llmcli_at "ask"' -o t -l threads -x -d 'CPU threads, fixed (default: adaptive, up to the physical cores; see doctor)'
+complete -c llmcli -n '__llmcli_at "ask"' -o b -l batch-size -x -d 'Prompt tokens evaluated per batch (default 512)'
+complete -c llmcli -n '__llmcli_at "ask"' -o fa -l flash-attn -o nfa -l no-flash-attn -d 'Flash attention (default: auto, on where the backend supports it)'
+complete -c llmcli -n '__llmcli_at "ask"' -l repack -l no-repack -d 'Repack weights for the CPU\'s matmul kernels, llama.cpp\'s extra buffer types (default: on, except where llama.cpp would use its AMX kernels; see doctor)'
+complete -c llmcli -n '__llmcli_at "ask"' -o ctk -l cache-type-k -x -a 'f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1' -d 'KV cache type of the keys: f16 (default), f32, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1'
+complete -c llmcli -n '__llmcli_at "ask"' -o ctv -l cache-type-v -x -a 'f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1' -d 'KV cache type of the values, as -ctk (default f16); a quantized type needs flash attention'
+complete -c llmcli -n '__llmcli_at "ask"' -l temperature -l temp -x -d 'Sampling temperature; 0 is greedy (default 0.8)'
+complete -c llmcli -n '__llmcli_at "ask"' -l top-k -x -d 'Top-k; 0 disables (default 40)'
+complete -c llmcli -n '__llmcli_at "ask"' -l top-p -x -d 'Nucleus sampling, in (0, 1] (default 0.95)'
+complete -c llmcli -n '__llmcli_at "ask"' -l min-p -x -d 'Min-p, in [0, 1] (default 0.05)'
+complete -c llmcli -n '__llmcli_at "ask"' -l repeat-penalty -x -d 'Repetition penalty; 1.0 disables (default 1.0)'
+complete -c llmcli -n '__llmcli_at "ask"' -o s -l seed -x -d 'Random seed; the same seed and settings give the same text (default: random, and reported)'
+complete -c llmcli -n '__llmcli_at "ask"' -o n -l max-tokens -x -d 'Generate at most N tokens; 0 means until the end or a full context (default 512)'
+complete -c llmcli -n '__llmcli_at "ask"' -l stop -x -d 'Stop when this text appears (not included in the output); repeatable'
+complete -c llmcli -n '__llmcli_at "ask"' -l grammar-file -r -F -d 'Constrain the output with a GBNF grammar file'
+complete -c llmcli -n '__llmcli_at "ask"' -l json-schema -r -F -d 'Constrain the output to JSON matching this schema (a file or inline JSON)'
+complete -c llmcli -n '__llmcli_at "ask"' -l think -l no-think -d 'A reasoning model\'s thinking, on or off through its template\'s switch (enable_thinking; a served model\'s server gets it as chat_template_kwargs)'
+complete -c llmcli -n '__llmcli_at "ask"' -l reasoning-budget -x -d 'A reasoning model\'s budget in tokens: once spent, its block is closed for it and the answer follows (0: no thinking; -1: no limit)'
+complete -c llmcli -n '__llmcli_at "ask"' -l reasoning-budget-message -x -d 'Text written into the reasoning before the closing tag a spent --reasoning-budget forces (for example "Time to answer.")'
+complete -c llmcli -n '__llmcli_at "ask"' -l log -l no-log -d 'Write this request (each chat turn) to the conversation log, or not (default: config `log`, on; see `llmcli logs`)'
+complete -c llmcli -n '__llmcli_at "ask"' -o C -l continue -d 'Continue the last logged conversation (its model, unless -m; its system prompt, unless --system)'
+complete -c llmcli -n '__llmcli_at "ask"' -l cid -x -d 'Continue the logged conversation with this id (`llmcli logs`)'
+complete -c llmcli -n '__llmcli_at "ask"' -l spec-type -x -a 'none lookup draft ngram-simple draft-simple ngram off' -d 'Speculative decoding: none, lookup (prompt lookup: copy n-grams from the prompt and answer) or draft (a draft model, -md)'
+complete -c llmcli -n '__llmcli_at "ask"' -l spec-draft-n-max -x -d 'Most tokens proposed per verification batch, 0-64 (default 16)'
+complete -c llmcli -n '__llmcli_at "ask"' -l spec-draft-n-min -x -d 'Fewest tokens worth a verification batch, at most --spec-draft-n-max (default 1)'
+complete -c llmcli -n '__llmcli_at "ask"' -l spec-ngram-max -x -d 'Prompt lookup: longest n-gram matched, 1-16 (default 4)'
+complete -c llmcli -n '__llmcli_at "ask"' -l spec-ngram-min -x -d 'Prompt lookup: shortest n-gram matched, 1 to --spec-ngram-max (default 1)'
+complete -c llmcli -n '__llmcli_at "ask"' -l spec-adaptive -l no-spec-adaptive -d 'Choose how many tokens to draft (down to none) from measured batch costs and acceptance (default: on); off: always --spec-draft-n-max'
+complete -c llmcli -n '__llmcli_at "ask"' -l spec-exact -l no-spec-exact -d 'Verify only in batch sizes whose logits are bit-identical to plain decoding on this build and model (probed once), so temperature 0 gives exactly the plain text (default: off: any size that pays; the same distribution and the same text run after run, but batched kernels may round near-ties differently from plain decoding)'
+complete -c llmcli -n '__llmcli_at "ask"' -o md -l model-draft -l spec-draft-model -x -a '(__llmcli_dynamic "ask" model_draft)' -d 'Draft model for speculative decoding (a path, hub reference or alias, like -m); it must share the target\'s vocabulary'
+complete -c llmcli -n '__llmcli_at "ask"' -o ngld -l gpu-layers-draft -l spec-draft-ngl -l n-gpu-layers-draft -x -d 'Draft model layers to offload to the GPU (default: all when this build can offload, else 0)'
+complete -c llmcli -n '__llmcli_at "ask"' -o cd -l ctx-size-draft -x -d 'Draft model context size (0 or unset: the target\'s)'
+complete -c llmcli -n '__llmcli_at "ask"' -o ctkd -l cache-type-k-draft -x -a ' f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1' -d 'Draft model\'s KV cache type of the keys, as -ctk (default: the target\'s)'
+complete -c llmcli -n '__llmcli_at "ask"' -o ctvd -l cache-type-v-draft -x -a ' f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1' -d 'Draft model\'s KV cache type of the values, as -ctv (default: the target\'s)'
+complete -c llmcli -n '__llmcli_at "ask"' -l functions -x -d 'Offer the model every top-level function of this Python file as a tool (your own code: it runs with your rights); repeatable'
+complete -c llmcli -n '__llmcli_at "ask"' -l tool -x -d 'Offer a built-in tool (current_time, arithmetic); repeatable'
+complete -c llmcli -n '__llmcli_at "ask"' -l mcp -x -d 'Offer the tools of an MCP server started over stdio by this command line (your own choice of program: it runs with your rights); repeatable'
+complete -c llmcli -n '__llmcli_at "ask"' -l approve-tools -d 'Run the model\'s tool calls without asking (chat); without it generate refuses to run any'
+complete -c llmcli -n '__llmcli_at "ask"' -l show-tools -d 'Print each tool call and its result on stderr'
+complete -c llmcli -n '__llmcli_at "ask"' -l tool-rounds -x -d 'Most rounds of tool calls in one answer (default 5)'
+complete -c llmcli -n '__llmcli_at "ask"' -l tool-timeout -x -d 'Seconds one tool call may run (default 30)'
+complete -c llmcli -n '__llmcli_at "ask"' -l search -x -d 'How passages are found: hybrid (words and meaning, fused by rank), vector or text'
+complete -c llmcli -n '__llmcli_at "ask"' -l passages -x -d 'At most N passages in the prompt'
+complete -c llmcli -n '__llmcli_at "ask"' -l rerank -x -d 'Order the passages found by a reranking model (a GGUF, or a served one)'
+complete -c llmcli -n '__llmcli_at "ask"' -l min-score -x -d 'The cosine a passage needs to count as found; below it, nothing is answered'
+complete -c llmcli -n '__llmcli_at "ask"' -l always-answer -d 'Answer even when no passage is found (else: said, not answered)'
+complete -c llmcli -n '__llmcli_at "ask"' -l embed-model -x -d 'The embedding model for the question (default: the collection\'s own)'
+complete -c llmcli -n '__llmcli_at "ask"' -l stats -d 'Print speed figures on stderr after the text'
+complete -c llmcli -n '__llmcli_at "ask"' -l json -d 'Print one JSON document (with its passages) instead of the text'
+complete -c llmcli -n '__llmcli_at "ask"' -l timeout -x -d 'A served model: seconds its server may stay silent (connecting, or mid-stream) before the request fails as stalled (default 120)'
+complete -c llmcli -n '__llmcli_at "ask"' -l offline -d 'Never touch the network; use only models already downloaded'
+complete -c llmcli -n '__llmcli_at "ask"' -l force -d 'Load even when the weights and KV cache look too big for the free memory'
+complete -c llmcli -n '__llmcli_at "ask"' -o h -l help -d 'Show the help and exit'
 
 # llmcli models
 complete -c llmcli -n '__llmcli_at "models" 1' -a list -d 'List downloaded models: name, quantization, size, architecture, parameters, context, source'
@@ -521,6 +590,7 @@ complete -c llmcli -n '__llmcli_at "config unset" 1' -a '(__llmcli_dynamic "conf
 # llmcli collections
 complete -c llmcli -n '__llmcli_at "collections" 1' -a list -d 'List the collections: name, model, dimensions, items'
 complete -c llmcli -n '__llmcli_at "collections" 1' -a rm -d 'Delete a collection and its vectors'
+complete -c llmcli -n '__llmcli_at "collections" 1' -a sync -d 'Bring a collection\'s files up to date: a changed file\'s passages replaced, a file that is gone removed, an unchanged one left as it is'
 complete -c llmcli -n '__llmcli_at "collections"' -s h -l help -d 'Show the help and exit'
 
 # llmcli collections list
@@ -529,4 +599,8 @@ complete -c llmcli -n '__llmcli_at "collections list"' -s h -l help -d 'Show the
 
 # llmcli collections rm
 complete -c llmcli -n '__llmcli_at "collections rm"' -s h -l help -d 'Show the help and exit'
+
+# llmcli collections sync
+complete -c llmcli -n '__llmcli_at "collections sync"' -s m -l model -x -a '(__llmcli_dynamic "collections sync" model)' -d 'The model (default: the collection\'s, as last stored)'
+complete -c llmcli -n '__llmcli_at "collections sync"' -s h -l help -d 'Show the help and exit'
 

@@ -34,12 +34,14 @@ def build(
     partial_text: str = "",
     tool_calls: list[dict] | None = None,
     fragments: tuple = (),
+    retrieval: dict | None = None,
 ) -> dict[str, Any]:
     """The record of one request. `done` None: it failed before its end (`error` says why, and
     `partial_text` is what was streamed); its counts and timings are then unknown (null).
     `tool_calls`: each call run in the answer (request/tool_loop.py); None: no tools offered.
     `fragments`: the request's text attachments (media.fragment.Placed), after its images in
-    `attachments`."""
+    `attachments`.
+    `retrieval`: the passages an answer was given (request/grounding.py); None: none."""
     s = done.stats if done is not None else None
     used = params.as_dict()
     if done is not None:
@@ -67,6 +69,7 @@ def build(
         "tool_calls": tool_calls,
         "attachments": ([dict(a) for a in (s.images if s is not None else [])]
                         + [p.attachment() for p in fragments]) or None,
+        "retrieval": retrieval,
         "versions": versions(info),
     }
 

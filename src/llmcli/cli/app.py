@@ -184,7 +184,7 @@ def _register() -> None:
 
     app.command("generate", no_args_is_help=False)(generate.generate)
     commands = ["pull", "models", "chat", "bench", "kv", "logs", "tools", "config", "doctor", "embed",
-                "batch", "rerank"]
+                "batch", "rerank", "ask"]
     commands.append("completion")
     for name in commands:
         try:

@@ -58,32 +58,42 @@ def _stdin_texts(whole: bool) -> list[tuple[str, str]]:
     return out
 
 
-def _file_texts(patterns: list[str]) -> list[tuple[str, str]]:
-    """(path, text) of each file (globs expanded); each file is one text."""
-    out = []
+def expand(patterns: list[str]) -> list[str]:
+    """Each pattern's files (a glob expanded, recursively with **), in order, each once."""
+    out: dict[str, None] = {}
     for pattern in patterns:
         found = sorted(glob.glob(pattern, recursive=True)) if glob.has_magic(pattern) else [pattern]
+        found = [f for f in found if not Path(f).is_dir()] if glob.has_magic(pattern) else found
         if not found:
             raise UsageError(f"no file matches {pattern}")
-        for name in found:
-            try:
-                out.append((name, Path(name).read_text(encoding="utf-8")))
-            except UnicodeDecodeError:
-                raise UsageError(f"{name} is not UTF-8 text") from None
-            except OSError as exc:
-                raise UsageError(f"cannot read {name}: {exc.strerror}") from None
+        out.update(dict.fromkeys(found))
+    return list(out)
+
+
+def _file_texts(names: list[str]) -> list[tuple[str, str]]:
+    """(path, text) of each file; each file is one text."""
+    out = []
+    for name in names:
+        try:
+            out.append((name, Path(name).read_text(encoding="utf-8")))
+        except UnicodeDecodeError:
+            raise UsageError(f"{name} is not UTF-8 text") from None
+        except OSError as exc:
+            raise UsageError(f"cannot read {name}: {exc.strerror}") from None
     return out
 
 
-def gather(texts: list[str], files: list[str], whole: bool, prefix: str = "") -> list[tuple[str, str]]:
-    """(id, text) of every text: arguments and stdin lines by their content's hash, files by path;
+def gather(texts: list[str], files: list[str], whole: bool, prefix: str = "",
+           passages: bool = False) -> list[tuple[str, str]]:  # fmt: skip
+    """(id, text) of every text: arguments and stdin lines by their content's hash, files by path
+    (`passages`: files are not read here, they are cut into passages as they are stored);
     `prefix` before every id."""
-    items = [(text_id(t), t) for t in texts] + _file_texts(files)
+    items = [(text_id(t), t) for t in texts] + ([] if passages else _file_texts(files))
     if not texts and not files:
         if sys.stdin.isatty():
             raise UsageError("no text to embed: give TEXT arguments, -i FILE, or lines on stdin")
         items = _stdin_texts(whole)
-    if not items:
+    if not items and not (passages and files):
         raise UsageError("no text to embed: stdin was empty")
     for i, (id_, text) in enumerate(items):
         if not text.strip():
@@ -104,8 +114,17 @@ def embed(
         ),
     ] = "",
     inputs: Annotated[
-        list[str] | None, typer.Option("--input", "-i", help="A file (or glob) to embed whole; repeatable.")
+        list[str] | None,
+        typer.Option("--input", "-i", help="A file (or glob, ** for folders below): embedded whole, or "
+                     "with --collection cut into passages; repeatable."),
     ] = None,
+    chunk: Annotated[
+        int, typer.Option("--chunk", metavar="N", help="With --collection: tokens per passage of a file.")
+    ] = 256,
+    overlap: Annotated[
+        int, typer.Option("--overlap", metavar="N", help="With --collection: tokens a passage repeats "
+                          "of the one before.")
+    ] = 32,
     whole: Annotated[bool, typer.Option("--whole", help="Stdin is one text, not one per line.")] = False,
     collection: Annotated[
         str | None,
@@ -155,15 +174,21 @@ def embed(
 
     model = default_model(model)
     _check(model, pooling, output, collection, jsonl)
-    items = gather(texts or [], inputs or [], whole, prefix)
+    from llmcli.embed.passages import check_sizes
+
+    check_sizes(chunk, overlap, None)
+    files = expand(inputs or [])
+    items = gather(texts or [], files, whole, prefix, passages=bool(collection))
     from llmcli.embed.runs import Model
 
     engine = Model(model, pooling=pooling, threads=threads, batch_tokens=batch_tokens, debug=render.debug())
     try:
         if collection:
-            from llmcli.cli.embed_store import embed_into
+            from llmcli.cli.embed_store import Into, embed_into
 
-            return embed_into(engine, collection, items, keep=keep, truncate=truncate, normalize=normalize)
+            check_sizes(chunk, overlap, engine.n_ctx or None)
+            into = Into(keep=keep, truncate=truncate, normalize=normalize, chunk=chunk, overlap=overlap)
+            return embed_into(engine, collection, items, [Path(f) for f in files], into)
         result = engine.embed([t for _, t in items], truncate=truncate, normalize=normalize)
     finally:
         engine.close()

@@ -4,6 +4,8 @@ it is (llmcli.embed.identity), not where it is: a copy of the GGUF elsewhere sea
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -16,7 +18,7 @@ if TYPE_CHECKING:
 
 collections_app = typer.Typer(
     name="collections",
-    help="Collections of embeddings (llmcli embed --collection NAME): list, rm.",
+    help="Collections of embeddings (llmcli embed --collection NAME): list, sync, rm.",
     no_args_is_help=True,
     rich_markup_mode=None,
 )
@@ -30,11 +32,22 @@ def default_model(flag: str | None) -> str:
     return str(settings.resolve("embed_model", flag or None) or "")
 
 
-def embed_into(engine: Model, name: str, items: list[tuple[str, str]], *, keep: bool, truncate: bool,
-               normalize: bool) -> None:  # fmt: skip
-    """Embed what is new or changed in `items` and store it in collection `name`, in one write."""
+@dataclass
+class Into:
+    """How `embed --collection` stores: texts' content kept (`keep`), cut or refused when long;
+    files' passages (`chunk`, `overlap` tokens)."""
+
+    keep: bool
+    truncate: bool
+    normalize: bool
+    chunk: int
+    overlap: int
+
+
+def embed_into(engine: Model, name: str, items: list[tuple[str, str]], files: list[Path], how: Into) -> None:
+    """Embed what is new or changed in `items` (one write) and `files` (one write each, as
+    passages) and store it in collection `name`."""
     from llmcli.embed import collections as store
-    from llmcli.embed.runs import content_hash
 
     with store.connect() as db:
         found = store.get(db, name)
@@ -44,20 +57,36 @@ def embed_into(engine: Model, name: str, items: list[tuple[str, str]], *, keep: 
             from llmcli.embed import identity
 
             model_id = identity.of_model(db, engine)
-        # one row per id: a text given twice (the same hash, so the same id) is embedded once
-        hashed = list({id_: (id_, text, content_hash(text)) for id_, text in items}.values())
-        same = store.unchanged(db, name, [(i, h) for i, _, h in hashed]) if found else set()
-        todo = [(i, t, h) for i, t, h in hashed if i not in same]
-        if todo:
-            result = engine.embed([t for _, t, _ in todo], truncate=truncate, normalize=normalize)
-            rows = [
-                (i, h, t if keep else None, row.tobytes())
-                for (i, t, h), row in zip(todo, result.matrix, strict=True)
-            ]
-            dimensions = int(result.matrix.shape[1])
-            store.check_dimensions(found, dimensions)
-            store.store(db, name, engine.name, rows, dimensions, model_id=model_id)
-        render.info(f"collection {name}: {len(todo)} embedded, {len(same)} unchanged")
+        if items:
+            _texts_into(db, engine, name, items, how, found, model_id)
+        if files:
+            from llmcli.embed.sources import add_files
+
+            outcome = add_files(db, name, engine, files, chunk=how.chunk, overlap=how.overlap,
+                                normalize=how.normalize, model_id=model_id, say=render.warn)  # fmt: skip
+            render.info(outcome.line(name))
+
+
+def _texts_into(db, engine: Model, name: str, items: list[tuple[str, str]], how: Into, found,
+                model_id: str) -> None:  # fmt: skip
+    from llmcli.embed import collections as store
+    from llmcli.embed.runs import content_hash
+
+    keep, truncate, normalize = how.keep, how.truncate, how.normalize
+    # one row per id: a text given twice (the same hash, so the same id) is embedded once
+    hashed = list({id_: (id_, text, content_hash(text)) for id_, text in items}.values())
+    same = store.unchanged(db, name, [(i, h) for i, _, h in hashed]) if found else set()
+    todo = [(i, t, h) for i, t, h in hashed if i not in same]
+    if todo:
+        result = engine.embed([t for _, t, _ in todo], truncate=truncate, normalize=normalize)
+        rows = [
+            (i, h, t if keep else None, row.tobytes())
+            for (i, t, h), row in zip(todo, result.matrix, strict=True)
+        ]
+        dimensions = int(result.matrix.shape[1])
+        store.check_dimensions(found, dimensions)
+        store.store(db, name, engine.name, rows, dimensions, model_id=model_id)
+    render.info(f"collection {name}: {len(todo)} embedded, {len(same)} unchanged")
 
 
 def similar(
@@ -150,3 +179,63 @@ def remove(name: Annotated[str, typer.Argument(help="The collection to delete.")
     with store.connect() as db:
         count = store.remove(db, name)
     render.info(f"removed collection {name} ({count} items)")
+
+
+@collections_app.command("sync")
+def sync(
+    name: Annotated[str, typer.Argument(help="The collection whose files to bring up to date.")],
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="The model (default: the collection's, as last stored).")
+    ] = "",
+) -> None:
+    """Bring a collection's files up to date: a changed file's passages replaced, a file that is
+    gone removed, an unchanged one left as it is.
+
+    Example: llmcli collections sync docs
+    """
+    from llmcli.embed import collections as store
+    from llmcli.embed import sources
+    from llmcli.embed.passages import file_sha256
+
+    with store.connect() as db:
+        found = store.require(db, name)
+        files = sources.tracked(db, name)
+        if not files:
+            raise UsageError(f"collection {name!r} holds no files to sync",
+                             hint=f"llmcli embed -i FILE --collection {name}")  # fmt: skip
+        gone = [path for path, _, _ in files if not Path(path).is_file()]
+        for path in gone:
+            sources.prune(db, name, path)
+        here = [(p, c, o) for p, c, o in files if p not in gone]
+        stored = dict(db.execute("SELECT path, sha256 FROM sources WHERE collection = ?", (name,)).fetchall())
+        changed = [(p, c, o) for p, c, o in here if _hash_or_none(file_sha256, p) != stored.get(p)]
+        outcome = sources.Outcome(unchanged=len(here) - len(changed), pruned=len(gone))
+        if changed:
+            _resync(db, found, model, changed, outcome)
+    render.info(outcome.line(name))
+
+
+def _hash_or_none(hasher, path: str) -> str | None:
+    try:
+        return hasher(Path(path))
+    except OSError:
+        return None
+
+
+def _resync(db, found, model: str, changed: list[tuple[str, int, int]], outcome) -> None:
+    """The changed files embedded again with the collection's model, each with its own sizes."""
+    from llmcli.embed import collections as store
+    from llmcli.embed import sources
+    from llmcli.embed.runs import Model
+
+    engine = Model(model or found.model, debug=render.debug())
+    try:
+        model_id = store.check_model(db, found, engine)
+        for path, chunk, overlap in changed:
+            made = sources.add_files(db, found.name, engine, [Path(path)], chunk=chunk, overlap=overlap,
+                                     normalize=True, model_id=model_id, say=render.warn)  # fmt: skip
+            outcome.embedded += made.embedded
+            outcome.passages += made.passages
+            outcome.skipped += made.skipped
+    finally:
+        engine.close()

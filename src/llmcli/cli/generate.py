@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from llmcli.cli import ask as a
 from llmcli.cli import options as o
 
 
@@ -66,6 +67,13 @@ def generate(
         typer.Option("--mmproj", help="The model's image projector (else an mmproj*.gguf beside the model).",
                      metavar="FILE", show_default=False),
     ] = None,
+    from_: a.From = None,
+    search: a.Search = "hybrid",
+    passages: a.Passages = a.PASSAGES,
+    rerank: a.Rerank = None,
+    min_score: a.MinScore = a.MIN_SCORE,
+    always_answer: a.AlwaysAnswer = False,
+    embed_model: a.EmbedModel = "",
     timeout: o.Timeout = None,
     offline: o.Offline = False,
     force: o.Force = False,
@@ -76,6 +84,7 @@ def generate(
     """
     from llmcli.cli.generate_run import Generate, run
 
+    how = a.settings(from_, search, passages, rerank, min_score, always_answer, embed_model)
     run(ctx, flags, Generate(prompt, file, model, system, raw, fallback_template, hide_thinking, stats,
                              as_json, prompt_cache, prompt_cache_ro, timeout, offline, force,
-                             attach or [], mmproj))  # fmt: skip
+                             attach or [], mmproj, ask=how))  # fmt: skip

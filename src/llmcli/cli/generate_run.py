@@ -11,6 +11,7 @@ import typer
 
 from llmcli.cli import options as o
 from llmcli.errors import ExitCode, UsageError
+from llmcli.request.grounding import Ask
 
 
 @dataclass
@@ -33,6 +34,7 @@ class Generate:
     force: bool
     attach: list[str]
     mmproj: str | None
+    ask: Ask | None = None  # --from NAME: answer from the collection's passages (request/grounding.py)
 
 
 def run(ctx: typer.Context, flags: o.RunFlags, g: Generate) -> None:
@@ -48,6 +50,11 @@ def run(ctx: typer.Context, flags: o.RunFlags, g: Generate) -> None:
     images, texts = load_all(g.attach, offline=g.offline)  # checked before anything loads
     text = read_prompt(g.prompt, g.file, stdin_text="-" not in g.attach)
     spec = flags.spec(ctx, system=g.system, raw=g.raw, fallback_template=g.fallback_template)
+    grounded = None
+    if g.ask is not None:  # the passages found before the model loads: nothing found is said at once
+        from llmcli.request.grounding import find
+
+        grounded = find(g.ask, text, debug=render.debug())
     params = spec.sampling
     history = flags.continued()  # --continue / --cid: the logged conversation
     model = history.model if history is not None and g.model is None else g.model
@@ -81,13 +88,17 @@ def run(ctx: typer.Context, flags: o.RunFlags, g: Generate) -> None:
             + ("is plain text" if raw else "is not"),
             hint="continue it the way it began" + (" (add --raw)" if history.raw else ""),
         )
+    if grounded is not None:
+        from llmcli.request.grounding import fit
+
+        text = fit(grounded, loaded.engine, params.max_tokens)
     text, fragments = _with_texts(loaded.engine, texts, text, system, history, raw, params.max_tokens)
     if history is not None and history.raw:
         text = history.text + text
     if images and raw:
         raise UsageError("an image needs the chat template: --raw (or a base model's plain continuation) "
                          "cannot take one")  # fmt: skip
-    _answer(flags, g, loaded, text, params, system, raw, history, images, fragments)
+    _answer(flags, g, loaded, text, params, system, raw, history, images, fragments, grounded)
 
 
 def _with_texts(engine, texts, text: str, system, history, raw: bool, max_tokens: int):
@@ -117,6 +128,7 @@ def _with_texts(engine, texts, text: str, system, history, raw: bool, max_tokens
 def _answer(
     flags: o.RunFlags, g: Generate, loaded, text: str, params, system, raw: bool, history, images=(),
     fragments=(),
+    grounded=None,
 ) -> None:
     """The request run (tools, the log, a warm KV state), and what it made written."""
     from llmcli import render
@@ -125,6 +137,8 @@ def _answer(
     prompt_cache, prompt_cache_ro = g.prompt_cache, g.prompt_cache_ro
     constraint = flags.constraint
     log = flags.logged(loaded.ref, "generate", history, constraint=constraint)
+    if log is not None and grounded is not None:
+        log.retrieval = grounded.record()  # the passages it was given (which it cites: after the answer)
     if prompt_cache is None and history is not None and loaded.engine.can.kv_state:
         prompt_cache, prompt_cache_ro = _warm_state(history), True
         if log is not None and prompt_cache is not None:
@@ -156,15 +170,22 @@ def _answer(
     finally:
         if toolset is not None:
             toolset.close()
-    _finish(g, loaded, result)
+    if grounded is not None:
+        grounded.attribute(result.done.text if result.answer is None else result.answer)
+        result.retrieval = grounded.record()
+    _finish(g, loaded, result, grounded)
 
 
-def _finish(g: Generate, loaded, result) -> None:
-    """The JSON document and stats written, the speculation costs measured, and the exit code."""
+def _finish(g: Generate, loaded, result, grounded=None) -> None:
+    """The JSON document (else the sources an answer cites) and stats written, the speculation
+    costs measured, and the exit code."""
     from llmcli import render
 
     if g.as_json:
         render.out_json(result.record(), schema="record")
+    elif grounded is not None:
+        for line in grounded.sources():  # stderr: stdout has the answer alone
+            render.info(line)
     if g.stats:  # stderr, so with --json too
         render.err_line(result.stats_line())
     if result.done.finish_reason != "interrupted":

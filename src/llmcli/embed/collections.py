@@ -46,6 +46,26 @@ CREATE TABLE IF NOT EXISTS embeddings (
     updated REAL NOT NULL,
     PRIMARY KEY (collection, id)
 );
+CREATE TABLE IF NOT EXISTS passages (
+    collection TEXT NOT NULL REFERENCES collections(name) ON DELETE CASCADE,
+    id TEXT NOT NULL,
+    source TEXT NOT NULL,
+    line_start INTEGER NOT NULL,
+    line_end INTEGER NOT NULL,
+    PRIMARY KEY (collection, id)
+);
+CREATE INDEX IF NOT EXISTS passages_source ON passages (collection, source);
+CREATE TABLE IF NOT EXISTS sources (
+    collection TEXT NOT NULL REFERENCES collections(name) ON DELETE CASCADE,
+    path TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    chunk INTEGER NOT NULL,
+    overlap INTEGER NOT NULL,
+    passages INTEGER NOT NULL,
+    updated REAL NOT NULL,
+    PRIMARY KEY (collection, path)
+);
 CREATE TABLE IF NOT EXISTS file_hashes (
     path TEXT PRIMARY KEY,
     size INTEGER NOT NULL,
@@ -96,6 +116,7 @@ def connect(path: Path | None = None) -> Iterator[sqlite3.Connection]:
     try:
         db.execute("PRAGMA foreign_keys = ON")
         db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA recursive_triggers = ON")
         db.executescript(_SCHEMA)
         _migrate(db)
         yield db
@@ -106,11 +127,45 @@ def connect(path: Path | None = None) -> Iterator[sqlite3.Connection]:
         db.close()
 
 
+# The full-text index of every row with content (FTS5, BM25), kept by triggers; its rowid is the
+# row's. recursive_triggers (set on connect) makes INSERT OR REPLACE's delete fire them too.
+_FTS = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS passages_fts USING fts5(content, tokenize = 'porter unicode61')",
+    "CREATE TRIGGER IF NOT EXISTS embeddings_fts_in AFTER INSERT ON embeddings WHEN new.content IS NOT NULL"
+    " BEGIN INSERT INTO passages_fts (rowid, content) VALUES (new.rowid, new.content); END",
+    "CREATE TRIGGER IF NOT EXISTS embeddings_fts_out AFTER DELETE ON embeddings"
+    " BEGIN DELETE FROM passages_fts WHERE rowid = old.rowid; END",
+    "CREATE TRIGGER IF NOT EXISTS embeddings_fts_up AFTER UPDATE OF content ON embeddings"
+    " BEGIN DELETE FROM passages_fts WHERE rowid = old.rowid;"
+    " INSERT INTO passages_fts (rowid, content) SELECT new.rowid, new.content WHERE new.content IS NOT NULL;"
+    " END",
+)
+
+
 def _migrate(db: sqlite3.Connection) -> None:
-    """A database from before model identities: the column, filled in on first use."""
+    """Older databases brought up to date, each step once (PRAGMA user_version counts them): the
+    model identity (filled in on first use); the full-text index of what was stored with its
+    content (the tables of passages and their files are new ones, made by _SCHEMA: a row of
+    `embeddings` keeps its shape, and a row without a `passages` row is a text)."""
     columns = {row[1] for row in db.execute("PRAGMA table_info(collections)")}
     if "model_id" not in columns:
         db.execute("ALTER TABLE collections ADD COLUMN model_id TEXT")
+    if db.execute("PRAGMA user_version").fetchone()[0] >= 1:
+        return
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        if db.execute("PRAGMA user_version").fetchone()[0] >= 1:  # another process did it meanwhile
+            db.execute("COMMIT")
+            return
+        for statement in _FTS:
+            db.execute(statement)
+        db.execute("INSERT INTO passages_fts (rowid, content)"
+                   " SELECT rowid, content FROM embeddings WHERE content IS NOT NULL")  # fmt: skip
+        db.execute("PRAGMA user_version = 1")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
 
 
 def get(db: sqlite3.Connection, name: str) -> Collection | None:

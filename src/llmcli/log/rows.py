@@ -40,6 +40,7 @@ class Logged:
     constraint: str | None = None
     prompt_cache: dict | None = None
     kv_state: str | None = None
+    retrieval: dict | None = None  # an answer from passages: the record's block (request/grounding.py)
 
 
 def scrub_url(url: str | None) -> str | None:

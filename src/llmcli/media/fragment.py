@@ -152,6 +152,6 @@ def check_room(texts: tuple[TextFile, ...] | list[TextFile], tokens: list[int | 
     raise ContextOverflowError(
         f"{what} needs {need} tokens but the context leaves {max(room, 0)} ({n_ctx} tokens, {rest} for the "
         f"rest of the prompt, {reserve} kept for the answer)",
-        hint='ask about it in passages: llmcli embed -i FILE -c NAME, then llmcli ask NAME "..." '
+        hint='ask about it in passages: llmcli embed -i FILE --collection NAME, then llmcli ask NAME "..." '
         "(or generate --from NAME); or a larger -c",
     )

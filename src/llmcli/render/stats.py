@@ -48,6 +48,14 @@ def stats_line(s: Stats, *, context: int | None = None, ttft: bool = True, load:
     return " · ".join(parts)
 
 
+def retrieval_part(retrieval: dict) -> str:
+    """`retrieve 0.04 s · 5 passages`: the phase before prefill of an answer from passages (the
+    record's `retrieval` block)."""
+    n = len(retrieval.get("passages") or [])
+    seconds = (retrieval.get("timings_ms") or {}).get("total", 0.0) / 1000
+    return f"retrieve {seconds:.2f} s · {n} passage{'s' if n != 1 else ''}"
+
+
 def image_part(s: Stats) -> str:
     """`image 0.42 s · 64 tok`: the images' encode time and positions; those the KV cache already
     held (a later turn about the same image) are "reused", not encoded again."""

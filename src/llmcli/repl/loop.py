@@ -24,6 +24,7 @@ from llmcli.render.wrap import for_stream
 from llmcli.repl import (
     attach_commands,  # noqa: F401  (registers /attach and /detach)
     commands,
+    from_command,  # noqa: F401  (registers /from)
 )
 from llmcli.repl import session_files as sessions
 from llmcli.repl.chat_session import ChatSession

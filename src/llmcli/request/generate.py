@@ -33,11 +33,13 @@ class Result:
     tool_calls: list[dict] | None = None  # the calls run (record field `tool_calls`), None: no tools
     answer: str | None = None  # the final answer, after tool calls the last round's (None: done.text)
     fragments: tuple = ()  # the request's text attachments (media.fragment.Placed)
+    retrieval: dict | None = None  # an answer from passages (request/grounding.py): the record's block
 
     def stats_line(self) -> str:
-        from llmcli.render.stats import stats_line
+        from llmcli.render.stats import retrieval_part, stats_line
 
-        return stats_line(self.done.stats, load=True)
+        line = stats_line(self.done.stats, load=True)
+        return line if self.retrieval is None else retrieval_part(self.retrieval) + " · " + line
 
     @property
     def incomplete(self) -> bool:
@@ -65,6 +67,7 @@ class Result:
             prompt_format=self.prompt_format, constraint=self.constraint,
             constraint_complete=not self.incomplete, prompt_cache=self.prompt_cache,
             tool_calls=self.tool_calls, fragments=self.fragments,
+            tool_calls=self.tool_calls, retrieval=self.retrieval,
         )  # fmt: skip
 
 

@@ -29,6 +29,7 @@ def log_request(
             constraint_complete=done is not None and done.constraint_complete is not False,
             prompt_cache=log.prompt_cache, error=error, partial_text=partial, tool_calls=tool_calls,
             fragments=request.fragments,
+            retrieval=log.retrieval,
         )  # fmt: skip
         row = rows.row_values(
             rec, cid=log.cid, command=log.command, messages=request.messages, text=request.text,
