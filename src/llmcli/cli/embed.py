@@ -101,6 +101,27 @@ def gather(texts: list[str], files: list[str], whole: bool, prefix: str = "",
     return [(prefix + id_, text) for id_, text in items]
 
 
+# embed's own options, named here so the command's signature stays readable
+Chunk = Annotated[
+    int, typer.Option("--chunk", metavar="N", help="With --collection: tokens per passage of a file.")
+]
+Overlap = Annotated[
+    int, typer.Option("--overlap", metavar="N", help="With --collection: tokens a passage repeats of the one "
+                      "before.")
+]
+Normalize = Annotated[
+    bool, typer.Option("--normalize/--no-normalize", help="Scale each vector to length 1 (default on).")
+]
+Truncate = Annotated[
+    bool, typer.Option("--truncate/--no-truncate", help="Cut texts longer than the context (default), or "
+                       "refuse them.")
+]
+Jsonl = Annotated[
+    bool, typer.Option("--jsonl", help="One JSON object per line: id, tokens (null for a served model), "
+                       "vector.")
+]
+
+
 def embed(
     texts: Annotated[
         list[str] | None, typer.Argument(help="Texts to embed (else -i FILE, else stdin).")
@@ -118,13 +139,8 @@ def embed(
         typer.Option("--input", "-i", help="A file (or glob, ** for folders below): embedded whole, or "
                      "with --collection cut into passages; repeatable."),
     ] = None,
-    chunk: Annotated[
-        int, typer.Option("--chunk", metavar="N", help="With --collection: tokens per passage of a file.")
-    ] = 256,
-    overlap: Annotated[
-        int, typer.Option("--overlap", metavar="N", help="With --collection: tokens a passage repeats "
-                          "of the one before.")
-    ] = 32,
+    chunk: Chunk = 256,
+    overlap: Overlap = 32,
     whole: Annotated[bool, typer.Option("--whole", help="Stdin is one text, not one per line.")] = False,
     collection: Annotated[
         str | None,
@@ -139,21 +155,9 @@ def embed(
     pooling: Annotated[
         str | None, typer.Option("--pooling", help="Override the model's pooling: mean, cls or last.")
     ] = None,
-    normalize: Annotated[
-        bool, typer.Option("--normalize/--no-normalize", help="Scale each vector to length 1 (default on).")
-    ] = True,
-    truncate: Annotated[
-        bool,
-        typer.Option(
-            "--truncate/--no-truncate", help="Cut texts longer than the context (default), or refuse them."
-        ),
-    ] = True,
-    jsonl: Annotated[
-        bool,
-        typer.Option(
-            "--jsonl", help="One JSON object per line: id, tokens (null for a served model), vector."
-        ),
-    ] = False,
+    normalize: Normalize = True,
+    truncate: Truncate = True,
+    jsonl: Jsonl = False,
     output: Annotated[
         Path | None,
         typer.Option("--output", "-o", help="Write the vectors to FILE.npy (float32, one row per text)."),

@@ -66,8 +66,7 @@ class Result:
             ref=self.loaded.ref, info=self.loaded.engine.info, params=self.params, done=self.done,
             prompt_format=self.prompt_format, constraint=self.constraint,
             constraint_complete=not self.incomplete, prompt_cache=self.prompt_cache,
-            tool_calls=self.tool_calls, fragments=self.fragments,
-            tool_calls=self.tool_calls, retrieval=self.retrieval,
+            tool_calls=self.tool_calls, fragments=self.fragments, retrieval=self.retrieval,
         )  # fmt: skip
 
 
