@@ -255,7 +255,7 @@ complete -c llmcli -n '__llmcli_at "embed"' -l normalize -l no-normalize -d 'Sca
 complete -c llmcli -n '__llmcli_at "embed"' -l truncate -l no-truncate -d 'Cut texts longer than the context (default), or refuse them'
 complete -c llmcli -n '__llmcli_at "embed"' -l jsonl -d 'One JSON object per line: id, tokens (null for a served model), vector'
 complete -c llmcli -n '__llmcli_at "embed"' -s o -l output -r -F -d 'Write the vectors to FILE.npy (float32, one row per text)'
-complete -c llmcli -n '__llmcli_at "embed"' -s t -l threads -x -d 'CPU threads (default: the physical cores)'
+complete -c llmcli -n '__llmcli_at "embed"' -s t -l threads -x -d 'CPU threads, fixed (default: adaptive, up to the physical cores)'
 complete -c llmcli -n '__llmcli_at "embed"' -l batch-tokens -x -d 'Tokens per batch (default: the model\'s context)'
 complete -c llmcli -n '__llmcli_at "embed"' -s h -l help -d 'Show the help and exit'
 

@@ -163,7 +163,9 @@ def embed(
         typer.Option("--output", "-o", help="Write the vectors to FILE.npy (float32, one row per text)."),
     ] = None,
     threads: Annotated[
-        int | None, typer.Option("--threads", "-t", min=1, help="CPU threads (default: the physical cores).")
+        int | None,
+        typer.Option("--threads", "-t", min=1, help="CPU threads, fixed (default: adaptive, up to the physical "
+                     "cores)."),
     ] = None,
     batch_tokens: Annotated[
         int | None,
