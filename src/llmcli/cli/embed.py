@@ -164,8 +164,8 @@ def embed(
     ] = None,
     threads: Annotated[
         int | None,
-        typer.Option("--threads", "-t", min=1, help="CPU threads, fixed (default: adaptive, up to the physical "
-                     "cores)."),
+        typer.Option("--threads", "-t", min=1,
+                     help="CPU threads, fixed (default: adaptive, up to the physical cores)."),
     ] = None,
     batch_tokens: Annotated[
         int | None,
