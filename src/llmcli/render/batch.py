@@ -49,7 +49,10 @@ def summary(*, items: int, failed: int, skipped: int, tokens: int, wall_s: float
     of them taken from a shared prefix's cells rather than prefilled."""
     rate = tokens / wall_s if wall_s > 0 else 0.0
     # `items` answered; with failures the count of both, said so that none reads as no item at all
-    parts = [f"{items + failed} items: {items} done, {failed} failed"] if failed else [f"{items} items"]
+    def count(n: int) -> str:
+        return f"{n} item" if n == 1 else f"{n} items"
+
+    parts = [f"{count(items + failed)}: {items} done, {failed} failed"] if failed else [count(items)]
     if skipped:
         parts.append(f"{skipped} already done")
     if prompt_tokens:
