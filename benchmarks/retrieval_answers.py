@@ -72,7 +72,9 @@ def main() -> None:
     parser.add_argument("--search", choices=["text", "vector", "hybrid"], default="hybrid")
     parser.add_argument("--chunk", type=int, default=256)
     parser.add_argument("--overlap", type=int, default=32)
-    parser.add_argument("--rerank", metavar="MODEL", help="`ask --rerank MODEL` for the answers with retrieval")
+    parser.add_argument(
+        "--rerank", metavar="MODEL", help="`ask --rerank MODEL` for the answers with retrieval"
+    )
     parser.add_argument("-t", "--threads", type=int, default=None)
     parser.add_argument("--json", action="store_true", help="one JSON document instead of the table")
     args = parser.parse_args()
@@ -134,8 +136,15 @@ def _row(args, q: dict) -> dict:
     out: dict = {"question": q["question"], "fact": q["fact"]}
     asked = {
         "without": ("generate", q["question"], *common),
-        "with": ("ask", "bench", q["question"], "--search", args.search, *common,
-                 *(["--rerank", args.rerank] if args.rerank else [])),  # fmt: skip
+        "with": (
+            "ask",
+            "bench",
+            q["question"],
+            "--search",
+            args.search,
+            *common,
+            *(["--rerank", args.rerank] if args.rerank else []),
+        ),  # fmt: skip
     }
     for key, argv in asked.items():
         result = run(*argv)

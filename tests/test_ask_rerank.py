@@ -16,9 +16,11 @@ import reranker_model
 from helpers import run
 
 NOTES = {
-    "garden.md": "# Garden\n\nTomatoes need six hours of sun a day.\n\nWater the tomatoes at dawn, never at noon.\n\n"
+    "garden.md": "# Garden\n\nTomatoes need six hours of sun a day.\n\n"
+    "Water the tomatoes at dawn, never at noon.\n\n"
     "Roses bloom in June and want their old flowers cut.\n",
-    "kitchen.md": "# Kitchen\n\nThe oven heats to 250 degrees.\n\nBread is baked on Fridays with rye flour.\n",
+    "kitchen.md": "# Kitchen\n\nThe oven heats to 250 degrees.\n\n"
+    "Bread is baked on Fridays with rye flour.\n",
 }
 QUESTION = "When should I water the tomatoes in the sun?"
 

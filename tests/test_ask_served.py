@@ -17,9 +17,11 @@ from helpers import run
 pytestmark = pytest.mark.served
 
 NOTES = {
-    "garden.md": "# Garden\n\nTomatoes need six hours of sun a day.\n\nWater the tomatoes at dawn, never at noon.\n\n"
+    "garden.md": "# Garden\n\nTomatoes need six hours of sun a day.\n\n"
+    "Water the tomatoes at dawn, never at noon.\n\n"
     "Roses bloom in June and want their old flowers cut.\n",
-    "kitchen.md": "# Kitchen\n\nThe oven heats to 250 degrees.\n\nBread is baked on Fridays with rye flour.\n",
+    "kitchen.md": "# Kitchen\n\nThe oven heats to 250 degrees.\n\n"
+    "Bread is baked on Fridays with rye flour.\n",
     "office.md": "# Office\n\nThe printer on the second floor has been broken since Monday.\n",
 }
 
@@ -66,7 +68,9 @@ def notes(tmp_path, monkeypatch):
 def _embed(model: str, name: str) -> None:
     result = run("embed", "-m", model, "-i", "notes/*.md", "--collection", name, "--chunk", "24",
                  "--overlap", "0")  # fmt: skip
-    assert result.exit_code == 0 and result.stdout == "" and "3 files embedded" in result.stderr, result.stderr
+    assert result.exit_code == 0 and result.stdout == "" and "3 files embedded" in result.stderr, (
+        result.stderr
+    )
 
 
 def _found(block: dict) -> list[tuple]:
@@ -87,8 +91,8 @@ def test_a_collection_embedded_by_a_served_model_answers_as_a_local_one(embedder
     assert _found(served)[0] == ("notes/kitchen.md", (1, 3))  # the passage that holds the fact
     # the same GGUF served or local: the same passages in the same order, the same cosines
     assert _found(served) == _found(local)
-    assert [p["cosine"] for p in served["passages"]] == pytest.approx([p["cosine"] for p in local["passages"]],
-                                                                      abs=1e-3)  # fmt: skip
+    cosines = [p["cosine"] for p in local["passages"]]
+    assert [p["cosine"] for p in served["passages"]] == pytest.approx(cosines, abs=1e-3)
     prompt = fake.made[0].history[0].prompt
     assert "[1] notes/kitchen.md:1-3" in prompt and "250 degrees" in prompt
     # generate --from and hybrid search too, through the served embedder

@@ -145,8 +145,8 @@ def test_retrieval_answers_runs_end_to_end_on_smollm2(tmp_path):
     except minilm.Unavailable as exc:
         pytest.skip(f"all-MiniLM-L6-v2 cannot be built here: {exc}")
     script = SCRIPTS[0].parent / "retrieval_answers.py"
-    result = subprocess.run([sys.executable, str(script), "--answer", "smollm2-135m", "--limit", "2", "-n", "16",
-                             "--json"], capture_output=True, text=True, timeout=600, cwd=tmp_path)  # fmt: skip
+    argv = [sys.executable, str(script), "--answer", "smollm2-135m", "--limit", "2", "-n", "16", "--json"]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["questions"] == 2 and doc["model"] == "smollm2-135m" and len(doc["load_average"]) == 3
