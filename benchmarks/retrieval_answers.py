@@ -106,7 +106,7 @@ def main() -> None:
     print(
         f"{args.model}: {n} questions, -n {args.max_tokens}, temperature 0; answer contains the fact: "
         f"without retrieval {shares['without']:.0%} ({sum(r['without']['right'] for r in rows)}/{n}), "
-        f"with `ask --search {args.search}`{' --rerank' if args.rerank else ''} {shares['with']:.0%} "
+        f"with `ask --search {args.search}{' --rerank' if args.rerank else ''}` {shares['with']:.0%} "
         f"({sum(r['with']['right'] for r in rows)}/{n}), the answer's line among the passages given "
         f"{sum(r['with']['given'] for r in rows)}/{n}; {seconds:.0f} s; load average "
         f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
