@@ -106,3 +106,52 @@ def test_spec_schedule_refuses_a_log_it_cannot_read_whole():
         schedule.drafts_from_log("n_drafted = 0\n")
     with pytest.raises(ValueError, match="drafted 9"):
         schedule.drafts_from_log("D drafted [  ]\nD drafted [ 'a':1 ]\nn_drafted    = 9\n")
+
+
+def _answers_module():
+    sys.path.insert(0, str(SCRIPTS[0].parent))
+    try:
+        return importlib.import_module("retrieval_answers")
+    finally:
+        sys.path.pop(0)
+
+
+def test_retrieval_answer_facts_are_on_their_lines_and_not_given_away_by_the_question():
+    """Each question's fact is on the line that answers it (checked by the script itself) and in no
+    question's own words, so an answer that only repeats its question is never counted right."""
+    answers = _answers_module()
+    qs = answers.questions()
+    assert len(qs) == 30
+    for q in qs:
+        assert not answers.contains(q["question"], q["fact"]), q
+    contains = answers.contains
+    assert contains("It keeps at most 2000 MB.", ["2000"]) and not contains("20000 MB", ["2000"])
+    assert contains("Five ROUNDS, i.e. 5.", ["5"]) and not contains("512 tokens", ["5"])
+    assert contains("set HF_HOME=...", ["hf_home"]) and contains("try --show-tools.", ["--show-tools"])
+    assert not contains("use --show-toolsets", ["--show-tools"])
+
+
+@pytest.mark.model
+def test_retrieval_answers_runs_end_to_end_on_smollm2(tmp_path):
+    """Two questions on the bundled SmolLM2 (too small to answer them: the figures are the lead's
+    to quote on Qwen2.5-Coder-1.5B), with and without retrieval: one JSON document, a row each,
+    and `ask` put the passage holding the first answer's line in front of the model."""
+    import json
+
+    import minilm
+
+    try:
+        minilm.path()
+    except minilm.Unavailable as exc:
+        pytest.skip(f"all-MiniLM-L6-v2 cannot be built here: {exc}")
+    script = SCRIPTS[0].parent / "retrieval_answers.py"
+    argv = [sys.executable, str(script), "--answer", "smollm2-135m", "--limit", "2", "-n", "16", "--json"]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["questions"] == 2 and doc["model"] == "smollm2-135m" and len(doc["load_average"]) == 3
+    assert len(doc["rows"]) == 2 and all(0 <= doc["share_right"][k] <= 1 for k in ("without", "with"))
+    for row in doc["rows"]:
+        assert row["without"]["exit"] == 0 and row["without"]["text"]
+        assert row["with"]["exit"] in (0, 8) and isinstance(row["with"]["right"], bool)
+    assert doc["rows"][0]["with"]["given"] is True  # KV.md:28, found by hybrid search
