@@ -39,7 +39,8 @@ class Outcome:
 
     def line(self, name: str) -> str:
         files = f"{self.embedded} file{'s' if self.embedded != 1 else ''}"
-        parts = [f"{files} embedded ({self.passages} passages)", f"{self.unchanged} unchanged"]
+        passages = f"{self.passages} passage{'s' if self.passages != 1 else ''}"
+        parts = [f"{files} embedded ({passages})", f"{self.unchanged} unchanged"]
         if self.pruned:
             parts.append(f"{self.pruned} removed (gone)")
         if self.skipped:
