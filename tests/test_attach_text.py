@@ -9,6 +9,7 @@ import hashlib
 import importlib.util
 import json
 import sqlite3
+import sys
 
 import pytest
 from documents import check
@@ -90,15 +91,53 @@ def test_what_is_not_text_is_refused_in_one_line_before_any_model_loads(tmp_path
     assert said in one_error(result)
 
 
-def test_a_pdf_is_read_or_said_not_read_in_one_line(fake, tmp_path):
+def _pdf(text: str) -> bytes:
+    """A one-page PDF whose page shows `text` (Helvetica), offsets and all, written by hand."""
+    stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for i, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % i + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+def test_a_pdfs_text_goes_in_the_prompt(fake, tmp_path):
+    pytest.importorskip("pypdf")  # the `pdf` extra (in the test extra too)
     path = tmp_path / "paper.pdf"
-    path.write_bytes(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n1 0 obj\n<<>>\nendobj\n")
+    path.write_bytes(_pdf("The secret code is 7431."))
+    result = run("generate", "-a", str(path), "What is the code?", "--json")
+    assert result.exit_code == 0, result.output
+    prompt = fake.made[-1].history[-1].prompt
+    assert "The secret code is 7431." in prompt and "paper.pdf" in prompt
+    assert json.loads(result.stdout)["attachments"][0]["name"].endswith("paper.pdf")
+
+
+def test_a_pdf_is_said_not_read_without_pypdf_or_without_text(fake, tmp_path, monkeypatch):
+    path = tmp_path / "paper.pdf"
+    path.write_bytes(_pdf("The secret code is 7431."))
+    monkeypatch.setitem(sys.modules, "pypdf", None)  # as where the `pdf` extra is not installed
     result = run("generate", "-a", str(path), "q")
-    if importlib.util.find_spec("pypdf") is None:  # the `pdf` extra
-        assert result.exit_code == 2 and "paper.pdf: a PDF" in one_error(result) and "pypdf" in result.stderr
-    else:
-        assert result.exit_code == 2 and "paper.pdf" in one_error(result)  # this one holds no text
+    assert result.exit_code == 2 and "paper.pdf: a PDF" in one_error(result) and "pypdf" in result.stderr
     assert result.stdout == "" and fake.made == []
+    monkeypatch.undo()
+    if importlib.util.find_spec("pypdf") is not None:
+        empty = tmp_path / "empty.pdf"
+        empty.write_bytes(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n1 0 obj\n<<>>\nendobj\n")
+        result = run("generate", "-a", str(empty), "q")
+        assert result.exit_code == 2 and "empty.pdf" in one_error(result)  # it holds no text
+        assert fake.made == []
 
 
 def test_a_text_larger_than_the_context_leaves_is_refused_with_the_numbers(fake, tmp_path):
