@@ -446,21 +446,27 @@ class ModelFlags:
     def spec(self, ctx: typer.Context | None, *, speculative: bool = True, **template) -> RunSpec:
         """The run specification (`llmcli.runspec`): these flags with `template`'s (system, raw,
         fallback_template), each resolved flag > LLMCLI_* > config > default, and checked."""
-        from dataclasses import fields
-
         from llmcli.runspec import resolve_run
 
-        values = {f.name: getattr(self, f.name) for f in fields(ModelFlags)}
-        return resolve_run({**values, **template}, ctx=ctx,
+        return resolve_run({**self._values(), **template}, ctx=ctx,
                            speculative=self._speculative(ctx) if speculative else None)  # fmt: skip
+
+    def _values(self) -> dict:
+        from dataclasses import fields
+
+        return {f.name: getattr(self, f.name) for f in fields(ModelFlags)}
 
     def sampling(self) -> SamplingParams:
         """Sampling settings resolved (flag > LLMCLI_* > config > default) and checked."""
-        return self.spec(None, speculative=False).sampling
+        from llmcli.runspec import resolve_sampling
+
+        return resolve_sampling(self._values())
 
     def engine(self, ctx: typer.Context) -> EngineOptions:
         """How the model is loaded, speculative decoding included, resolved and checked."""
-        return self.spec(ctx).engine
+        from llmcli.runspec import resolve_engine
+
+        return resolve_engine(self._values(), self._speculative(ctx))
 
     def thinking(self) -> bool | None:
         """--think/--no-think, else LLMCLI_THINK or the config's `think`; None: the template's default."""

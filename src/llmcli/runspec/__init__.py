@@ -84,14 +84,7 @@ def resolve_run(values: Mapping[str, Any], *, ctx: Any = None, speculative=None)
     from llmcli import settings
 
     v = values.get
-    sampling = sampling_params(v("temperature"), v("top_k"), v("top_p"), v("min_p"), v("repeat_penalty"),
-                               v("seed"), v("max_tokens"), v("stop"), v("grammar_file"),
-                               v("json_schema"))  # fmt: skip
-    sampling.reasoning_budget, sampling.reasoning_budget_message = reasoning_budget(
-        v("reasoning_budget"), v("reasoning_budget_message")
-    )
-    engine = engine_options(v("ctx_size"), v("gpu_layers"), v("threads"), v("batch_size"), v("flash_attn"),
-                            speculative, v("repack"), v("cache_type_k"), v("cache_type_v"))  # fmt: skip
+    sampling, engine = resolve_sampling(values), resolve_engine(values, speculative)
     sources = {}
     for key in SAMPLING_KEYS:
         _, source = settings.resolve_with_source(key, v(key))
@@ -103,6 +96,25 @@ def resolve_run(values: Mapping[str, Any], *, ctx: Any = None, speculative=None)
     return RunSpec(sampling, engine, system=system, raw=bool(v("raw")),
                    fallback_template=bool(v("fallback_template")), think=settings.think(v("think")),
                    sources=sources)  # fmt: skip
+
+
+def resolve_sampling(values: Mapping[str, Any]) -> SamplingParams:
+    """The sampling half of `resolve_run`: checked, the grammar or JSON schema converted."""
+    v = values.get
+    sampling = sampling_params(v("temperature"), v("top_k"), v("top_p"), v("min_p"), v("repeat_penalty"),
+                               v("seed"), v("max_tokens"), v("stop"), v("grammar_file"),
+                               v("json_schema"))  # fmt: skip
+    sampling.reasoning_budget, sampling.reasoning_budget_message = reasoning_budget(
+        v("reasoning_budget"), v("reasoning_budget_message")
+    )
+    return sampling
+
+
+def resolve_engine(values: Mapping[str, Any], speculative=None) -> EngineOptions:
+    """The loading half of `resolve_run`: how the model is loaded, checked."""
+    v = values.get
+    return engine_options(v("ctx_size"), v("gpu_layers"), v("threads"), v("batch_size"), v("flash_attn"),
+                          speculative, v("repack"), v("cache_type_k"), v("cache_type_v"))  # fmt: skip
 
 
 def configured(key: str) -> list[str] | None:
