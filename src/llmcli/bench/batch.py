@@ -250,6 +250,7 @@ def once(decoder, engine, case: BatchCase, rng: random.Random, clock: Callable[[
     items = [
         BatchItem(i, tokens, params, past_eog=True) for i, tokens in enumerate(prompts(engine, case, rng))
     ]
+    decoder.trace = []
     start = clock()
     ends: list[tuple[int, float, int]] = []  # (end ns, decode ms, tokens) per sequence
     early = 0
@@ -260,23 +261,33 @@ def once(decoder, engine, case: BatchCase, rng: random.Random, clock: Callable[[
         s = result.done.stats
         ends.append((now, s.decode_ms, s.completion_tokens))
         early += result.done.finish_reason == "stop" and s.completion_tokens < case.n_gen
-    return sample(start, ends, case, early)
+    trace, decoder.trace = decoder.trace, None
+    return sample(start, ends, case, early, trace)
 
 
-def sample(start: int, ends: list[tuple[int, float, int]], case: BatchCase, early: int) -> BatchSample:
+def sample(start: int, ends: list[tuple[int, float, int]], case: BatchCase, early: int,
+           trace: list[tuple[float, int, int]] | None = None) -> BatchSample:  # fmt: skip
     """The speeds of one repetition from each sequence's end (clock ns), own decode time and tokens.
 
     The aggregate is N times the speed of the sequence that ended first: all N sequences decoded
     together throughout its decode, so it is the speed of steps of N (llama-batched-bench's S_TG),
     where a sequence stopping early would leave later steps smaller. Where none stops early they
     end in the same step, and it is every sequence's tokens after its first over the decode time.
-    A sequence that ended at its first token never decoded: N counts the others."""
+    A sequence that ended at its first token never decoded: N counts the others.
+
+    With the decoder's `trace` (ms, sequences decoding, prompt tokens of each step), the aggregate
+    is the speed of the steps that decoded all N and prefilled nothing, as llama-batched-bench
+    times its TG steps apart from PP: the first sequence's decode also spans the steps that
+    prefilled the others' prompts, which at large N is much of it."""
     firsts = [end - ms * 1e6 for end, ms, _ in ends]
     decoding = [e for e in ends if e[2] > 1 and e[1] > 0]  # one that ended at its first token never decoded
     agg = None
     if decoding:
         _, first_ms, first_n = min(decoding, key=lambda e: e[0])
         agg = len(decoding) * (first_n - 1) * 1000 / first_ms
+    pure = [(ms, n) for ms, n, prompt in trace or () if prompt == 0 and n == len(ends) and ms > 0]
+    if pure and not early:
+        agg = sum(n for _, n in pure) * 1000 / sum(ms for ms, _ in pure)
     own = [(n - 1) * 1000 / ms for _, ms, n in decoding]
     prefill_ns = max(firsts) - start
     return BatchSample(

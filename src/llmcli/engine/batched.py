@@ -1,7 +1,10 @@
 """Many sequences decoded together: continuous batching in one llama.cpp context.
 
-A second context on a `LlamaEngine`'s model holds up to `parallel` sequences (n_seq_max, one KV
-cache shared by all of them). Each step is one `llama_batch`: the next token of every sequence
+A second context on a `LlamaEngine`'s model holds up to `parallel` sequences (n_seq_max), each in
+its own stream of the KV cache (kv_unified off): a sequence's attention reads its own cells only,
+where in one shared cache every sequence's attention would run over all sequences' cells, masked,
+so that a step's attention grows with the square of N (llama-batched-bench on SmolLM2, N=64: 300
+tok/s in streams, 132 in one cache). Each step is one `llama_batch`: the next token of every sequence
 that is decoding, and as much of the waiting prompts as the batch has room for, each token with
 its sequence's id. Each sequence samples from its own logits with its own sampler chain (its
 temperature, its seed, a grammar or JSON schema if it has one) and goes through `generate`'s
@@ -11,7 +14,7 @@ takes the next item at once.
 
 A prompt prefix that sequences share (the chat template's system prompt, a --template's head) is
 prefilled once: a new sequence takes the cells of the longest prefix it shares with a sequence that
-holds it (`llama_memory_seq_cp`; in a unified cache the cells are shared, not copied), or keeps
+holds it (`llama_memory_seq_cp` of that sequence's stream, the rest cut), or keeps
 that much of what its slot held before (`llama_memory_seq_rm` of the rest), and prefills only its
 own suffix. A sequence admitted beside one still prefilling the same long prefix waits a step for it.
 
@@ -44,6 +47,12 @@ __all__ = ["BatchDecoder", "BatchItem", "BatchResult", "LocalMany", "measure_kne
 
 FOLLOW_EVERY = 8  # steps between two readings of the run queue (adaptive threads)
 WAIT_FOR_PREFIX = 16  # a new sequence waits a step for a sibling prefilling at least this much of its prompt
+KV_PAD = 256  # llama.cpp rounds each stream's cells up to a multiple of this
+
+
+def stream_cells(ctx_per_seq: int) -> int:
+    """The cells llama.cpp gives a sequence's stream for `ctx_per_seq` tokens."""
+    return -(-max(1, ctx_per_seq) // KV_PAD) * KV_PAD
 
 
 class BatchDecoder:
@@ -55,10 +64,10 @@ class BatchDecoder:
         self.parallel = max(1, parallel)
         self.ctx_per_seq = ctx_per_seq or engine.n_ctx
         params = L.llama_context_default_params()
-        params.n_ctx = self.ctx_per_seq * self.parallel
+        params.n_ctx = stream_cells(self.ctx_per_seq) * self.parallel
         params.n_batch = params.n_ubatch = max(512, self.parallel)
         params.n_seq_max = self.parallel
-        params.kv_unified = True  # the sequences share one cache of n_ctx cells
+        params.kv_unified = False  # a stream of cells per sequence (the module's docstring)
         # -t fixes the threads; else a step of many sequences is compute-bound as a prefill is, and
         # takes prefill's rule (engine/threads.py LoadFollower), the run queue read every few steps
         self._follower = LoadFollower(physical_cores()) if engine.adaptive else None
@@ -83,6 +92,8 @@ class BatchDecoder:
         self.step_ms = 0.0
         self.prompt_tokens = 0  # prompt tokens of the sequences admitted
         self.reused_tokens = 0  # of those, the ones whose cells came from a shared prefix
+        # when a list: (ms, sequences decoding, prompt tokens) of every step, for a benchmark
+        self.trace: list[tuple[float, int, int]] | None = None
 
     def run(self, items: Iterable[BatchItem]) -> Iterator[BatchResult]:
         """Answer `items` (read lazily, as slots free up); each result as its sequence ends."""
@@ -183,7 +194,11 @@ class BatchDecoder:
         self.reused_tokens += own
 
     def _copy(self, source: Seq, seq: Seq, n: int) -> None:
-        self._L.llama_memory_seq_cp(self._memory, source.seq_id, seq.seq_id, 0, n)
+        """`seq` takes `source`'s first `n` cells: llama.cpp copies a stream whole (before the next
+        decode), and the cells past `n` are cut from the copy."""
+        L = self._L
+        L.llama_memory_seq_cp(self._memory, source.seq_id, seq.seq_id, -1, -1)
+        L.llama_memory_seq_rm(self._memory, seq.seq_id, n, -1)
         seq.start_at(n)
         self.reused_tokens += n
 
@@ -194,14 +209,23 @@ class BatchDecoder:
             if (n := self._follower.begin()) != self.threads:  # the machine got busier or quieter
                 self.threads = n
                 L.llama_set_n_threads(self._ctx, n, n)
+        began = time.perf_counter()
         batch = L.llama_batch_init(self.n_batch, 0, 1)
         try:
             rows: list[tuple[Seq, int]] = []
-            k = 0
+            takes: dict[int, int] = {}
+            room = self.n_batch
             for seq in sorted(active.values(), key=lambda s: len(s.pending)):  # decoding ones first
-                take = min(len(seq.pending), self.n_batch - k)
-                if take <= 0 or seq.waiting is not None:
-                    continue
+                take = min(len(seq.pending), room)
+                if take > 0 and seq.waiting is None:
+                    takes[seq.seq_id] = take
+                    room -= take
+            k = decoding = 0
+            # in the order of the sequences' ids: llama.cpp splits a batch over several streams into
+            # runs of consecutive ids, one graph each
+            for seq_id in sorted(takes):
+                seq, take = active[seq_id], takes[seq_id]
+                decoding += bool(seq.out)  # its last token, not its prompt
                 for j, token in enumerate(seq.pending[:take]):
                     batch.token[k] = token
                     batch.pos[k] = seq.n_past + j
@@ -225,7 +249,10 @@ class BatchDecoder:
             for seq in active.values():  # a shared prefix prefilled this step: copied before anything ends
                 if seq.waiting is not None and seq.waiting.n_past >= seq.share:
                     self._copy(seq.waiting, seq, seq.share)
-            return [seq for seq, row in rows if self._sample(seq, row)]
+            ended = [seq for seq, row in rows if self._sample(seq, row)]
+            if self.trace is not None:  # the whole step: the batch, its decode, the sampling
+                self.trace.append(((time.perf_counter() - began) * 1000, decoding, k - decoding))
+            return ended
         finally:
             L.llama_batch_free(batch)
 
@@ -304,8 +331,8 @@ def _probe(engine: LlamaEngine, sizes: tuple[int, ...]) -> dict[int, float]:
         if probe._memory:
             L.llama_memory_clear(probe._memory, True)
         probe._decode([(0, p, token) for p in range(PROBE_PREFIX)])
-        for s in range(1, max(sizes)):  # the others share its cells (a unified cache copies none)
-            L.llama_memory_seq_cp(probe._memory, 0, s, 0, PROBE_PREFIX)
+        for s in range(1, max(sizes)):  # the others copy its stream
+            L.llama_memory_seq_cp(probe._memory, 0, s, -1, -1)
         position = dict.fromkeys(range(max(sizes)), PROBE_PREFIX)
         for _ in range(PROBE_ROUNDS):
             for n in sizes:
