@@ -19,13 +19,16 @@ Parts (each printed as it finishes, a table at the end):
 - decode: like for like with llama-batched-bench, which counts decode only (S_TG = N x tg / the
   time of the tg steps, prompt processing apart): `llmcli bench --scenario batch -p 32 -n TOKENS
   --parallel LIST` (decode-only aggregate through llmcli batch's decoder, mean over --reps) beside
-  `llama-batched-bench -npp 32 -ntg TOKENS -npl LIST -kvu` (one pass; its own S_TG), same threads,
+  `llama-batched-bench -npp 32 -ntg TOKENS -npl LIST` (one pass; its own S_TG and S_PP; a KV stream
+  per sequence, as llmcli's decoder has), same threads,
   same weight layout (`--no-repack` where llmcli keeps weights out of the AMX buffer).
 - vllm (--vllm): SmolLM2-135M-Instruct, the model the vLLM tests convert (tests/vllm_tools.py):
   one OpenAI batch file (custom_id, body of a chat completion, --tokens max, temperature 0) read by
   `vllm run-batch` (its CPU build, compiled, as the benchmarks start it) and by `llmcli batch` on
   the bundled GGUF. End to end (process wall) and after start-up (vLLM: from its "Reading batch"
-  log line to its exit; llmcli: its summary line), tokens from each side's usage.
+  log line to its exit; llmcli: its summary line), tokens from each side's usage. `--gguf A,B` runs
+  llmcli batch on each of those files (say, a BF16 GGUF converted from the same HF folder, beside
+  the bundled Q4_1), vLLM once.
 """
 
 from __future__ import annotations
@@ -100,7 +103,7 @@ def decode_llmcli(model: str, tokens: int, parallel: str, reps: int, threads: in
     done, _ = cli("bench", "-m", model, "--scenario", "batch", "--parallel", parallel, "-p", "32", "-n",
                   str(tokens), "-r", str(reps), "-t", str(threads), "-o", "json")  # fmt: skip
     rows = json.loads(done.stdout)["results"]
-    return {r["n_parallel"]: (r["avg_ts"], r["stddev_ts"], r["avg_seq_ts"]) for r in rows}
+    return {r["n_parallel"]: (r["avg_ts"], r["stddev_ts"], r["avg_seq_ts"], r["avg_prefill_ts"]) for r in rows}
 
 
 def decode_llama(model: str, tokens: int, parallel: str, threads: int) -> dict[int, tuple]:
@@ -111,7 +114,7 @@ def decode_llama(model: str, tokens: int, parallel: str, threads: int) -> dict[i
     ns = [int(n) for n in parallel.split(",")]
     ctx = max(ns) * (32 + tokens + 8)
     cmd = [str(tool), "-m", model, "-c", str(ctx), "-b", "2048", "-ub", "512", "-npp", "32",
-           "-ntg", str(tokens), "-npl", parallel, "-t", str(threads), "-kvu", "--output-format", "jsonl",
+           "-ntg", str(tokens), "-npl", parallel, "-t", str(threads), "--output-format", "jsonl",
            *llamacpp_tools.weights_args("llama-batched-bench")]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
@@ -120,13 +123,15 @@ def decode_llama(model: str, tokens: int, parallel: str, threads: int) -> dict[i
     return {r["pl"]: (r["speed_tg"], r["speed_pp"]) for r in rows}
 
 
-def vllm_side_by_side(n: int, tokens: int, parallel: str) -> dict:
-    """vllm run-batch and llmcli batch on the same OpenAI batch file, SmolLM2-135M-Instruct."""
+def vllm_side_by_side(n: int, tokens: int, parallel: str, ggufs: list[str]) -> dict:
+    """vllm run-batch and llmcli batch on the same OpenAI batch file, SmolLM2-135M-Instruct: {"vllm_*":
+    ..., "llmcli": {gguf: llmcli batch's figures}}."""
     import vllm_tools
 
     from llmcli.hub.default_model import model_path
 
-    folder, interpreter, gguf = vllm_tools.smollm2(), vllm_tools.python(), model_path("smollm2-135m")
+    folder, interpreter = vllm_tools.smollm2(), vllm_tools.python()
+    ggufs = ggufs or [str(model_path("smollm2-135m"))]
     work = Path(tempfile.mkdtemp(prefix="batch-vllm-"))
     src, out = work / "in.jsonl", work / "vllm-out.jsonl"
     with src.open("w") as f:
@@ -155,9 +160,12 @@ def vllm_side_by_side(n: int, tokens: int, parallel: str) -> dict:
         raise SystemExit(f"vllm run-batch failed; see {work / 'vllm.log'}")
     answers = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
     v_tokens = sum(a["response"]["body"]["usage"]["completion_tokens"] for a in answers if a.get("response"))
-    ours = batch(str(gguf), str(src), tokens, parallel)
+    ours = {}
+    for gguf in ggufs:
+        print(f"llmcli batch on {Path(gguf).name}; load average {os.getloadavg()[0]:.2f}", flush=True)
+        ours[gguf] = batch(gguf, str(src), tokens, parallel)
     return {"vllm_tokens": v_tokens, "vllm_e2e": ended - started,
-            "vllm_run": ended - (reading or started), **ours}  # fmt: skip
+            "vllm_run": ended - (reading or started), "llmcli": ours}  # fmt: skip
 
 
 def main() -> None:
@@ -167,7 +175,8 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--parallel", default="4,8,16,auto", help="llmcli batch -n values")
     ap.add_argument("--loop-prompts", type=int, default=0, help="the generate loop over the first K only")
-    ap.add_argument("--decode", default="1,2,4,8,16", help="N for the decode-only comparison")
+    ap.add_argument("--decode", default="1,2,4,8,16,32,64", help="N for the decode-only comparison")
+    ap.add_argument("--gguf", default="", help="--vllm: llmcli batch on these GGUF files (comma list)")
     ap.add_argument("--reps", type=int, default=2, help="repetitions of llmcli bench --scenario batch")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--skip", default="", help="parts to leave out: loop, batch, decode")
@@ -176,16 +185,17 @@ def main() -> None:
     skip = set(filter(None, a.skip.split(",")))
     if a.vllm:
         n = a.parallel.split(",")[0]
-        r = vllm_side_by_side(a.prompts, a.tokens, n)
+        r = vllm_side_by_side(a.prompts, a.tokens, n, list(filter(None, a.gguf.split(","))))
         print(json.dumps(r), flush=True)
         v_e2e, v_run = r["vllm_tokens"] / r["vllm_e2e"], r["vllm_tokens"] / r["vllm_run"]
-        e2e, run = r["tokens"] / r["e2e_wall"], r.get("run_tok_s", 0)
         print(f"vllm run-batch: {r['vllm_tokens']} tokens, {r['vllm_e2e']:.1f} s end to end = {v_e2e:.1f} "
               f"tok/s; after start-up {r['vllm_run']:.1f} s = {v_run:.1f} tok/s")  # fmt: skip
-        print(f"llmcli batch -n {n}: {r['tokens']} tokens, {r['e2e_wall']:.1f} s end to end = {e2e:.1f} "
-              f"tok/s; after load {r.get('run_wall', 0):.1f} s = {run:.1f} tok/s; N {r.get('run_n')} "
-              f"{r.get('run_auto', '')}")  # fmt: skip
-        print(f"ratio llmcli/vLLM: end to end {e2e / v_e2e:.2f}x, after start-up {run / v_run:.2f}x")
+        for gguf, o in r["llmcli"].items():
+            e2e, run = o["tokens"] / o["e2e_wall"], o.get("run_tok_s", 0)
+            print(f"llmcli batch -np {n} on {Path(gguf).name}: {o['tokens']} tokens, {o['e2e_wall']:.1f} s end "
+                  f"to end = {e2e:.1f} tok/s; after load {o.get('run_wall', 0):.1f} s = {run:.1f} tok/s; "
+                  f"N {o.get('run_n')} {o.get('run_auto', '')}")  # fmt: skip
+            print(f"  ratio llmcli/vLLM: end to end {e2e / v_e2e:.2f}x, after start-up {run / v_run:.2f}x")
         return
     if a.model in ("0.5b", "1.5b"):
         import qwen
@@ -215,15 +225,17 @@ def main() -> None:
         print(f"load average {os.getloadavg()[0]:.2f}", flush=True)
         theirs = decode_llama(a.model, a.tokens, a.decode, a.threads)
         print(f"decode only, -p 32 -n {a.tokens} (load average {os.getloadavg()[0]:.2f}):")
-        print("| N | llmcli bench --scenario batch t/s (all) | per sequence | llama-batched-bench S_TG "
-              "| ratio |")  # fmt: skip
-        print("| -: | -: | -: | -: | -: |")
+        print("| N | llmcli t/s (all) | per sequence | llama-batched-bench S_TG | ratio | llmcli pp t/s "
+              "| S_PP | ratio |")  # fmt: skip
+        print("| -: | -: | -: | -: | -: | -: | -: | -: |")
         for n in sorted(ours):
-            agg, sd, seq = ours[n]
-            tg = theirs.get(n, (None,))[0]
+            agg, sd, seq, pp = ours[n]
+            tg, spp = theirs.get(n, (None, None))
             ratio = f"{agg / tg:.2f}x" if tg else "n/a"
+            pratio = f"{pp / spp:.2f}x" if spp and pp else "n/a"
             shown = "n/a" if tg is None else f"{tg:.1f}"
-            print(f"| {n} | {agg:.1f} ± {sd:.1f} | {seq:.1f} | {shown} | {ratio} |", flush=True)
+            print(f"| {n} | {agg:.1f} ± {sd:.1f} | {seq:.1f} | {shown} | {ratio} | {pp or 0:.1f} | "
+                  f"{spp or 0:.1f} | {pratio} |", flush=True)  # fmt: skip
     os.unlink(f.name)
 
 

@@ -13,7 +13,11 @@ Three figures per side, mean ± sd over the repetitions:
 The ratio is llmcli's texts/s over llama-embedding's (mean wall clocks). llama-embedding runs two
 ways (`LLAMA_EMBEDDING`). The vectors of llmcli and of the last llama-embedding are compared (cosine).
 
-    python benchmarks/embed.py [--sentences 1000] [--threads 1] [--repetitions 3]
+    python benchmarks/embed.py [--sentences 1000] [--threads 1] [--repetitions 3] [--busy 1] [--adaptive]
+
+`--busy K` keeps K other processes spinning throughout (a busy machine: the issue's "one other
+process running"); `--adaptive` runs llmcli without `-t`, so it picks its threads from the run
+queue as `generate` does, while llama-embedding keeps `--threads`.
 """
 
 from __future__ import annotations
@@ -60,7 +64,18 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--busy", type=int, default=0, help="other processes spinning throughout")
+    parser.add_argument("--adaptive", action="store_true", help="llmcli without -t (its own choice)")
     args = parser.parse_args()
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    try:
+        run(args)
+    finally:
+        for p in spinners:
+            p.kill()
+
+
+def run(args) -> None:
     import llamacpp_tools
     import minilm
     import numpy as np
@@ -80,7 +95,8 @@ def main() -> None:
         file.write_text("\n".join(texts) + "\n")
         one.write_text(texts[0] + "\n")
         npy = Path(tmp) / "v.npy"
-        ours = [sys.executable, "-m", "llmcli", "embed", "-m", str(model), "-t", t, "-o", str(npy)]
+        ours = [sys.executable, "-m", "llmcli", "embed", "-m", str(model), *([] if args.adaptive else ["-t", t]),
+                "-o", str(npy)]  # fmt: skip
         commands = {"llmcli": ours}
         for side, extra in LLAMA_EMBEDDING.items():
             commands[side] = [str(tool), "-m", str(model), "-t", t, *extra, "--embd-output-format", "array",
@@ -96,12 +112,15 @@ def main() -> None:
         timed(commands["llmcli"], file, env)
         a, b = np.load(npy), np.asarray(json.loads(out), dtype=np.float32)
     cosines = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
-    inproc = measure(str(model), texts, threads=args.threads, batch_tokens=None, reps=args.repetitions,
+    inproc = measure(str(model), texts, threads=None if args.adaptive else args.threads, batch_tokens=None,
+                     reps=args.repetitions,
                      warmup=True).record()  # fmt: skip
     n = len(texts)
     tokens = inproc["n_tokens"]
-    print(f"{n} sentences, {tokens} tokens, {args.threads} threads, {args.repetitions} repetitions "
-          "(mean ± sd)")  # fmt: skip
+    ours = "llmcli's own choice" if args.adaptive else "the same"
+    print(f"{n} sentences, {tokens} tokens, {args.threads} threads for llama-embedding ({ours} for llmcli), "
+          f"{args.repetitions} repetitions (mean ± sd), {args.busy} other busy processes, load average "
+          f"{os.getloadavg()[0]:.2f}")  # fmt: skip
     print(f"{'':50}{'texts/s':>17}  {'tokens/s':>17}")
     for side in sides:
         for label, secs in ((f"{side}, end to end", walls[side]), (f"{side}, embedding alone", alone[side])):

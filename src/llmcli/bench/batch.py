@@ -36,7 +36,7 @@ from llmcli.bench.sweep import ContextSpec, Sweep, answer_settings
 from llmcli.contract import EngineOptions, SamplingParams
 from llmcli.errors import UsageError
 
-DEFAULT_PARALLEL = [1, 2, 4, 8, 16]
+DEFAULT_PARALLEL = [1, 2, 4, 8, 16, 32, 64]
 DEFAULT_N_PROMPT = 32  # llama-batched-bench's -npp in the figures
 CTX_MARGIN = 8  # cells past prompt + answer in each sequence's share of the context
 

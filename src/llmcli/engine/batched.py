@@ -98,7 +98,7 @@ class BatchDecoder:
     def run(self, items: Iterable[BatchItem]) -> Iterator[BatchResult]:
         """Answer `items` (read lazily, as slots free up); each result as its sequence ends."""
         source = iter(items)
-        free = list(range(self.parallel - 1, -1, -1))
+        free = list(range(self.parallel - 1, -1, -1))  # the lowest last: taken first
         active: dict[int, Seq] = {}
         exhausted = False
         try:
@@ -115,13 +115,34 @@ class BatchDecoder:
                     active[free.pop()] = seq
                 if not active:
                     return
+                if exhausted:
+                    self._compact(active, free)
                 for seq in self._step(active):
                     del active[seq.seq_id]
                     free.append(seq.seq_id)
                     yield self._finish(seq)
+                free.sort(reverse=True)
         finally:
             for seq in active.values():
                 self._release(seq, keep=False)
+
+    def _compact(self, active: dict[int, Seq], free: list[int]) -> None:
+        """With no items left to fill the slots that free up, move the sequences in the highest slots
+        into the lowest free ones (a copy of the stream, before the next decode), so that the ids of
+        a step's sequences stay one run: llama.cpp computes a batch over several streams as one
+        graph per run of consecutive ids, each reading all the weights, and a batch with gaps
+        where sequences ended costs a decode per gap."""
+        L, mem = self._L, self._memory
+        while free and active and free[-1] < (high := max(active)):
+            low = free.pop()
+            seq = active.pop(high)
+            L.llama_memory_seq_cp(mem, high, low, -1, -1)
+            L.llama_memory_seq_rm(mem, high, -1, -1)
+            self._left.pop(low, None)
+            seq.seq_id = low
+            active[low] = seq
+            free.append(high)
+            free.sort(reverse=True)
 
     def _decode(self, tokens: list[tuple[int, int, int]], logits_all: bool = False) -> None:
         """Decode (sequence, position, token) triples in batches of n_batch (the probe): logits for
