@@ -77,6 +77,7 @@ class BatchDecoder:
         if hasattr(params, "n_outputs_max"):
             params.n_outputs_max = self.parallel  # one row of logits per sequence and step
         params.swa_full = engine.options.swa_full
+        self._batch = None
         self._ctx = L.llama_init_from_model(engine._model, params)
         if not self._ctx:
             raise LlmcliError(
@@ -87,6 +88,7 @@ class BatchDecoder:
         self.n_batch = L.llama_n_batch(self._ctx)
         self._memory = L.llama_get_memory(self._ctx)
         self._buf = ctypes.create_string_buffer(64)
+        self._batch = L.llama_batch_init(self.n_batch, 0, 1)  # every step's, allocated once
         self._left: dict[int, list[int]] = {}  # a free slot's cells: the tokens its last sequence left
         self.steps = 0
         self.step_ms = 0.0
@@ -231,51 +233,48 @@ class BatchDecoder:
                 self.threads = n
                 L.llama_set_n_threads(self._ctx, n, n)
         began = time.perf_counter()
-        batch = L.llama_batch_init(self.n_batch, 0, 1)
-        try:
-            rows: list[tuple[Seq, int]] = []
-            takes: dict[int, int] = {}
-            room = self.n_batch
-            for seq in sorted(active.values(), key=lambda s: len(s.pending)):  # decoding ones first
-                take = min(len(seq.pending), room)
-                if take > 0 and seq.waiting is None:
-                    takes[seq.seq_id] = take
-                    room -= take
-            k = decoding = 0
-            # in the order of the sequences' ids: llama.cpp splits a batch over several streams into
-            # runs of consecutive ids, one graph each
-            for seq_id in sorted(takes):
-                seq, take = active[seq_id], takes[seq_id]
-                decoding += bool(seq.out)  # its last token, not its prompt
-                for j, token in enumerate(seq.pending[:take]):
-                    batch.token[k] = token
-                    batch.pos[k] = seq.n_past + j
-                    batch.n_seq_id[k] = 1
-                    batch.seq_id[k][0] = seq.seq_id
-                    last = j == take - 1 and take == len(seq.pending)
-                    batch.logits[k] = 1 if last else 0
-                    if last:
-                        rows.append((seq, k))
-                    k += 1
-                seq.cached.extend(seq.pending[:take])
-                del seq.pending[:take]
-            batch.n_tokens = k
-            started = time.perf_counter()
-            status = L.llama_decode(self._ctx, batch) if k else 0
-            self.step_ms += (time.perf_counter() - started) * 1000
-            self.steps += 1
-            if status != 0:
-                raise LlmcliError(f"llama.cpp could not decode a batch of {k} tokens (status {status})",
-                                  hint="try a smaller --parallel")  # fmt: skip
-            for seq in active.values():  # a shared prefix prefilled this step: copied before anything ends
-                if seq.waiting is not None and seq.waiting.n_past >= seq.share:
-                    self._copy(seq.waiting, seq, seq.share)
-            ended = [seq for seq, row in rows if self._sample(seq, row)]
-            if self.trace is not None:  # the whole step: the batch, its decode, the sampling
-                self.trace.append(((time.perf_counter() - began) * 1000, decoding, k - decoding))
-            return ended
-        finally:
-            L.llama_batch_free(batch)
+        batch = self._batch
+        rows: list[tuple[Seq, int]] = []
+        takes: dict[int, int] = {}
+        room = self.n_batch
+        for seq in sorted(active.values(), key=lambda s: len(s.pending)):  # decoding ones first
+            take = min(len(seq.pending), room)
+            if take > 0 and seq.waiting is None:
+                takes[seq.seq_id] = take
+                room -= take
+        k = decoding = 0
+        # in the order of the sequences' ids: llama.cpp splits a batch over several streams into
+        # runs of consecutive ids, one graph each
+        for seq_id in sorted(takes):
+            seq, take = active[seq_id], takes[seq_id]
+            decoding += bool(seq.out)  # its last token, not its prompt
+            for j, token in enumerate(seq.pending[:take]):
+                batch.token[k] = token
+                batch.pos[k] = seq.n_past + j
+                batch.n_seq_id[k] = 1
+                batch.seq_id[k][0] = seq.seq_id
+                last = j == take - 1 and take == len(seq.pending)
+                batch.logits[k] = 1 if last else 0
+                if last:
+                    rows.append((seq, k))
+                k += 1
+            seq.cached.extend(seq.pending[:take])
+            del seq.pending[:take]
+        batch.n_tokens = k
+        started = time.perf_counter()
+        status = L.llama_decode(self._ctx, batch) if k else 0
+        self.step_ms += (time.perf_counter() - started) * 1000
+        self.steps += 1
+        if status != 0:
+            raise LlmcliError(f"llama.cpp could not decode a batch of {k} tokens (status {status})",
+                              hint="try a smaller --parallel")  # fmt: skip
+        for seq in active.values():  # a shared prefix prefilled this step: copied before anything ends
+            if seq.waiting is not None and seq.waiting.n_past >= seq.share:
+                self._copy(seq.waiting, seq, seq.share)
+        ended = [seq for seq, row in rows if self._sample(seq, row)]
+        if self.trace is not None:  # the whole step: the batch, its decode, the sampling
+            self.trace.append(((time.perf_counter() - began) * 1000, decoding, k - decoding))
+        return ended
 
     def _sample(self, seq: Seq, row: int) -> bool:
         """Sample `seq`'s next token from batch row `row`; whether the sequence has ended."""
@@ -299,6 +298,9 @@ class BatchDecoder:
             self._L.llama_memory_seq_rm(self._memory, seq.seq_id, -1, -1)
 
     def close(self) -> None:
+        if self._batch is not None:
+            self._L.llama_batch_free(self._batch)
+            self._batch = None
         if self._ctx:
             self._L.llama_free(self._ctx)
             self._ctx = None
