@@ -87,3 +87,21 @@ def test_a_copied_prefix_is_the_prefix_and_nothing_past_it(engine):
     for key in ("a", "b"):
         assert together[key].text.strip() and alone[key].text.strip()
         assert together[key].tokens[:3] == alone[key].tokens[:3]
+
+
+def test_the_memory_check_counts_a_stream_as_llama_cpp_sizes_it(monkeypatch):
+    """A sequence's stream holds its context rounded up to 256 cells: `batch_room` counts those, so a
+    short per-sequence context does not promise room for more sequences than llama.cpp can make."""
+    from llmcli import gguf_file, loader
+    from llmcli.engine.batched import stream_cells
+    from llmcli.hub import fit
+    from llmcli.hub.default_model import model_path
+
+    path = model_path("smollm2-135m")
+    header = gguf_file.read_header(path)
+    gib = 1 << 30
+    monkeypatch.setattr(fit, "memory", lambda: fit.Memory(available=2 * gib, total=4 * gib))
+    room = loader.batch_room(path, EngineOptions(), 100)
+    assert stream_cells(100) == 256 and stream_cells(256) == 256 and stream_cells(257) == 512
+    assert room == (2 * gib - header.tensor_bytes - (128 << 20)) // header.kv_cache_bytes(256)
+    assert room < (2 * gib - header.tensor_bytes - (128 << 20)) // header.kv_cache_bytes(100)

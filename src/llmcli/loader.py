@@ -167,7 +167,9 @@ def batch_room(path: Path, options: EngineOptions, ctx_per_seq: int) -> int | No
 
     k_bytes = KV_TYPE_BYTES.get((options.type_k or "f16").lower(), 2.0)
     v_bytes = KV_TYPE_BYTES.get((options.type_v or "f16").lower(), 2.0)
-    per_seq = header.kv_cache_bytes(ctx_per_seq, k_bytes, v_bytes)
+    from llmcli.engine.batched import stream_cells
+
+    per_seq = header.kv_cache_bytes(stream_cells(ctx_per_seq), k_bytes, v_bytes)  # as llama.cpp sizes a stream
     if per_seq <= 0:
         return None
     return max(0, (mem.available - header.tensor_bytes - (128 << 20)) // per_seq)
