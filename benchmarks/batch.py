@@ -103,7 +103,8 @@ def decode_llmcli(model: str, tokens: int, parallel: str, reps: int, threads: in
     done, _ = cli("bench", "-m", model, "--scenario", "batch", "--parallel", parallel, "-p", "32", "-n",
                   str(tokens), "-r", str(reps), "-t", str(threads), "-o", "json")  # fmt: skip
     rows = json.loads(done.stdout)["results"]
-    return {r["n_parallel"]: (r["avg_ts"], r["stddev_ts"], r["avg_seq_ts"], r["avg_prefill_ts"]) for r in rows}
+    keys = ("avg_ts", "stddev_ts", "avg_seq_ts", "avg_prefill_ts")
+    return {r["n_parallel"]: tuple(r[k] for k in keys) for r in rows}
 
 
 def decode_llama(model: str, tokens: int, parallel: str, threads: int) -> dict[int, tuple]:
@@ -192,7 +193,8 @@ def main() -> None:
               f"tok/s; after start-up {r['vllm_run']:.1f} s = {v_run:.1f} tok/s")  # fmt: skip
         for gguf, o in r["llmcli"].items():
             e2e, run = o["tokens"] / o["e2e_wall"], o.get("run_tok_s", 0)
-            print(f"llmcli batch -np {n} on {Path(gguf).name}: {o['tokens']} tokens, {o['e2e_wall']:.1f} s end "
+            print(f"llmcli batch -np {n} on {Path(gguf).name}: {o['tokens']} tokens, {o['e2e_wall']:.1f} s "
+                  "end "
                   f"to end = {e2e:.1f} tok/s; after load {o.get('run_wall', 0):.1f} s = {run:.1f} tok/s; "
                   f"N {o.get('run_n')} {o.get('run_auto', '')}")  # fmt: skip
             print(f"  ratio llmcli/vLLM: end to end {e2e / v_e2e:.2f}x, after start-up {run / v_run:.2f}x")

@@ -95,8 +95,8 @@ def run(args) -> None:
         file.write_text("\n".join(texts) + "\n")
         one.write_text(texts[0] + "\n")
         npy = Path(tmp) / "v.npy"
-        ours = [sys.executable, "-m", "llmcli", "embed", "-m", str(model), *([] if args.adaptive else ["-t", t]),
-                "-o", str(npy)]  # fmt: skip
+        threads = [] if args.adaptive else ["-t", t]
+        ours = [sys.executable, "-m", "llmcli", "embed", "-m", str(model), *threads, "-o", str(npy)]
         commands = {"llmcli": ours}
         for side, extra in LLAMA_EMBEDDING.items():
             commands[side] = [str(tool), "-m", str(model), "-t", t, *extra, "--embd-output-format", "array",

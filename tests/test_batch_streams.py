@@ -71,7 +71,8 @@ def test_a_copied_prefix_is_the_prefix_and_nothing_past_it(engine):
     params = SamplingParams(temperature=0, max_tokens=16, seed=1)
     decoder = BatchDecoder(engine, 2, ctx_per_seq=256)
     try:
-        together = {r.key: r.done for r in decoder.run([BatchItem("a", a, params), BatchItem("b", b, params)])}
+        items = [BatchItem("a", a, params), BatchItem("b", b, params)]
+        together = {r.key: r.done for r in decoder.run(items)}
         assert decoder.reused_tokens >= len(shared) - 1  # b took a's prefix from a's stream
     finally:
         decoder.close()

@@ -169,7 +169,8 @@ def batch_room(path: Path, options: EngineOptions, ctx_per_seq: int) -> int | No
     v_bytes = KV_TYPE_BYTES.get((options.type_v or "f16").lower(), 2.0)
     from llmcli.engine.batched import stream_cells
 
-    per_seq = header.kv_cache_bytes(stream_cells(ctx_per_seq), k_bytes, v_bytes)  # as llama.cpp sizes a stream
+    # a sequence's stream, as llama.cpp sizes it
+    per_seq = header.kv_cache_bytes(stream_cells(ctx_per_seq), k_bytes, v_bytes)
     if per_seq <= 0:
         return None
     return max(0, (mem.available - header.tensor_bytes - (128 << 20)) // per_seq)

@@ -144,8 +144,8 @@ Busy = Annotated[
 Parallel = Annotated[
     list[str] | None,
     _list_option("--parallel", "-np", panel=RUN_PANEL,
-                 help="--scenario batch: sequences decoded together, swept (default 1,2,4,8,16,32,64); each has "
-                 "a prompt of -p random tokens (default 32) and answers -n."),
+                 help="--scenario batch: sequences decoded together, swept (default 1,2,4,8,16,32,64); "
+                      "each has a prompt of -p random tokens (default 32) and answers -n."),
 ]  # fmt: skip
 Seed = Annotated[
     int,
