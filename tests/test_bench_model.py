@@ -112,11 +112,12 @@ def test_ctrl_c_aborts_a_long_prefill():
 def test_spec_scenario_on_smollm2_drafts_on_the_copy_prompt():
     """Prompt lookup on the built-in copy prompt: drafting happens with any batch size
     (--spec-exact 0), the plain case drafts nothing, and with --spec-exact 1 the greedy text is
-    the plain text. Properties only, no speeds."""
+    the plain text. Properties only, no speeds. k is fixed (--no-spec-adaptive): an adaptive k
+    follows costs measured on this machine, and on a loaded one may rightly choose not to draft."""
     doc = _bench("-m", "smollm2-135m", "--scenario", "spec", "-n", "24", "--no-warmup",
-                 "--spec-draft-n-max", "4", "--spec-exact", "0,1")  # fmt: skip
+                 "--spec-draft-n-max", "4", "--spec-exact", "0,1", "--no-spec-adaptive")  # fmt: skip
     rows = {r["test"]: r for r in doc["results"]}
-    assert list(rows) == ["spec plain tg24", "spec lookup k=4 tg24", "spec lookup k=4 exact tg24"]
+    assert list(rows) == ["spec plain tg24", "spec lookup k=4 fixed tg24", "spec lookup k=4 fixed exact tg24"]
     plain, fast, exact = rows.values()
     assert plain["drafted"] == [0] and plain["accepted"] == [0] and plain["spec_type"] == "none"
     assert fast["drafted"][0] > 0
