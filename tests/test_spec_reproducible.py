@@ -45,11 +45,14 @@ def test_the_same_command_gives_the_same_text_and_the_first_run_calibrates(model
         assert r["speculative"]["cost_table"] != spec["cost_table"]  # measured, not the assumed ones
         assert r["speculative"]["k_chosen"] == runs[0]["speculative"]["k_chosen"]
         assert r["usage"]["completion_tokens"] == runs[0]["usage"]["completion_tokens"] > 0
-    # batches of several positions ran: this is verification at work, not plain decoding. Whether a
-    # sampled answer keeps copying (so that drafts are accepted) is the model's choice on this CPU;
-    # at temperature 0 the copy is the most likely text, and its drafts are taken
-    assert all(r["speculative"]["drafted_tokens"] > 0 for r in runs)
+    # batches of several positions ran: this is verification at work, not plain decoding. The first
+    # run drafts by the assumed costs, whatever the machine. Later runs draft where this machine's
+    # measured costs say a batch pays for the acceptance they expect: at temperature 0 the copy is
+    # the most likely text, and its drafts are taken; whether a sampled answer keeps copying is the
+    # model's choice on this CPU, and a loaded machine may measure that drafting does not pay
+    assert spec["drafted_tokens"] > 0
     if sampling == ("--temperature", "0"):
+        assert all(r["speculative"]["drafted_tokens"] > 0 for r in runs)
         assert all(r["speculative"]["accepted_tokens"] > 0 for r in runs)
 
 
