@@ -434,7 +434,7 @@ complete -c llmcli -n '__llmcli_at "bench"' -l roofline -d 'Measure this machine
 complete -c llmcli -n '__llmcli_at "bench"' -l ctx-size -x -d 'Context size; a test that does not fit is an error (default: sized to fit each test; for --scenario chat and spec the model\'s trained context, capped at 4096)'
 complete -c llmcli -n '__llmcli_at "bench"' -l delay -x -d 'Seconds to pause between tests'
 complete -c llmcli -n '__llmcli_at "bench"' -l seed -x -d 'Seed of the synthetic token ids'
-complete -c llmcli -n '__llmcli_at "bench"' -o np -l parallel -x -d '--scenario batch: sequences decoded together, swept (default 1,2,4,8,16); each has a prompt of -p random tokens (default 32) and answers -n'
+complete -c llmcli -n '__llmcli_at "bench"' -o np -l parallel -x -d '--scenario batch: sequences decoded together, swept (default 1,2,4,8,16,32,64); each has a prompt of -p random tokens (default 32) and answers -n'
 complete -c llmcli -n '__llmcli_at "bench"' -l busy -x -d 'Start N busy processes (each keeps a core busy) for the run and stop them after: decode and prefill next to other work, at the thread counts given'
 complete -c llmcli -n '__llmcli_at "bench"' -l texts -x -d '--scenario embed: embed N generated sentences (default 1000; -f FILE embeds its lines instead)'
 complete -c llmcli -n '__llmcli_at "bench"' -l concurrency -x -d 'Requests in flight at once, swept like the other lists (default 1); served models only'

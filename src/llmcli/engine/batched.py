@@ -77,7 +77,7 @@ class BatchDecoder:
         if hasattr(params, "n_outputs_max"):
             params.n_outputs_max = self.parallel  # one row of logits per sequence and step
         params.swa_full = engine.options.swa_full
-        self._batch = None
+        self._batch: Any = None  # the llama_batch every step fills (allocated once the context is)
         self._ctx = L.llama_init_from_model(engine._model, params)
         if not self._ctx:
             raise LlmcliError(
