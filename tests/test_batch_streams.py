@@ -61,7 +61,12 @@ def test_a_sequence_moved_to_a_free_slot_keeps_its_cells(engine, monkeypatch):
     assert [n for _, n, prompt in decoder.trace if prompt == 0][-1] == 1
 
 
-def test_a_copied_prefix_is_the_prefix_and_nothing_past_it(engine):
+def test_a_copied_prefix_is_the_prefix_and_nothing_past_it(engine, monkeypatch):
+    """The second sequence takes the first's prompt prefix from its stream: right after the copy
+    it holds positions 0 to n-1 of the prefix and nothing past them (the first sequence's own
+    tokens cut), and the first keeps all of its cells. Positions, not texts: a batch of two rounds
+    differently from one, so texts are compared only where the shapes are the same."""
+    from llmcli.engine import batched
     from llmcli.engine.batched import BatchDecoder, BatchItem
 
     shared = engine.tokenize("Once upon a time, in a small village by the sea, there lived an old "
@@ -69,25 +74,29 @@ def test_a_copied_prefix_is_the_prefix_and_nothing_past_it(engine):
     a = shared + engine.tokenize(" loved the morning tide", special=False)
     b = shared + engine.tokenize(" feared the storms", special=False)
     params = SamplingParams(temperature=0, max_tokens=16, seed=1)
+    seen = []
+    copy = batched.BatchDecoder._copy
+
+    def watched(self, source, seq, n):
+        copy(self, source, seq, n)
+        L, mem = self._L, self._memory
+        own = (L.llama_memory_seq_pos_min(mem, seq.seq_id), L.llama_memory_seq_pos_max(mem, seq.seq_id))
+        seen.append((n, source.n_past, *own, L.llama_memory_seq_pos_max(mem, source.seq_id)))
+
+    monkeypatch.setattr(batched.BatchDecoder, "_copy", watched)
     decoder = BatchDecoder(engine, 2, ctx_per_seq=256)
     try:
         items = [BatchItem("a", a, params), BatchItem("b", b, params)]
         together = {r.key: r.done for r in decoder.run(items)}
-        assert decoder.reused_tokens >= len(shared) - 1  # b took a's prefix from a's stream
     finally:
         decoder.close()
-    alone = {}
-    for key, tokens in (("a", a), ("b", b)):
-        decoder = BatchDecoder(engine, 2, ctx_per_seq=256)
-        try:
-            alone.update({r.key: r.done for r in decoder.run([BatchItem(key, tokens, params)])})
-        finally:
-            decoder.close()
-    # the same prompt cells, whichever way they came: each answer reads as its own prompt asks;
-    # batch shapes differ (two sequences against one), so the texts are compared by their start
-    for key in ("a", "b"):
-        assert together[key].text.strip() and alone[key].text.strip()
-        assert together[key].tokens[:3] == alone[key].tokens[:3]
+    assert len(seen) == 1
+    n, source_past, low, high, source_high = seen[0]
+    assert n >= len(shared) - 1 and source_past > n  # the first had prefilled past the prefix
+    assert (low, high) == (0, n - 1)  # the prefix, and nothing of the first sequence's own tokens
+    assert source_high == source_past - 1  # the first keeps all of its cells
+    assert together["a"].text.strip() and together["b"].text.strip()
+    assert together["b"].stats.cached_tokens == n and together["b"].stats.prefill_tokens == len(b) - n
 
 
 def test_the_memory_check_counts_a_stream_as_llama_cpp_sizes_it(monkeypatch):
