@@ -21,10 +21,12 @@ def llama_cpp_imports(path: Path) -> list[int]:
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             names = [node.module or ""] if node.level == 0 else []
-        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
-            func = node.func
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], (ast.Constant, ast.JoinedStr)):
+            func, arg = node.func, node.args[0]
             called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            names = [str(node.args[0].value)] if called in ("import_module", "__import__") else []
+            if isinstance(arg, ast.JoinedStr):  # f"llama_cpp.{name}": its literal start
+                arg = arg.values[0] if arg.values and isinstance(arg.values[0], ast.Constant) else ast.Constant("")
+            names = [str(arg.value)] if called in ("import_module", "__import__", "find_spec") else []
         else:
             continue
         if any(name == "llama_cpp" or name.startswith("llama_cpp.") for name in names):
@@ -50,8 +52,9 @@ def test_the_scan_sees_every_import_form(tmp_path: Path):
         "    from llama_cpp import llama_backend_init\n"
         "    import importlib\n    importlib.import_module('llama_cpp')\n"
         "    from . import llama_cpp_like\n    import llama_cpp_python_docs\n"
+        "    importlib.import_module(f'llama_cpp.{name}')\n    importlib.util.find_spec('llama_cpp')\n"
     )
-    assert llama_cpp_imports(sample) == [2, 3, 5, 6, 8]
+    assert llama_cpp_imports(sample) == [2, 3, 5, 6, 8, 11, 12]
 
 
 def test_the_engine_does_import_it():

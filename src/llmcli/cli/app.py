@@ -13,7 +13,10 @@ import typer
 from typer.core import TyperGroup
 
 from llmcli import __version__, render
+from llmcli.cli import coercion
 from llmcli.errors import ExitCode, LlmcliError
+
+coercion.install()  # plain values converted without importing pydantic (cli/coercion.py)
 
 # Click's base exception, as the running Typer raises it (Typer vendors its own copy of Click, so
 # `import click` would name another class): found from the public BadParameter (never missing in
@@ -214,13 +217,36 @@ def fast_complete(argv: list[str]) -> int:
     return 0
 
 
+def named(argv: list[str]) -> typer.Typer:
+    """The app with only the command that `argv` names, where it names one.
+
+    Typer builds the whole command tree (every command's parameters, from its signature) before it
+    parses a word, 40-60 ms for llmcli's 37 commands; a command line needs one of them. The root's
+    own options are all flags, so the first word that is not one names the command. Help, a word
+    that names no command and no word at all get the whole app, and with it Click's list of
+    commands and its "No such command" error."""
+    word = next((arg for arg in argv if not arg.startswith("-")), None)
+    if word is None or "--" in argv[: argv.index(word)]:
+        return app
+    get_name = typer.main.get_command_name
+    commands = [c for c in app.registered_commands if (c.name or get_name(c.callback.__name__)) == word]
+    groups = [g for g in app.registered_groups if (g.name or g.typer_instance.info.name) == word]
+    if not commands and not groups:
+        return app
+    import copy
+
+    one = copy.copy(app)
+    one.registered_commands, one.registered_groups = commands, groups
+    return one
+
+
 def main() -> None:
     """Console-script entry point: run the app and map exceptions to one line and an exit code."""
     if sys.argv[1:2] == ["__complete"]:  # Tab in a shell: skip Typer's parsing (cli/completion.py)
         sys.exit(fast_complete(sys.argv[2:]))
     _install_sigterm()
     try:
-        app(prog_name="llmcli")
+        named(sys.argv[1:])(prog_name="llmcli")
     except LlmcliError as exc:  # raised outside a command (e.g. by a completion callback)
         report(exc)
         sys.exit(int(exc.exit_code))

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import importlib
+import importlib.util
 import re
+import sys
 from typing import Any
 
 # ggml_backend_dev_type, in the order of enum ggml_backend_dev_type (ggml-backend.h).
@@ -22,10 +25,46 @@ GPU_DEVICE_TYPES = ("GPU", "IGPU")
 
 
 def library():
-    """The llama_cpp module (ImportError, or OSError when its shared library cannot be loaded)."""
-    import llama_cpp
+    """llama-cpp-python's ctypes binding of libllama, `llama_cpp.llama_cpp` (ImportError, or OSError
+    when its shared library cannot be loaded): every llama.cpp function llmcli calls."""
+    return binding("llama_cpp")
 
-    return llama_cpp
+
+def binding(name: str):
+    """One module of llama-cpp-python's low-level layer (`llama_cpp`, `mtmd_cpp`, `llama_grammar`),
+    loaded without running the package's `__init__` first.
+
+    That `__init__` imports the high-level `Llama` class, which llmcli does not use, and with it
+    numpy, jinja2 and the chat-format handlers: 0.12 s of every command's start, a seventh of a
+    short `generate`. So the package module is created without running it, and runs the real
+    `__init__` the first time anyone asks it for a name it lacks (`llama_cpp.Llama`, `from llama_cpp
+    import __version__`): a test or a plugin that imports llama_cpp gets the whole package."""
+    full = f"llama_cpp.{name}"
+    if full not in sys.modules and "llama_cpp" not in sys.modules:
+        sys.modules["llama_cpp"] = _deferred_package()
+    return importlib.import_module(full)
+
+
+def _deferred_package():
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or spec.loader is None:
+        raise ModuleNotFoundError("No module named 'llama_cpp'", name="llama_cpp")
+    package = importlib.util.module_from_spec(spec)
+    ran: list[bool] = []
+
+    def __getattr__(attr: str):
+        if not attr.startswith("__") and importlib.util.find_spec(f"llama_cpp.{attr}") is not None:
+            raise AttributeError(attr)  # a submodule: the import system loads it by itself
+        if not ran:
+            ran.append(True)
+            spec.loader.exec_module(package)
+        return package.__dict__[attr] if attr in package.__dict__ else _missing(attr)
+
+    def _missing(attr: str):
+        raise AttributeError(f"module 'llama_cpp' has no attribute {attr!r}")
+
+    package.__getattr__ = __getattr__  # type: ignore[method-assign]
+    return package
 
 
 @functools.cache
@@ -147,10 +186,7 @@ def _native() -> ctypes.CDLL:
 
     `llama_cpp.llama_cpp._lib` is private: llama-cpp-python binds no ggml version or device
     function, and this is the one place llmcli reaches for it."""
-    library()
-    from llama_cpp import llama_cpp as binding
-
-    return binding._lib
+    return library()._lib
 
 
 def _c_string(name: str) -> str | None:

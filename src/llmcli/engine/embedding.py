@@ -39,9 +39,9 @@ class LlamaEmbedder:
         gpu_layers: int | None = None,
         debug: bool = False,
     ) -> None:
-        import llama_cpp
+        from llmcli.engine.backend import library
 
-        self._L = L = llama_cpp
+        self._L = L = library()
         self.path = Path(path)
         self.ref = str(path)
         if not debug:

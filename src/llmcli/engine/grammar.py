@@ -9,6 +9,6 @@ from __future__ import annotations
 def json_schema_to_gbnf(schema: str) -> str:
     """GBNF for a JSON schema given as JSON text; the converter raises plain exceptions (ValueError,
     KeyError, ...) on schemas it does not support."""
-    from llama_cpp.llama_grammar import json_schema_to_gbnf as convert
+    from llmcli.engine.backend import binding
 
-    return convert(schema)
+    return binding("llama_grammar").json_schema_to_gbnf(schema)

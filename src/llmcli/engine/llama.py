@@ -103,9 +103,9 @@ class LlamaEngine(SpeculationCosts):
     def __init__(
         self, path: str | Path, options: EngineOptions | None = None, *, debug: bool = False
     ) -> None:
-        import llama_cpp
+        from llmcli.engine.backend import library
 
-        self._L = llama_cpp
+        self._L = llama_cpp = library()
         self.options = options or EngineOptions()
         self.path = Path(path)
         self._debug = debug

@@ -27,8 +27,9 @@ from llmcli.errors import InvalidModelError, LlmcliError
 
 def init(debug: bool = False) -> None:
     """Load llama.cpp's backends; its log is hidden unless `debug`."""
-    import llama_cpp
+    from llmcli.engine.backend import library
 
+    llama_cpp = library()
     if not debug:
         silence_logs(llama_cpp)
     llama_cpp.llama_backend_init()
@@ -47,9 +48,9 @@ class MeasureModel:
     """One loaded model at llama.cpp's default model parameters, `n_gpu_layers` aside."""
 
     def __init__(self, path: str | Path, n_gpu_layers: int, repack: bool | None = None) -> None:
-        import llama_cpp
+        from llmcli.engine.backend import library
 
-        L = self._L = llama_cpp
+        L = self._L = library()
         self.path = str(path)
         params = L.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
@@ -179,8 +180,7 @@ class MeasureContext:
 def check_draft_vocab(target: str, draft: str) -> None:
     """Refuse (UsageError naming both files and the first difference) a draft model whose
     vocabulary is not the target's; only the two vocabularies are read, no weights."""
-    import llama_cpp
-
+    from llmcli.engine.backend import library
     from llmcli.engine.speculation.draft import check_draft_vocab as check
 
-    check(llama_cpp, Path(target), Path(draft))
+    check(library(), Path(target), Path(draft))

@@ -65,7 +65,9 @@ class Vision:
     """The projector of one model: an mtmd context over the engine's model."""
 
     def __init__(self, llama_cpp, model, path: str, n_threads: int, debug: bool, what: str = "") -> None:
-        from llama_cpp import mtmd_cpp
+        from llmcli.engine.backend import binding
+
+        mtmd_cpp = binding("mtmd_cpp")
 
         self.M = mtmd_cpp
         self.path = path

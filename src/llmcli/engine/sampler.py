@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -65,13 +66,45 @@ def pick(L, ctx, sampler, n_vocab: int, greedy: bool):
     the first highest logit and keeps no state, so an argmax over the logits in place gives the
     same token without the chain's copy of the whole vocabulary into a candidate array: about 10
     us a position against 90 (SmolLM2's 49,152 tokens; five times that for Gemma's 262,144), which
-    a verification batch pays at every position."""
+    a verification batch pays at every position.
+
+    The argmax is numpy's, and importing numpy costs about 0.1 s, as much as a thousand picks by
+    the chain: so a process picks by the chain until it has made `CHAIN_PICKS` greedy picks (a
+    short answer never imports numpy), then by the argmax. Both pick the same token."""
     if not greedy:
         return lambda i: L.llama_sampler_sample(sampler, ctx, i)
-    import numpy as np
+    logits, shape = L.llama_get_logits_ith, (n_vocab,)
+    argmax = None
 
-    logits, as_array, shape = L.llama_get_logits_ith, np.ctypeslib.as_array, (n_vocab,)
-    return lambda i: int(as_array(logits(ctx, i), shape=shape).argmax())
+    def greedy_pick(i: int) -> int:
+        nonlocal argmax
+        if argmax is None:
+            np = _numpy_once_worth_it()
+            if np is None:
+                return L.llama_sampler_sample(sampler, ctx, i)
+            as_array = np.ctypeslib.as_array
+            argmax = lambda i: int(as_array(logits(ctx, i), shape=shape).argmax())  # noqa: E731
+        return argmax(i)
+
+    return greedy_pick
+
+
+CHAIN_PICKS = 256  # greedy picks by llama.cpp's chain before the argmax is worth numpy's import
+_chain_picks_left = [CHAIN_PICKS]
+
+
+def _numpy_once_worth_it():
+    """numpy, when it is imported already or the process has made `CHAIN_PICKS` greedy picks;
+    else None (and one more pick is counted)."""
+    np = sys.modules.get("numpy")
+    if np is not None:
+        return np
+    _chain_picks_left[0] -= 1
+    if _chain_picks_left[0] > 0:
+        return None
+    import numpy
+
+    return numpy
 
 
 @contextmanager
@@ -82,7 +115,6 @@ def _stderr_kept(printed: list[str], keep: bool = True) -> Iterator[None]:
     if not keep:
         yield
         return
-    import sys
     import tempfile
 
     sys.stderr.flush()
