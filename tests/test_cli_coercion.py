@@ -112,16 +112,15 @@ def test_plain_values_are_answered_without_typer():
 
 def test_a_command_line_starts_without_pydantic(tmp_path: Path):
     """`llmcli generate --help`-level parsing of every common option kind imports no pydantic."""
+    args = ["-n", "8", "--temperature", "0.5", "--seed", "3", "-m", "x.gguf", "hi"]
     script = (
         "import sys\n"
         "from llmcli.cli.app import app\n"
         "import typer\n"
         "cmd = typer.main.get_command(app)\n"
-        "ctx = cmd.make_context('llmcli', ['generate', '-n', '8', '--temperature', '0.5', '--seed', '3',"
-        " '-m', 'x.gguf', 'hi'])\n"
+        f"ctx = cmd.make_context('llmcli', {['generate', *args]!r})\n"
         "sub = cmd.get_command(ctx, 'generate')\n"
-        "sub.make_context('generate', ['-n', '8', '--temperature', '0.5', '--seed', '3', '-m', 'x.gguf', 'hi'],"
-        " parent=ctx)\n"
+        f"sub.make_context('generate', {args!r}, parent=ctx)\n"
         "print('pydantic' in sys.modules)\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)

@@ -11,6 +11,9 @@ SRC = Path(llmcli.__file__).parent
 ENGINE = SRC / "engine"
 
 
+NAMED = ast.Constant | ast.JoinedStr  # a module named by a literal, or an f-string with a literal start
+
+
 def llama_cpp_imports(path: Path) -> list[int]:
     """Line numbers of `import llama_cpp...`, `from llama_cpp... import ...` and
     `importlib.import_module("llama_cpp...")` / `__import__("llama_cpp...")` in one source file."""
@@ -21,11 +24,12 @@ def llama_cpp_imports(path: Path) -> list[int]:
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             names = [node.module or ""] if node.level == 0 else []
-        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], (ast.Constant, ast.JoinedStr)):
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], NAMED):
             func, arg = node.func, node.args[0]
             called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
             if isinstance(arg, ast.JoinedStr):  # f"llama_cpp.{name}": its literal start
-                arg = arg.values[0] if arg.values and isinstance(arg.values[0], ast.Constant) else ast.Constant("")
+                first = arg.values[0] if arg.values else None
+                arg = first if isinstance(first, ast.Constant) else ast.Constant("")
             names = [str(arg.value)] if called in ("import_module", "__import__", "find_spec") else []
         else:
             continue
