@@ -229,8 +229,10 @@ def named(argv: list[str]) -> typer.Typer:
     if word is None or "--" in argv[: argv.index(word)]:
         return app
     get_name = typer.main.get_command_name
-    commands = [c for c in app.registered_commands if (c.name or get_name(c.callback.__name__)) == word]
-    groups = [g for g in app.registered_groups if (g.name or g.typer_instance.info.name) == word]
+    commands = [c for c in app.registered_commands
+                if (c.name or get_name(getattr(c.callback, "__name__", ""))) == word]  # fmt: skip
+    groups = [g for g in app.registered_groups
+              if (g.name or getattr(getattr(g.typer_instance, "info", None), "name", None)) == word]  # fmt: skip
     if not commands and not groups:
         return app
     import copy

@@ -89,7 +89,7 @@ def install() -> bool:
         return needed
 
     @dataclass(frozen=True)
-    class PlainRuntimeParam(_coercion.RuntimeParam):  # type: ignore[misc,name-defined]
+    class PlainRuntimeParam(_coercion.RuntimeParam):
         descriptor: Any
 
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
@@ -123,7 +123,7 @@ def install() -> bool:
 
     typer_own = _TyperParameter.get_runtime_param
 
-    def get_runtime_param(self):  # type: ignore[no-untyped-def]
+    def get_runtime_param(self):
         if self._runtime_param is None and _simple(self.type_descriptor, _param_types.routes_to_path):
             d = self.type_descriptor
             self._runtime_param = PlainRuntimeParam(

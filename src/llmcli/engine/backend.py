@@ -63,7 +63,7 @@ def _deferred_package():
     def _missing(attr: str):
         raise AttributeError(f"module 'llama_cpp' has no attribute {attr!r}")
 
-    package.__getattr__ = __getattr__  # type: ignore[method-assign]
+    package.__getattr__ = __getattr__
     return package
 
 
