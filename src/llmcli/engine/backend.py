@@ -17,6 +17,7 @@ import importlib
 import importlib.util
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 # ggml_backend_dev_type, in the order of enum ggml_backend_dev_type (ggml-backend.h).
@@ -71,6 +72,13 @@ def _deferred_package():
 def llama_cpp_version() -> str | None:
     """llama-cpp-python's version, from the package metadata (read once: parsing it costs a
     few milliseconds, and every request's record names it); None when it is not installed."""
+    spec = importlib.util.find_spec("llama_cpp")
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        # an installed wheel's metadata folder beside the package names the version: found by
+        # name, without importlib.metadata's walk of every folder on sys.path (15-40 ms)
+        found = sorted(Path(folder).parent.glob("llama_cpp_python-*.dist-info"))
+        if len(found) == 1:
+            return found[0].name.removeprefix("llama_cpp_python-").removesuffix(".dist-info")
     from importlib.metadata import PackageNotFoundError, version
 
     try:
