@@ -229,10 +229,8 @@ def named(argv: list[str]) -> typer.Typer:
     if word is None or "--" in argv[: argv.index(word)]:
         return app
     get_name = typer.main.get_command_name
-    commands = [c for c in app.registered_commands
-                if (c.name or get_name(getattr(c.callback, "__name__", ""))) == word]  # fmt: skip
-    groups = [g for g in app.registered_groups
-              if (g.name or getattr(getattr(g.typer_instance, "info", None), "name", None)) == word]  # fmt: skip
+    commands = [c for c in app.registered_commands if (c.name or get_name(getattr(c.callback, "__name__", ""))) == word]
+    groups = [g for g in app.registered_groups if (g.name or _group_name(g)) == word]
     if not commands and not groups:
         return app
     import copy
@@ -240,6 +238,10 @@ def named(argv: list[str]) -> typer.Typer:
     one = copy.copy(app)
     one.registered_commands, one.registered_groups = commands, groups
     return one
+
+
+def _group_name(group) -> str | None:
+    return getattr(getattr(group.typer_instance, "info", None), "name", None)
 
 
 def main() -> None:
