@@ -186,8 +186,21 @@ def _register() -> None:
     from llmcli.cli import generate
 
     app.command("generate", no_args_is_help=False)(generate.generate)
-    commands = ["pull", "models", "chat", "bench", "kv", "logs", "tools", "config", "doctor", "embed",
-                "batch", "rerank", "ask"]
+    commands = [
+        "pull",
+        "models",
+        "chat",
+        "bench",
+        "kv",
+        "logs",
+        "tools",
+        "config",
+        "doctor",
+        "embed",
+        "batch",
+        "rerank",
+        "ask",
+    ]
     commands.append("completion")
     for name in commands:
         try:
@@ -228,8 +241,7 @@ def named(argv: list[str]) -> typer.Typer:
     word = next((arg for arg in argv if not arg.startswith("-")), None)
     if word is None or "--" in argv[: argv.index(word)]:
         return app
-    get_name = typer.main.get_command_name
-    commands = [c for c in app.registered_commands if (c.name or get_name(getattr(c.callback, "__name__", ""))) == word]
+    commands = [c for c in app.registered_commands if (c.name or _command_name(c)) == word]
     groups = [g for g in app.registered_groups if (g.name or _group_name(g)) == word]
     if not commands and not groups:
         return app
@@ -238,6 +250,10 @@ def named(argv: list[str]) -> typer.Typer:
     one = copy.copy(app)
     one.registered_commands, one.registered_groups = commands, groups
     return one
+
+
+def _command_name(command) -> str:
+    return typer.main.get_command_name(getattr(command.callback, "__name__", ""))
 
 
 def _group_name(group) -> str | None:
