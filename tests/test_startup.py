@@ -85,3 +85,29 @@ def test_the_deferred_package_becomes_the_whole_package_on_demand():
 def test_the_version_read_beside_the_package_is_the_installed_one():
     backend.llama_cpp_version.cache_clear()
     assert backend.llama_cpp_version() == version("llama_cpp_python")
+
+
+def test_every_command_is_found_by_its_word_alone():
+    """A command line builds only the named command's module (cli/app.py `named`): each name a
+    module registers leads back to that module, and the whole app has no name the map misses."""
+    import typer
+
+    from llmcli.cli import app as cli
+
+    whole = typer.main.get_command(cli.whole_app())
+    for module in cli.COMMANDS:
+        registered = typer.main.get_command(cli.new_app((module,))).commands
+        assert registered, module
+        for name in registered:
+            assert cli.REGISTERED_BY.get(name, name) == module, (name, module)
+            assert name in whole.commands
+    for name in whole.commands:
+        one = typer.main.get_command(cli.named(["-q", name, "--help"]))
+        assert name in one.commands and len(one.commands) < len(whole.commands), name
+
+
+def test_a_word_that_names_no_command_gets_the_whole_app():
+    from llmcli.cli import app as cli
+
+    for argv in ([], ["--version"], ["nope"], ["--", "generate"], ["-h"]):
+        assert cli.named(argv) is cli.whole_app(), argv

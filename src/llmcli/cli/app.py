@@ -128,25 +128,12 @@ def report(exc: LlmcliError) -> None:
     render.err_line(exc.one_line())
 
 
-app = typer.Typer(
-    cls=_Boundary,
-    name="llmcli",
-    help="Run local language models: download GGUF models, chat, generate, benchmark.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    rich_markup_mode=None,
-)
-
-
 def _version(value: bool) -> None:
     if value:
         sys.stdout.write(f"llmcli {__version__}\n")
         raise typer.Exit()
 
 
-@app.callback()
 def root(
     version: Annotated[
         bool | None,
@@ -182,37 +169,50 @@ def root(
     environment.configure(reporter=StderrReporter())  # the lower layers report through it, on stderr
 
 
-def _register() -> None:
-    from llmcli.cli import generate
+# Every command, and the module that registers it (`register(app)`) where that is not its name.
+COMMANDS = ("generate", "pull", "models", "chat", "bench", "kv", "logs", "tools", "config", "doctor", "embed",
+            "batch", "rerank", "ask", "completion")  # fmt: skip
+REGISTERED_BY = {"similar": "embed", "collections": "embed", "__complete": "completion"}
 
-    app.command("generate", no_args_is_help=False)(generate.generate)
-    commands = [
-        "pull",
-        "models",
-        "chat",
-        "bench",
-        "kv",
-        "logs",
-        "tools",
-        "config",
-        "doctor",
-        "embed",
-        "batch",
-        "rerank",
-        "ask",
-    ]
-    commands.append("completion")
+
+def new_app(commands: tuple[str, ...] = COMMANDS) -> typer.Typer:
+    """The root app with the commands of `commands` (modules of llmcli.cli) registered."""
+    made = typer.Typer(
+        cls=_Boundary,
+        name="llmcli",
+        help="Run local language models: download GGUF models, chat, generate, benchmark.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+        rich_markup_mode=None,
+    )
+    made.callback()(root)
     for name in commands:
-        try:
-            module = __import__(f"llmcli.cli.{name}", fromlist=["register"])
-        except ModuleNotFoundError as exc:
-            if exc.name != f"llmcli.cli.{name}":
-                raise
+        if name == "generate":
+            from llmcli.cli import generate
+
+            made.command("generate", no_args_is_help=False)(generate.generate)
             continue
-        module.register(app)
+        module = __import__(f"llmcli.cli.{name}", fromlist=["register"])
+        module.register(made)
+    return made
 
 
-_register()
+_whole: list[typer.Typer] = []
+
+
+def whole_app() -> typer.Typer:
+    """The app with every command (built once)."""
+    if not _whole:
+        _whole.append(new_app())
+    return _whole[0]
+
+
+def __getattr__(name: str):
+    if name == "app":  # `from llmcli.cli.app import app`: the whole app
+        return whole_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def fast_complete(argv: list[str]) -> int:
@@ -226,7 +226,7 @@ def fast_complete(argv: list[str]) -> int:
         return int(ExitCode.USAGE)
     from llmcli.cli.completion import print_candidates
 
-    print_candidates(typer.main.get_command(app), *args)
+    print_candidates(typer.main.get_command(whole_app()), *args)
     return 0
 
 
@@ -234,30 +234,18 @@ def named(argv: list[str]) -> typer.Typer:
     """The app with only the command that `argv` names, where it names one.
 
     Typer builds the whole command tree (every command's parameters, from its signature) before it
-    parses a word, 40-60 ms for llmcli's 37 commands; a command line needs one of them. The root's
-    own options are all flags, so the first word that is not one names the command. Help, a word
-    that names no command and no word at all get the whole app, and with it Click's list of
-    commands and its "No such command" error."""
+    parses a word, and registering every command imports every command's module: 60-100 ms for
+    llmcli's 37 commands, where a command line needs one of them. The root's own options are all
+    flags, so the first word that is not one names the command. Help, a word that names no
+    command, and no word at all get the whole app, and with it Click's list of commands and its
+    "No such command" error."""
     word = next((arg for arg in argv if not arg.startswith("-")), None)
     if word is None or "--" in argv[: argv.index(word)]:
-        return app
-    commands = [c for c in app.registered_commands if (c.name or _command_name(c)) == word]
-    groups = [g for g in app.registered_groups if (g.name or _group_name(g)) == word]
-    if not commands and not groups:
-        return app
-    import copy
-
-    one = copy.copy(app)
-    one.registered_commands, one.registered_groups = commands, groups
-    return one
-
-
-def _command_name(command) -> str:
-    return typer.main.get_command_name(getattr(command.callback, "__name__", ""))
-
-
-def _group_name(group) -> str | None:
-    return getattr(getattr(group.typer_instance, "info", None), "name", None)
+        return whole_app()
+    module = REGISTERED_BY.get(word, word)
+    if module not in COMMANDS:
+        return whole_app()
+    return new_app((module,))
 
 
 def main() -> None:

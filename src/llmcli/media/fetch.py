@@ -6,10 +6,7 @@ header, pixel count). A failure is one line: a transport fault or an HTTP error 
 
 from __future__ import annotations
 
-import http.client
 import time
-import urllib.error
-import urllib.request
 
 from llmcli.errors import NetworkError, UsageError
 
@@ -28,6 +25,10 @@ def fetch(url: str, limit: int, *, offline: bool = False, timeout: float | None 
     if offline:
         raise UsageError(f"cannot fetch {what} {url}: --offline", hint="download it and attach the file")
     timeout = FETCH_TIMEOUT_S if timeout is None else timeout
+    import http.client  # here, not at the top: a local file's run need not load the HTTP stack
+    import urllib.error
+    import urllib.request
+
     from llmcli import __version__
 
     accept = "image/*" if what == "image" else "*/*"
