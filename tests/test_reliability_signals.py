@@ -215,8 +215,10 @@ def test_sigterm_at_the_interactive_chat_prompt_exits_143(isolated):
 # callback, which is exactly where a Python exception would be swallowed by ctypes.
 LOAD = r"""
 import ctypes, os, signal, sys
-import llama_cpp
 from llmcli.cli.app import main
+from llmcli.engine.backend import library
+
+llama_cpp = library()  # the binding llmcli calls
 
 sig = getattr(signal, sys.argv.pop(1))
 real = llama_cpp.llama_model_load_from_file

@@ -390,8 +390,9 @@ def _inside_decode(monkeypatch) -> dict[int, float]:
     """Milliseconds spent inside llama_decode (synchronized), by context, from now on."""
     import time
 
-    import llama_cpp
+    from llmcli.engine.backend import library
 
+    llama_cpp = library()  # the binding llmcli calls
     inside: dict[int, float] = {}
     real = llama_cpp.llama_decode
 
@@ -575,8 +576,9 @@ def test_ctrl_c_while_an_engine_is_freed_frees_everything_once(monkeypatch):
     import os
     import signal
 
-    import llama_cpp
+    from llmcli.engine.backend import library
 
+    llama_cpp = library()  # the binding llmcli calls
     freed: list[str] = []
     real_free, real_model_free = llama_cpp.llama_free, llama_cpp.llama_model_free
 
