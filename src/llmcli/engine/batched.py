@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import secrets
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -306,6 +307,8 @@ class BatchDecoder:
             self._ctx = None
 
     def __del__(self) -> None:  # pragma: no cover - best effort
+        if sys.is_finalizing():  # the process ends: the system takes the memory back at once
+            return
         try:
             self.close()
         except Exception:

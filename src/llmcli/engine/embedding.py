@@ -11,6 +11,7 @@ A non-causal model attends over a whole micro-batch at once, so a batch is one m
 from __future__ import annotations
 
 import ctypes
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -187,6 +188,8 @@ class LlamaEmbedder:
             self._model = None
 
     def __del__(self) -> None:
+        if sys.is_finalizing():  # the process ends: the system takes the memory back at once
+            return
         try:
             self.close()
         except Exception:
