@@ -154,14 +154,27 @@ def test_served_batch_sends_requests_side_by_side_and_resumes(llama_server, tmp_
 
 
 @pytest.mark.model
-def test_parallel_auto_measures_the_knee_and_says_which(tmp_path):
+def test_parallel_auto_measures_the_knee_and_says_which(tmp_path, monkeypatch):
+    """The first run measures the speeds by N and says so; a later run on the same machine, model
+    and settings takes what it stored (a cache of its own here: no other test's run is in it)."""
+    monkeypatch.setenv("LLMCLI_CACHE_DIR", str(tmp_path / "cache"))
     src = tmp_path / "p.txt"
     src.write_text("\n".join(PROMPTS) + "\n")
-    result = _cli("batch", str(src), "-m", "smollm2-135m", "--temperature", "0", "--max-tokens", "8")
-    assert result.returncode == 0, result.stderr
-    assert len(_lines(result.stdout)) == len(PROMPTS)
-    assert "auto: measured tok/s by N 1: " in result.stderr  # sizes up to the 6 items: 1, 2, 4
-    assert "8:" not in result.stderr.split("measured", 1)[1].splitlines()[0]
+    args = ("batch", str(src), "-m", "smollm2-135m", "--temperature", "0", "--max-tokens", "8")
+    first = _cli(*args)
+    assert first.returncode == 0, first.stderr
+    assert len(_lines(first.stdout)) == len(PROMPTS)
+    assert "auto: measured tok/s by N 1: " in first.stderr  # sizes up to the 6 items: 1, 2, 4
+    measured = first.stderr.split("measured tok/s by N ", 1)[1].split(")")[0].split(";")[0].splitlines()[0]
+    assert "8:" not in measured
+    stored = list((tmp_path / "cache" / "batch-knee").glob("*.json"))
+    if not stored:  # another process kept the machine busy during the probe: nothing is kept
+        return
+    again = _cli(*args)
+    assert again.returncode == 0, again.stderr
+    assert "measured by an earlier run here" in again.stderr
+    assert f"auto: tok/s by N {measured}" in again.stderr  # the same speeds, so the same N
+    assert len(_lines(again.stdout)) == len(PROMPTS)
 
 
 def test_parallel_is_a_number_or_auto(fake, tmp_path):

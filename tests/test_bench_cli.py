@@ -464,7 +464,7 @@ def test_a_busy_machine_is_flagged(backend):
 
 
 def test_busy_starts_background_load_for_the_run_and_stops_it(backend, monkeypatch):
-    from llmcli.bench import cpu_load
+    from llmcli.engine import cpu_load
 
     started: list = []
     real = cpu_load.background
@@ -497,7 +497,7 @@ def test_busy_starts_background_load_for_the_run_and_stops_it(backend, monkeypat
 
 
 def test_background_load_is_stopped_when_the_run_fails():
-    from llmcli.bench import cpu_load
+    from llmcli.engine import cpu_load
 
     procs: list = []
     with pytest.raises(RuntimeError), cpu_load.background(1) as started:

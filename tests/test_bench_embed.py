@@ -95,7 +95,7 @@ def test_llmcli_model_in_the_environment_gives_way_to_embed_model(model, isolate
 
 
 def test_a_busy_machine_is_said_as_the_standard_tests_say_it(model, isolated, monkeypatch):
-    from llmcli.bench import cpu_load
+    from llmcli.engine import cpu_load
 
     monkeypatch.setattr(cpu_load, "other_share", lambda before, after: 0.6)  # a neighbour used 60%
     result = bench("-m", str(model), "--texts", "8", "-r", "1", "--no-warmup", "-t", "1")

@@ -285,7 +285,7 @@ def test_bandwidth_probe_runs_on_a_small_buffer():
 
 
 def test_other_share_subtracts_our_own_cpu_time():
-    from llmcli.bench.cpu_load import Snapshot, other_share
+    from llmcli.engine.cpu_load import Snapshot, other_share
 
     ticks = os.sysconf("SC_CLK_TCK")
     before = Snapshot(busy=1000, total=4000, own=1.0)
@@ -299,7 +299,7 @@ def test_other_share_subtracts_our_own_cpu_time():
 
 
 def test_snapshot_reads_proc_stat():
-    from llmcli.bench.cpu_load import snapshot
+    from llmcli.engine.cpu_load import snapshot
 
     snap = snapshot()
     if os.path.exists("/proc/stat"):

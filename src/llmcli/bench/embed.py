@@ -110,8 +110,8 @@ def measure(ref: str, texts: list[str], *, threads: int, batch_tokens: int | Non
             progress: Progress = lambda line: None, debug: bool = False) -> EmbedResult:  # fmt: skip
     """Load `ref` (a local embedding GGUF), then embed all of `texts` `reps` times (after one untimed
     pass when `warmup`); each repetition's wall clock is one sample."""
-    from llmcli.bench import cpu_load
     from llmcli.embed.runs import Model
+    from llmcli.engine import cpu_load
 
     clock = time.perf_counter_ns
     started = now_iso()

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmcli.bench import cpu_load as load
 from llmcli.bench.results import ModelSummary
 from llmcli.bench.runner import Interrupted
 from llmcli.bench.sweep import ContextSpec, TestSpec
 from llmcli.bench.traffic import weight_bytes_per_token
+from llmcli.engine import cpu_load as load
 from llmcli.errors import LlmcliError
 
 

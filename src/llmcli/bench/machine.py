@@ -68,15 +68,14 @@ def llama_info() -> dict[str, Any]:
 
 def cpu_info() -> dict[str, Any]:
     """CPU model name and the SIMD flags llama.cpp cares about, from /proc/cpuinfo (Linux)."""
-    model, flags = None, set()
+    from llmcli.engine.threads import cpu_model
+
+    model, flags = cpu_model(), set()
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
                 key, _, value = line.partition(":")
-                key = key.strip().lower()
-                if key in ("model name", "hardware", "cpu model") and model is None:
-                    model = value.strip()
-                elif key in ("flags", "features"):
+                if key.strip().lower() in ("flags", "features"):
                     flags.update(value.split())
     except OSError:
         pass

@@ -155,7 +155,7 @@ def execute(
         measurer = the_plan.scenario.measurer(request, the_plan, backend)
         return runner.drive(the_plan.cases, run, measurer, progress, stop)
 
-    from llmcli.bench import cpu_load
+    from llmcli.engine import cpu_load
     from llmcli.errors import LlmcliError
 
     with cpu_load.background(request.busy):

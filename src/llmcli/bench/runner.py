@@ -97,7 +97,7 @@ class Backend(Protocol):
         (`llmcli.engine.measure.interrupt_on_sigint`, the mechanism generate uses)."""
 
     def load_snapshot(self) -> Any:
-        """A snapshot of machine-wide CPU use (`llmcli.bench.cpu_load.snapshot`)."""
+        """A snapshot of machine-wide CPU use (`llmcli.engine.cpu_load.snapshot`)."""
 
     def other_load(self, before: Any, after: Any) -> float | None:
         """Share of the CPU used by other processes between two snapshots (`load.other_share`)."""

@@ -340,9 +340,13 @@ def measure_knee(engine: LlamaEngine, sizes: tuple[int, ...] = PROBE_SIZES,
             break  # the last doubling gained no more than the noise: no further
         pair = _probe(engine, (largest, n))
         speeds[n] = pair[n] * speeds[largest] / pair[largest] if pair[largest] > 0 else 0.0
+    return knee_of(speeds), speeds
+
+
+def knee_of(speeds: dict[int, float]) -> int:
+    """The smallest N whose aggregate speed is within `KNEE` of the best."""
     top = max(speeds.values())
-    chosen = min(n for n, v in speeds.items() if v >= KNEE * top)
-    return chosen, speeds
+    return min(n for n, v in speeds.items() if v >= KNEE * top)
 
 
 def _probe(engine: LlamaEngine, sizes: tuple[int, ...]) -> dict[int, float]:
@@ -392,9 +396,7 @@ def respond_many(engine: LlamaEngine, parallel: int | None, items: int, *, room:
             parallel, how = 1, "auto: one item" if items <= 1 else "auto: memory for one sequence"
         else:
             more = tuple(n for n in PROBE_MORE if fits(n)) if sizes == PROBE_SIZES else ()
-            parallel, speeds = measure_knee(engine, sizes, more)
-            shown = ", ".join(f"{n}: {v:.0f}" for n, v in speeds.items())
-            how = f"auto: measured tok/s by N {shown}"
+            parallel, how = _auto(engine, sizes, more)
     else:
         how, asked = "set", parallel
         if parallel > max(1, items):  # no more sequences than items: a context sized for those
@@ -407,6 +409,35 @@ def respond_many(engine: LlamaEngine, parallel: int | None, items: int, *, room:
             parallel, how = room, f"{how}; reduced to fit the memory"
     decoder, n, how = _made(engine, parallel, how, per_seq)
     return LocalMany(engine, decoder, n, how)
+
+
+PROBE = (PROBE_PREFIX, PROBE_STEPS, PROBE_ROUNDS, int(KNEE * 100), int(RISE * 100))  # in the store's key
+
+
+def _auto(engine: LlamaEngine, sizes: tuple[int, ...], more: tuple[int, ...]) -> tuple[int, str]:
+    """`--parallel auto`'s N and how it was found: the knee of the speeds an earlier run measured on
+    this CPU, model, llama.cpp build and settings (engine/speculation/exact.py `MeasuredStore`,
+    under the cache dir's `batch-knee/`), else measured now (`measure_knee`, 1-8 s), and stored
+    where the machine was quiet throughout: speeds measured beside another busy process would pick
+    N for that moment, and every later run would keep it (`cpu_load.NOISY`: other processes used at
+    most a tenth of the CPU)."""
+    store = getattr(engine, "measured", None)
+    threads = physical_cores() if getattr(engine, "adaptive", False) else getattr(engine, "threads", 0)
+    stored = store.knee_speeds(threads, sizes, more, PROBE) if store is not None else None
+    if stored is not None:
+        return knee_of(stored), f"auto: tok/s by N {_shown(stored)}, measured by an earlier run here"
+    from llmcli.engine import cpu_load
+
+    before = cpu_load.snapshot()
+    chosen, speeds = measure_knee(engine, sizes, more)
+    others = cpu_load.other_share(before, cpu_load.snapshot())
+    if store is not None and others is not None and others <= cpu_load.NOISY:
+        store.save_knee_speeds(threads, sizes, more, PROBE, speeds)
+    return chosen, f"auto: measured tok/s by N {_shown(speeds)}"
+
+
+def _shown(speeds: dict[int, float]) -> str:
+    return ", ".join(f"{n}: {v:.0f}" for n, v in speeds.items())
 
 
 def _made(engine: LlamaEngine, parallel: int, how: str,

@@ -33,6 +33,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name from /proc/cpuinfo (Linux); None where there is none."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip().lower() in ("model name", "hardware", "cpu model"):
+                    return value.strip() or None
+    except OSError:
+        pass
+    return None
+
+
 def physical_cores() -> int:
     """Physical CPU cores (llama.cpp runs best with one thread per core), else logical CPUs."""
     try:

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from llmcli import defaults
 from llmcli.bench import stats, sweep
-from llmcli.bench.cpu_load import NOISY
 from llmcli.bench.results import SCHEMA_VERSION, BenchRun, SpecResult
+from llmcli.engine.cpu_load import NOISY
 from llmcli.render import bench_batch, tables
 from llmcli.units import human_size
 

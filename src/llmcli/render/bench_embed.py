@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmcli.bench.cpu_load import NOISY
+from llmcli.engine.cpu_load import NOISY
 from llmcli.render import tables
 
 

@@ -274,7 +274,8 @@ class CostProbe:
 
 class MeasuredStore:
     """Files under the cache dir keyed by this model, llama.cpp build, settings and thread count:
-    `spec-exact` (the probed limits) and `spec-costs` (verification batches' relative costs).
+    `spec-exact` (the probed limits), `spec-costs` (verification batches' relative costs) and
+    `batch-knee` (`--parallel auto`'s speeds by N, keyed by the CPU's model name too).
     Best effort: a store that cannot be read or written costs only the next run's head start."""
 
     def __init__(self, L, path: Path, options: EngineOptions, *, gpu_layers: int, repack: bool) -> None:
@@ -341,6 +342,38 @@ class MeasuredStore:
             costs = {str(n): round(c, 4) for n, c in sorted(table.costs.items())}
             doc = {"key": json.loads(key), "costs": costs, "draft_step": round(table.draft_step, 4),
                    "measured_ms": round(table.ms, 1)}  # fmt: skip
+            write_atomic(path, json.dumps(doc))
+        except OSError:
+            pass
+
+    def _knee_file(self, threads: int, sizes: tuple[int, ...], more: tuple[int, ...],
+                   probe: tuple[int, ...]) -> tuple[str, Path]:  # fmt: skip
+        from llmcli.engine.threads import cpu_model
+
+        return self._file("batch-knee", threads, cpu=cpu_model(), sizes=list(sizes), more=list(more),
+                          probe=list(probe))  # fmt: skip
+
+    def knee_speeds(self, threads: int, sizes: tuple[int, ...], more: tuple[int, ...],
+                    probe: tuple[int, ...]) -> dict[int, float] | None:  # fmt: skip
+        """`--parallel auto`'s aggregate decode speeds by N, as an earlier run measured them on this
+        CPU, model, build and settings with the same probe (None: none stored, or unreadable)."""
+        try:
+            doc = json.loads(self._knee_file(threads, sizes, more, probe)[1].read_text())
+            speeds = {int(n): float(v) for n, v in doc["speeds"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+        if not set(sizes) <= set(speeds) or not all(0 < v < 1e9 for v in speeds.values()):
+            return None
+        return speeds
+
+    def save_knee_speeds(self, threads: int, sizes: tuple[int, ...], more: tuple[int, ...],
+                         probe: tuple[int, ...], speeds: dict[int, float]) -> None:  # fmt: skip
+        key, path = self._knee_file(threads, sizes, more, probe)
+        try:
+            from llmcli.atomic import write_atomic
+
+            path.parent.mkdir(parents=True, exist_ok=True)
+            doc = {"key": json.loads(key), "speeds": {str(n): round(v, 1) for n, v in sorted(speeds.items())}}
             write_atomic(path, json.dumps(doc))
         except OSError:
             pass
