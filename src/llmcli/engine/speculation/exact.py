@@ -373,7 +373,7 @@ class MeasuredStore:
             from llmcli.atomic import write_atomic
 
             path.parent.mkdir(parents=True, exist_ok=True)
-            doc = {"key": json.loads(key), "speeds": {str(n): round(v, 1) for n, v in sorted(speeds.items())}}
+            doc = {"key": json.loads(key), "speeds": {str(n): v for n, v in sorted(speeds.items())}}
             write_atomic(path, json.dumps(doc))
         except OSError:
             pass
