@@ -18,9 +18,9 @@ Parts (each printed as it finishes, a table at the end):
   end-to-end one. For `auto`, the N it chose and the measured step speeds it chose from.
 - decode: like for like with llama-batched-bench, which counts decode only (S_TG = N x tg / the
   time of the tg steps, prompt processing apart): `llmcli bench --scenario batch -p 32 -n TOKENS
-  --parallel LIST` (decode-only aggregate through llmcli batch's decoder, mean over --reps) beside
-  `llama-batched-bench -npp 32 -ntg TOKENS -npl LIST` (one pass; its own S_TG and S_PP; a KV stream
-  per sequence, as llmcli's decoder has), same threads,
+  --parallel LIST -r 1` (decode-only aggregate through llmcli batch's decoder) and
+  `llama-batched-bench -npp 32 -ntg TOKENS -npl LIST` (its own S_TG and S_PP; a KV stream per
+  sequence, as llmcli's decoder has) alternated --reps times, mean ± sd of each, same threads,
   same weight layout (`--no-repack` where llmcli keeps weights out of the AMX buffer).
 - vllm (--vllm): SmolLM2-135M-Instruct, the model the vLLM tests convert (tests/vllm_tools.py):
   one OpenAI batch file (custom_id, body of a chat completion, --tokens max, temperature 0) read by
@@ -37,6 +37,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -223,21 +224,34 @@ def main() -> None:
                   f"end{vs}; after load {r.get('run_tok_s', 0):.1f} tok/s, N {r.get('run_n')} "
                   f"{r.get('run_auto', '')}; load average {os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
     if "decode" not in skip:
-        ours = decode_llmcli(a.model, a.tokens, a.decode, a.reps, a.threads)
-        print(f"load average {os.getloadavg()[0]:.2f}", flush=True)
-        theirs = decode_llama(a.model, a.tokens, a.decode, a.threads)
-        print(f"decode only, -p 32 -n {a.tokens} (load average {os.getloadavg()[0]:.2f}):")
-        print("| N | llmcli t/s (all) | per sequence | llama-batched-bench S_TG | ratio | llmcli pp t/s "
-              "| S_PP | ratio |")  # fmt: skip
-        print("| -: | -: | -: | -: | -: | -: | -: | -: |")
+        # side by side: each repetition runs llmcli's bench once, then llama-batched-bench once, so a
+        # change in the machine's load falls on both alike; means and sds over the repetitions
+        ours: dict[int, list[tuple]] = {}
+        theirs: dict[int, list[tuple]] = {}
+        loads = []
+        for _ in range(a.reps):
+            for n, row in decode_llmcli(a.model, a.tokens, a.decode, 1, a.threads).items():
+                ours.setdefault(n, []).append(row)
+            for n, row in decode_llama(a.model, a.tokens, a.decode, a.threads).items():
+                theirs.setdefault(n, []).append(row)
+            loads.append(os.getloadavg()[0])
+        print(f"decode only, -p 32 -n {a.tokens}, {a.reps} alternated repetitions (load average "
+              f"{min(loads):.2f}-{max(loads):.2f}):")  # fmt: skip
+        print("| N | llmcli t/s (all) | S_TG | ratio | llmcli pp t/s | S_PP | ratio |")
+        print("| -: | -: | -: | -: | -: | -: | -: |")
+
+        def ms(values: list[float]) -> tuple[float, float]:
+            return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
         for n in sorted(ours):
-            agg, sd, seq, pp = ours[n]
-            tg, spp = theirs.get(n, (None, None))
-            ratio = f"{agg / tg:.2f}x" if tg else "n/a"
-            pratio = f"{pp / spp:.2f}x" if spp and pp else "n/a"
-            shown = "n/a" if tg is None else f"{tg:.1f}"
-            print(f"| {n} | {agg:.1f} ± {sd:.1f} | {seq:.1f} | {shown} | {ratio} | {pp or 0:.1f} | "
-                  f"{spp or 0:.1f} | {pratio} |", flush=True)  # fmt: skip
+            (agg, sd), (pp, ppsd) = ms([r[0] for r in ours[n]]), ms([r[3] or 0 for r in ours[n]])
+            if n not in theirs:
+                print(f"| {n} | {agg:.1f} ± {sd:.1f} | n/a | n/a | {pp:.1f} ± {ppsd:.1f} | n/a | n/a |")
+                continue
+            (tg, tgsd), (spp, sppsd) = ms([r[0] for r in theirs[n]]), ms([r[1] for r in theirs[n]])
+            cells = [f"{agg:.1f} ± {sd:.1f}", f"{tg:.1f} ± {tgsd:.1f}", f"{agg / tg:.2f}x",
+                     f"{pp:.1f} ± {ppsd:.1f}", f"{spp:.1f} ± {sppsd:.1f}", f"{pp / spp:.2f}x"]  # fmt: skip
+            print(f"| {n} | " + " | ".join(cells) + " |", flush=True)
     os.unlink(f.name)
 
 
