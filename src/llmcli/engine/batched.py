@@ -47,6 +47,7 @@ LlamaEngine = Any
 __all__ = ["BatchDecoder", "BatchItem", "BatchResult", "LocalMany", "measure_knee", "respond_many"]
 
 FOLLOW_EVERY = 8  # steps between two readings of the run queue (adaptive threads)
+PROMPTS_FIRST = True  # a step with a prompt to prefill carries no single tokens (`_step`)
 WAIT_FOR_PREFIX = 16  # a new sequence waits a step for a sibling prefilling at least this much of its prompt
 KV_PAD = 256  # llama.cpp rounds each stream's cells up to a multiple of this
 
@@ -238,7 +239,15 @@ class BatchDecoder:
         rows: list[tuple[Seq, int]] = []
         takes: dict[int, int] = {}
         room = self.n_batch
+        # Prompts first: while a prompt has tokens to prefill, the step carries those only. llama.cpp
+        # splits a batch over several streams into micro-batches that take as many tokens from
+        # each sequence (llama_batch_allocr::split_equal), so a decoding sequence's single token
+        # beside a prompt's many costs one more pass over the weights. Single tokens (a decoding
+        # sequence's, a prompt's last after a copied prefix) go together in the next step.
+        prompts = PROMPTS_FIRST and any(len(s.pending) > 1 and s.waiting is None for s in active.values())
         for seq in sorted(active.values(), key=lambda s: len(s.pending)):  # decoding ones first
+            if prompts and len(seq.pending) == 1:
+                continue
             take = min(len(seq.pending), room)
             if take > 0 and seq.waiting is None:
                 takes[seq.seq_id] = take
