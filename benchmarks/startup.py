@@ -40,8 +40,8 @@ def timed(cmd: list[str], env: dict[str, str]) -> float:
 
 def imports(cmd: list[str], env: dict[str, str]) -> list[tuple[int, str]]:
     """(cumulative us, module) of the modules imported at the top level of the process."""
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "llmcli", *cmd[1:]], capture_output=True, text=True,
-                          env=env, stdin=subprocess.DEVNULL, check=True)  # fmt: skip
+    argv = [sys.executable, "-X", "importtime", "-m", "llmcli", *cmd[1:]]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, check=True)
     found = []
     for line in done.stderr.splitlines():
         match = re.match(r"import time:\s+\d+ \|\s+(\d+) \| (\S.*)$", line)  # no indent: top level
@@ -67,7 +67,8 @@ def main() -> None:
     tool = llamacpp_tools.ensure("llama-completion")["llama-completion"]
     theirs = [str(tool), "-m", str(model), "-p", PROMPT, "-n", "16", "--temp", "0", "-no-cnv",
               *llamacpp_tools.weights_args("llama-completion")]  # fmt: skip
-    rows: dict[str, tuple[list[str], dict[str, str]]] = {"llmcli": (ours, env), "llama-completion": (theirs, env)}
+    rows: dict[str, tuple[list[str], dict[str, str]]] = {"llmcli": (ours, env)}
+    rows["llama-completion"] = (theirs, env)
     if args.other:
         other_env = {**env, "PYTHONPATH": str(args.other.resolve() / "src")}
         rows[f"llmcli ({args.other.name})"] = ([sys.executable, "-m", "llmcli", *ours[1:]], other_env)
@@ -79,12 +80,15 @@ def main() -> None:
         image.write_bytes(png(64, 64, noise=1))
         mmproj = projector.path()
         question = "Describe the image in one word."
-        rows["llmcli image"] = ([llmcli, "generate", "-m", str(model), "--mmproj", str(mmproj), "-a", str(image),
-                                 "-n", "16", "--temperature", "0", "-nfa", "-c", "8192", question], env)  # fmt: skip
+        same = ["-n", "16", "-c", "8192"]
+        ours_image = [llmcli, "generate", "-m", str(model), "--mmproj", str(mmproj), "-a", str(image),
+                      "--temperature", "0", "-nfa", *same, question]  # fmt: skip
         mtmd = llamacpp_tools.ensure("llama-mtmd-cli")["llama-mtmd-cli"]
-        rows["llama-mtmd-cli image"] = ([str(mtmd), "-m", str(model), "--mmproj", str(mmproj), "--image", str(image),
-                                         "-p", question, "--jinja", "-fa", "off", "-n", "16", "--temp", "0",
-                                         "-c", "8192", *llamacpp_tools.weights_args("llama-mtmd-cli")], env)  # fmt: skip
+        theirs_image = [str(mtmd), "-m", str(model), "--mmproj", str(mmproj), "--image", str(image),
+                        "-p", question, "--jinja", "-fa", "off", "--temp", "0", *same,
+                        *llamacpp_tools.weights_args("llama-mtmd-cli")]  # fmt: skip
+        rows["llmcli image"] = (ours_image, env)
+        rows["llama-mtmd-cli image"] = (theirs_image, env)
     for cmd, cmd_env in rows.values():  # warm the page cache and write the bytecode
         timed(cmd, cmd_env)
     walls: dict[str, list[float]] = {name: [] for name in rows}
