@@ -48,7 +48,8 @@ def decode_speed(events) -> tuple[float, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
@@ -66,7 +67,8 @@ def main() -> None:
     fmt = engine.info.reasoning
     assert fmt is not None and fmt.preopened
     prompt = engine.tokenize(
-        "<|im_start|>user\nWrite a long story about a lighthouse keeper.<|im_end|>\n<|im_start|>assistant\n<think>\n"
+        "<|im_start|>user\nWrite a long story about a lighthouse keeper.<|im_end|>\n"
+        "<|im_start|>assistant\n<think>\n"
     )
     plain = SamplingParams(temperature=0, max_tokens=args.tokens, seed=1)
     budgeted = SamplingParams(temperature=0, max_tokens=args.tokens, seed=1, reasoning_budget=1 << 30)
@@ -111,7 +113,8 @@ def main() -> None:
         splitter.feed(piece)
     per_token_us = (time.perf_counter() - started) / len(pieces) * 1e6
     step_us = 1e6 / median["plain"]
-    print(f"  tracker + splitter alone: {per_token_us:.2f} us a token ({per_token_us / step_us:.3%} of a decode step)")
+    share = per_token_us / step_us
+    print(f"  tracker + splitter alone: {per_token_us:.2f} us a token ({share:.3%} of a decode step)")
     engine.close()
 
 
