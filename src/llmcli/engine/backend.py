@@ -59,9 +59,8 @@ def _deferred_package():
         if not ran:
             ran.append(True)
             spec.loader.exec_module(package)
-        return package.__dict__[attr] if attr in package.__dict__ else _missing(attr)
-
-    def _missing(attr: str):
+        if attr in package.__dict__:
+            return package.__dict__[attr]
         raise AttributeError(f"module 'llama_cpp' has no attribute {attr!r}")
 
     package.__getattr__ = __getattr__

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from llmcli.contract import Done, FinishReason, SamplingParams, Stats
@@ -45,6 +46,7 @@ class Seq:
     greedy: bool
     admitted: float
     text: TextStream
+    pick: Callable[[int], int]  # the token from a batch row's logits (sampler.pick), made once
     probe: GrammarProbe | None = None
     pending: list[int] = field(default_factory=list)  # tokens to decode at the next step
     cached: list[int] = field(default_factory=list)  # the tokens in this sequence's cells, in order

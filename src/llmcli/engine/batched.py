@@ -189,7 +189,8 @@ class BatchDecoder:
             return None, exc.message
         greedy = params.temperature <= 0 and not params.grammar and not penalised(params)
         probe = GrammarProbe(e.tokenizer, chain) if params.grammar else None
-        seq = Seq(item, seq_id, seed, chain, greedy, time.perf_counter(), TextStream(params.stop), probe)
+        seq = Seq(item, seq_id, seed, chain, greedy, time.perf_counter(), TextStream(params.stop),
+                  pick(self._L, self._ctx, chain, e.n_vocab, greedy), probe)  # fmt: skip
         self._share(seq, active)
         self.prompt_tokens += len(item.tokens)
         return seq, None
@@ -289,7 +290,7 @@ class BatchDecoder:
     def _sample(self, seq: Seq, row: int) -> bool:
         """Sample `seq`'s next token from batch row `row`; whether the sequence has ended."""
         e = self.engine
-        token = pick(self._L, self._ctx, seq.chain, e.n_vocab, seq.greedy)(row)
+        token = seq.pick(row)
         return seq.take(token, e.tokenizer, self._buf, self.ctx_per_seq)
 
     def _finish(self, seq: Seq) -> BatchResult:
